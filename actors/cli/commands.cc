@@ -1,0 +1,12 @@
+#include "actors/cli/commands.h"
+
+#include "core/commands.h"
+
+namespace orrery {
+
+// Each module adds one line here when it has a subcommand that works.
+void RegisterAllCommands(CliRegistry& registry) {
+  RegisterCoreCommands(registry);
+}
+
+}  // namespace orrery

@@ -1,0 +1,33 @@
+# Helpers that give every Orrery target the same warnings, include root and sanitizers.
+
+set(ORRERY_WARNINGS -Wall -Wextra -Werror)
+
+function(orrery_target_defaults target)
+  target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${ORRERY_WARNINGS}>
+                                           $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror>)
+  if(ORRERY_SANITIZE)
+    target_compile_options(${target} PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>)
+    target_link_options(${target} PUBLIC -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# orrery_library(NAME SOURCES ... DEPS ...)
+function(orrery_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  orrery_target_defaults(${name})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# orrery_test(NAME SOURCES ... DEPS ...): a GoogleTest binary registered with CTest.
+function(orrery_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  orrery_target_defaults(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                       PROPERTIES LABELS "${ARG_LABELS}"
+                       ENVIRONMENT "ORRERY_SOURCE_DIR=${PROJECT_SOURCE_DIR};ORRERY_BINARY_DIR=${CMAKE_BINARY_DIR}")
+endfunction()

@@ -1,0 +1,84 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <latch>
+
+namespace orrery {
+namespace {
+thread_local bool t_in_worker = false;
+}
+
+ThreadPool::ThreadPool(int num_threads) {
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::Submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void ThreadPool::WorkerLoop() {
+  t_in_worker = true;
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t min_grain,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  min_grain = std::max<int64_t>(1, min_grain);
+  const int64_t max_chunks = (n + min_grain - 1) / min_grain;
+  const int64_t chunks = std::min<int64_t>(max_chunks, num_threads() + 1);
+  if (chunks <= 1 || t_in_worker) {
+    fn(0, n);
+    return;
+  }
+  std::latch done(chunks - 1);
+  const int64_t per = (n + chunks - 1) / chunks;
+  for (int64_t c = 1; c < chunks; ++c) {
+    const int64_t b = c * per, e = std::min(n, b + per);
+    Submit([&fn, &done, b, e] {
+      if (b < e) fn(b, e);
+      done.count_down();
+    });
+  }
+  fn(0, std::min(n, per));
+  done.wait();
+}
+
+ThreadPool& ThreadPool::Default() {
+  static ThreadPool pool([] {
+    const char* env = std::getenv("ORRERY_NUM_THREADS");
+    int n = env ? std::atoi(env) : 0;
+    // The caller of ParallelFor works too, so one worker fewer than the hardware threads.
+    if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return std::max(1, n - 1);
+  }());
+  return pool;
+}
+
+}  // namespace orrery

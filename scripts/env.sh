@@ -1,0 +1,13 @@
+# Sourced by every script that starts Orrery processes.
+#
+# OpenBLAS 0.3.21 (Debian 12) misdetects recent Xeons and falls back to its slowest kernels
+# (about 7x slower sgemm). The core type must be in the environment before the process starts,
+# so the scripts set it here from the CPU's flags unless the caller already chose one.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+    export OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+    export OPENBLAS_CORETYPE=Haswell
+  fi
+fi
+export ORRERY_ROOT="${ORRERY_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every Debian package Orrery needs to build, test and run. Idempotent: packages already
+# present are not touched, and `apt-get update` runs at most once, only when something is missing.
+# Run as root (CI does); otherwise it prints the command to run and exits non-zero.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  g++ cmake ninja-build pkg-config git ca-certificates
+  # libraries (see docs/architecture.md and ../shared/spec/deps.md for the pitfalls)
+  libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libabsl-dev libcli11-dev
+  libgtest-dev libgmock-dev libtomlplusplus-dev libcpp-httplib-dev nlohmann-json3-dev
+  libopenblas-dev libgloo-dev libseccomp-dev prometheus-cpp-dev libbenchmark-dev
+  # runtime tools: the sandbox, the python environment's interpreter, text corpora for pretraining
+  bubblewrap python3 bible-kjv fortunes-min
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: missing packages: ${missing[*]}" >&2
+  echo "setup: run as root: sudo sh -c '$cmd'" >&2
+  exit 1
+fi
+echo "setup: installing ${#missing[@]} packages: ${missing[*]}"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
