@@ -1,0 +1,78 @@
+// Kimi Delta Attention (KDA): the op interface shared by the CPU reference and the CUDA kernels.
+//
+// Maths: ../shared/spec/model.md §2 (docs/model.md in this repository records deviations).
+// Layouts follow fla's chunk_kda (so `orrery ops run --op kda` is comparable with fla):
+//   q, k   [B, T, H, K]   already L2-normalised (the layer does the norm; see KdaL2Norm*)
+//   v      [B, T, H, V]
+//   g      [B, T, H, K]   log-decay in natural log, already activated (<= 0)
+//   beta   [B, T, H]      after the sigmoid
+//   initial_state [N, H, K, V] f32, optional (N = B, or the number of sequences with cu_seqlens)
+//   cu_seqlens    [N + 1] i64, optional: packed variable-length sequences; then B must be 1 and the
+//                 state (and the short conv in the layer) restart at each boundary.
+// Outputs: o [B, T, H, V] (dtype of v) and final_state [N, H, K, V] f32.
+//
+// Dispatch is by device: CPU tensors (f32 or f64; f64 is for gradient checks) run the reference in
+// kernels/cpu, CUDA tensors run kernels/cuda (CUDA builds only).
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace orrery::kernels {
+
+enum class KdaAlgorithm {
+  kRecurrent,  // token by token (spec §2.3): the gold oracle
+  kChunked,    // WY/UT chunked form (spec §2.4) with chunk_size tokens per chunk
+};
+
+enum class KdaGateKind {
+  kBounded,   // g = g_min * sigmoid(exp(A_log) * (z + dt_bias)), g in (g_min, 0)   (K3)
+  kOriginal,  // g = -exp(A_log) * softplus(z + dt_bias)                           (Kimi Linear)
+};
+
+struct KdaOptions {
+  KdaAlgorithm algorithm = KdaAlgorithm::kChunked;
+  int chunk_size = 64;  // 16 or 64 on CPU
+  float scale = 0.0f;   // <= 0 means K^-1/2
+  bool output_final_state = true;
+};
+
+struct KdaInputs {
+  Tensor q, k, v, g, beta;
+  Tensor initial_state;  // optional (undefined = zeros)
+  Tensor cu_seqlens;     // optional
+};
+
+struct KdaOutputs {
+  Tensor o;
+  Tensor final_state;  // defined when options.output_final_state
+};
+
+// Forward. Allocates outputs on the inputs' device.
+Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* out);
+
+struct KdaGrads {
+  Tensor dq, dk, dv, dg, dbeta;
+  Tensor dinitial_state;  // defined when in.initial_state is
+};
+
+// Backward: gradients of every input given do [B,T,H,V] and, optionally, dfinal_state [N,H,K,V].
+Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final_state,
+                   const KdaOptions& options, KdaGrads* grads);
+
+// Gate activation. z [.., H, K] pre-activation logits; a_log [H]; dt_bias [H*K] (optional).
+Status KdaGateForward(const Tensor& z, const Tensor& a_log, const Tensor& dt_bias,
+                      KdaGateKind kind, float g_min, Tensor* g);
+// Gradients of the gate w.r.t. z, a_log and dt_bias given dg.
+Status KdaGateBackward(const Tensor& z, const Tensor& a_log, const Tensor& dt_bias,
+                       KdaGateKind kind, float g_min, const Tensor& dg, Tensor* dz,
+                       Tensor* da_log, Tensor* ddt_bias);
+
+// Decode: advances N sequences by one token each, state [N, H, K, V] f32 updated in place.
+// q, k [N, H, K] (L2-normalised), v [N, H, V], g [N, H, K], beta [N, H]; o [N, H, V].
+Status KdaDecodeStep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                     const Tensor& beta, float scale, Tensor* state, Tensor* o);
+
+}  // namespace orrery::kernels
