@@ -1,12 +1,14 @@
 #include "actors/cli/commands.h"
 
 #include "core/commands.h"
+#include "env/commands.h"
 
 namespace orrery {
 
 // Each module adds one line here when it has a subcommand that works.
 void RegisterAllCommands(CliRegistry& registry) {
   RegisterCoreCommands(registry);
+  RegisterEnvCommands(registry);
 }
 
 }  // namespace orrery

@@ -1,0 +1,24 @@
+// What the model sees at the start of a calc episode: the system prompt, the user question and the
+// `calculate` tool's spec. Shared by the environment (reset) and the synthetic transcripts, so
+// pretraining data and RL episodes look the same to the model.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/chat.h"
+#include "env/calc/task.h"
+
+namespace orrery::calc {
+
+// The name of the one calc tool and its JSON Schema for arguments.
+inline constexpr const char* kCalculateTool = "calculate";
+
+// The tool spec in the common function-calling shape:
+// {"type":"function","function":{"name":"calculate","description":...,"parameters":{...}}}
+std::string CalculateToolSpecJson();
+
+// [system, user] for `task`. The system prompt states the tool and the "Answer: <value>" rule.
+std::vector<ChatMessage> CalcInitialMessages(const CalcTask& task);
+
+}  // namespace orrery::calc
