@@ -6,10 +6,11 @@
 //   v      [B, T, H, V]
 //   g      [B, T, H, K]   log-decay in natural log, already activated (<= 0)
 //   beta   [B, T, H]      after the sigmoid
-//   initial_state [N, H, K, V] f32, optional (N = B, or the number of sequences with cu_seqlens)
+//   initial_state [N, H, K, V] f32, optional (N = B, or the number of sequences with cu_seqlens);
+//                 f64 is accepted too when the other inputs are f64 (gradient checks)
 //   cu_seqlens    [N + 1] i64, optional: packed variable-length sequences; then B must be 1 and the
 //                 state (and the short conv in the layer) restart at each boundary.
-// Outputs: o [B, T, H, V] (dtype of v) and final_state [N, H, K, V] f32.
+// Outputs: o [B, T, H, V] (dtype of v) and final_state [N, H, K, V] f32 (f64 for f64 inputs).
 //
 // Dispatch is by device: CPU tensors (f32 or f64; f64 is for gradient checks) run the reference in
 // kernels/cpu, CUDA tensors run kernels/cuda (CUDA builds only).
@@ -34,7 +35,7 @@ enum class KdaGateKind {
 
 struct KdaOptions {
   KdaAlgorithm algorithm = KdaAlgorithm::kChunked;
-  int chunk_size = 64;  // 16 or 64 on CPU
+  int chunk_size = 64;  // 16, 32 or 64
   float scale = 0.0f;   // <= 0 means K^-1/2
   bool output_final_state = true;
 };
@@ -58,17 +59,29 @@ struct KdaGrads {
   Tensor dinitial_state;  // defined when in.initial_state is
 };
 
-// Backward: gradients of every input given do [B,T,H,V] and, optionally, dfinal_state [N,H,K,V].
+// Backward: gradients of every input given do [B,T,H,V] and, optionally, dfinal_state [N,H,K,V]
+// (undefined = zeros). Nothing from the forward is needed: per chunk the state at its start is
+// recomputed (chunked), or per 64-token segment the states are re-run (recurrent). Gradients have
+// the dtype of their input (dinitial_state: f32, or f64 for f64 inputs).
 Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final_state,
                    const KdaOptions& options, KdaGrads* grads);
 
-// Gate activation. z [.., H, K] pre-activation logits; a_log [H]; dt_bias [H*K] (optional).
-Status KdaGateForward(const Tensor& z, const Tensor& a_log, const Tensor& dt_bias,
-                      KdaGateKind kind, float g_min, Tensor* g);
-// Gradients of the gate w.r.t. z, a_log and dt_bias given dg.
+// Gate activation (spec §2.2). z [.., H, K] pre-activation logits; a_log [H] and dt_bias [H*K]
+// are optional (undefined: A = 0, i.e. e^A = 1, and b = 0); all of z's dtype (f32 or f64, CPU).
+// g_min (< 0) is used by the bounded kind only. g has z's shape.
+Status KdaGateForward(const Tensor& z, const Tensor& a_log, const Tensor& dt_bias, KdaGateKind kind,
+                      float g_min, Tensor* g);
+// Gradients of the gate w.r.t. z, a_log and dt_bias given dg; da_log / ddt_bias are set only
+// when a_log / dt_bias are defined (summed over the leading dims of z).
 Status KdaGateBackward(const Tensor& z, const Tensor& a_log, const Tensor& dt_bias,
-                       KdaGateKind kind, float g_min, const Tensor& dg, Tensor* dz,
-                       Tensor* da_log, Tensor* ddt_bias);
+                       KdaGateKind kind, float g_min, const Tensor& dg, Tensor* dz, Tensor* da_log,
+                       Tensor* ddt_bias);
+
+// q/k L2 normalisation over the last dimension (spec §2.1 step 3): y = x * rstd with
+// rstd = (sum x^2 + eps)^-1/2 per row. y has x's shape, rstd x's shape without the last dim.
+Status KdaL2NormForward(const Tensor& x, float eps, Tensor* y, Tensor* rstd);
+// dx = rstd * (dy - y <y, dy>), from the forward's y and rstd.
+Status KdaL2NormBackward(const Tensor& y, const Tensor& rstd, const Tensor& dy, Tensor* dx);
 
 // Decode: advances N sequences by one token each, state [N, H, K, V] f32 updated in place.
 // q, k [N, H, K] (L2-normalised), v [N, H, V], g [N, H, K], beta [N, H]; o [N, H, V].
