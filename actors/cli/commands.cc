@@ -2,6 +2,7 @@
 
 #include "core/commands.h"
 #include "env/commands.h"
+#include "model/commands.h"
 
 namespace orrery {
 
@@ -9,6 +10,7 @@ namespace orrery {
 void RegisterAllCommands(CliRegistry& registry) {
   RegisterCoreCommands(registry);
   RegisterEnvCommands(registry);
+  model::RegisterModelCommands(registry);
 }
 
 }  // namespace orrery
