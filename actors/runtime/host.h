@@ -1,0 +1,54 @@
+// Hosting one actor instance: its name and log prefix, its state directory, its link to the
+// coordinator (registration, heartbeats, run state, lookups) and its role's main function.
+//
+// `orrery actor ROLE` calls RunActor on its main thread (one process per actor); ActorThread runs
+// the same thing on a thread (inproc:// endpoints, tests, single-process mode).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <zmq.hpp>
+
+#include "actors/runtime/cancellation.h"
+#include "actors/runtime/role.h"
+#include "core/status.h"
+
+namespace orrery {
+
+struct ActorHostOptions {
+  std::string role;
+  int index = 0;
+  std::string endpoint;              // the mailbox address given to the role
+  std::string coordinator;           // the coordinator's endpoint; "" runs standalone
+  std::string config_path;           // "" for none
+  std::string run_dir = "runs/run";  // state_dir = <run_dir>/actors/<role>-<index>
+  std::chrono::milliseconds heartbeat{500};
+};
+
+// Runs the role's main function on the calling thread until it returns (it returns when `stop`
+// is cancelled, or when the coordinator announces the fleet is stopping). Errors: unknown role,
+// bad config file, the main function's own error.
+Status RunActor(zmq::context_t& zmq, const ActorHostOptions& options, Cancellation& stop);
+
+class ActorThread {
+ public:
+  // Starts RunActor on a new thread. `zmq` must outlive the thread (inproc peers share it).
+  static std::unique_ptr<ActorThread> Start(zmq::context_t& zmq, ActorHostOptions options);
+  ~ActorThread();  // Stop()
+
+  // Cancels the actor, waits for it, and returns what its main returned.
+  Status Stop();
+  // True once the main function has returned (crashed actors included).
+  bool finished() const { return finished_.load(); }
+
+ private:
+  ActorThread() = default;
+  Cancellation stop_;
+  std::thread thread_;
+  Status result_;
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace orrery
