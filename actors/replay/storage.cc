@@ -1,0 +1,202 @@
+#include "actors/replay/storage.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/utilities/checkpoint.h>
+#include <rocksdb/write_batch.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "core/logging.h"
+
+namespace orrery::replay {
+namespace {
+
+Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return Status::OK();
+  std::string msg = std::string(what) + ": " + s.ToString();
+  if (s.IsCorruption()) return DataLossError(msg);
+  if (s.IsNotFound()) return NotFoundError(msg);
+  if (s.IsInvalidArgument()) return InvalidArgumentError(msg);
+  if (s.IsNoSpace()) return ResourceExhaustedError(msg);
+  return IoError(msg);
+}
+
+StatusOr<rocksdb::CompressionType> ParseCompression(const std::string& name) {
+  if (name == "none") return rocksdb::kNoCompression;
+  if (name == "snappy") return rocksdb::kSnappyCompression;
+  if (name == "lz4") return rocksdb::kLZ4Compression;
+  if (name == "zstd") return rocksdb::kZSTD;
+  return InvalidArgumentError("replay storage: unknown compression '" + name +
+                              "' (expected none, snappy, lz4, zstd)");
+}
+
+bool DirectoryEmptyOrMissing(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return true;
+  return std::filesystem::is_directory(path, ec) && std::filesystem::is_empty(path, ec);
+}
+
+}  // namespace
+
+void Storage::DbCloser::operator()(rocksdb::DB* db) const { delete db; }
+
+StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) {
+  if (options.path.empty()) return InvalidArgumentError("replay storage: empty path");
+  ORRERY_ASSIGN_OR_RETURN(rocksdb::CompressionType compression,
+                          ParseCompression(options.compression));
+  if (!options.restore_from.empty() && DirectoryEmptyOrMissing(options.path)) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(options.restore_from, ec) ||
+        !std::filesystem::exists(std::filesystem::path(options.restore_from) / "CURRENT", ec)) {
+      return NotFoundError("replay storage: checkpoint '" + options.restore_from +
+                           "' is not a RocksDB checkpoint directory");
+    }
+    std::filesystem::create_directories(options.path, ec);
+    std::filesystem::copy(options.restore_from, options.path,
+                          std::filesystem::copy_options::recursive, ec);
+    if (ec) {
+      return IoError("replay storage: copying checkpoint '" + options.restore_from + "' to '" +
+                     options.path + "': " + ec.message());
+    }
+    ORRERY_LOG(INFO) << "replay: restored " << options.path << " from checkpoint "
+                     << options.restore_from;
+  }
+  std::unique_ptr<Storage> storage(new Storage(options));
+  rocksdb::Options db_options;
+  db_options.create_if_missing = true;
+  db_options.compression = compression;
+  db_options.max_background_jobs = 2;
+  db_options.write_buffer_size = 64 << 20;
+  rocksdb::DB* db = nullptr;
+  ORRERY_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::Open(db_options, options.path, &db), "opening " + options.path));
+  storage->db_.reset(db);
+  if (!options.sync_each_write)
+    storage->syncer_ = std::thread([s = storage.get()] { s->SyncLoop(); });
+  return storage;
+}
+
+Storage::~Storage() {
+  {
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    stopping_ = true;
+  }
+  sync_cv_.notify_all();
+  if (syncer_.joinable()) syncer_.join();
+  if (db_) {
+    if (!options_.sync_each_write) db_->SyncWAL().PermitUncheckedError();
+    db_->Close().PermitUncheckedError();
+  }
+}
+
+StatusOr<uint64_t> Storage::Write(rocksdb::WriteBatch* batch) {
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_each_write;
+  if (options_.sync_each_write) {
+    // Durable on return; concurrent writers share fsyncs through RocksDB's own write groups.
+    ORRERY_RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch), "replay storage write"));
+    return uint64_t{0};
+  }
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    ORRERY_RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch), "replay storage write"));
+    ticket = ++written_;
+  }
+  sync_cv_.notify_all();
+  return ticket;
+}
+
+void Storage::SyncLoop() {
+  std::unique_lock<std::mutex> lock(sync_mu_);
+  while (true) {
+    uint64_t target;
+    {
+      std::lock_guard<std::mutex> wl(write_mu_);
+      target = written_;
+    }
+    if (target > durable_.load()) {
+      lock.unlock();
+      rocksdb::Status s = db_->SyncWAL();
+      lock.lock();
+      if (!s.ok()) {
+        sync_error_ = FromRocks(s, "replay storage WAL sync");
+        ORRERY_LOG(ERROR) << sync_error_.message();
+      } else {
+        durable_.store(target, std::memory_order_release);
+      }
+      sync_cv_.notify_all();
+      if (listener_) {
+        auto listener = listener_;
+        lock.unlock();
+        listener();
+        lock.lock();
+      }
+      if (stopping_) return;
+      sync_cv_.wait_for(lock, std::chrono::milliseconds(options_.group_commit_ms),
+                        [&] { return stopping_; });
+      continue;
+    }
+    if (stopping_) return;
+    sync_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] {
+      std::lock_guard<std::mutex> wl(write_mu_);
+      return stopping_ || written_ > durable_.load();
+    });
+  }
+}
+
+Status Storage::WaitDurable(uint64_t ticket) {
+  if (durable_.load(std::memory_order_acquire) >= ticket) return Status::OK();
+  std::unique_lock<std::mutex> lock(sync_mu_);
+  sync_cv_.wait(lock, [&] { return durable_.load() >= ticket || !sync_error_.ok() || stopping_; });
+  if (durable_.load() >= ticket) return Status::OK();
+  if (!sync_error_.ok()) return sync_error_;
+  return CancelledError("replay storage: closing before the write was synced");
+}
+
+void Storage::SetDurableListener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> lock(sync_mu_);
+  listener_ = std::move(listener);
+}
+
+StatusOr<std::optional<std::string>> Storage::Get(std::string_view key) const {
+  std::string value;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), rocksdb::Slice(key.data(), key.size()), &value);
+  if (s.IsNotFound()) return std::optional<std::string>();
+  ORRERY_RETURN_IF_ERROR(FromRocks(s, "replay storage read"));
+  return std::optional<std::string>(std::move(value));
+}
+
+Status Storage::ScanPrefix(
+    std::string_view prefix,
+    const std::function<Status(std::string_view, std::string_view)>& fn) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const rocksdb::Slice p(prefix.data(), prefix.size());
+  for (it->Seek(p); it->Valid() && it->key().starts_with(p); it->Next()) {
+    ORRERY_RETURN_IF_ERROR(fn(std::string_view(it->key().data(), it->key().size()),
+                              std::string_view(it->value().data(), it->value().size())));
+  }
+  return FromRocks(it->status(), "replay storage scan");
+}
+
+Status Storage::Checkpoint(const std::string& directory) {
+  std::error_code ec;
+  if (std::filesystem::exists(directory, ec)) {
+    return AlreadyExistsError("replay checkpoint: '" + directory + "' already exists");
+  }
+  const auto parent = std::filesystem::path(directory).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  rocksdb::Checkpoint* raw = nullptr;
+  ORRERY_RETURN_IF_ERROR(
+      FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "replay checkpoint"));
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  // No memtable flush (log_size_for_flush = max): the live WAL is copied instead, so writers
+  // never wait for the checkpoint.
+  return FromRocks(checkpoint->CreateCheckpoint(directory, UINT64_MAX),
+                   "replay checkpoint to " + directory);
+}
+
+}  // namespace orrery::replay

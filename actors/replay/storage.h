@@ -1,0 +1,88 @@
+// Storage: the replay store's RocksDB database, with durable acknowledgement.
+//
+// Every table mutation is one atomic WriteBatch (item records, payloads and the table's counters
+// together), so after a crash the database holds a consistent prefix of the operations. A write
+// returns a ticket; it is acknowledged only once durable_ticket() reaches it:
+//   - sync_each_write: each batch is written with WAL fsync (ticket durable on return);
+//   - group commit: batches are written to the WAL without fsync and a syncer thread fsyncs the
+//     WAL at most every group_commit_ms, advancing durable_ticket() for all writes before it.
+// (A write without fsync already survives kill -9 of the process; fsync makes it survive power
+// loss.) Checkpoints hard-link SST files and copy the live WAL without flushing, so they never
+// block writers.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "core/status.h"
+
+namespace rocksdb {
+class DB;
+class WriteBatch;
+}  // namespace rocksdb
+
+namespace orrery::replay {
+
+struct StorageOptions {
+  std::string path;                 // the database directory (created when missing)
+  bool sync_each_write = true;      // false: group commit
+  int64_t group_commit_ms = 5;      // group commit only: the longest wait between WAL fsyncs
+  std::string compression = "lz4";  // none, snappy, lz4, zstd
+  std::string restore_from;         // a checkpoint directory copied to `path` when `path` is empty
+};
+
+class Storage {
+ public:
+  static StatusOr<std::unique_ptr<Storage>> Open(const StorageOptions& options);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  // Applies `batch` atomically; returns its ticket (0 with sync_each_write: durable already).
+  StatusOr<uint64_t> Write(rocksdb::WriteBatch* batch);
+  uint64_t durable_ticket() const { return durable_.load(std::memory_order_acquire); }
+  // Blocks until `ticket` is durable (or the syncer failed: that error).
+  Status WaitDurable(uint64_t ticket);
+  // Called (from the syncer thread) each time durable_ticket() advances in group-commit mode.
+  void SetDurableListener(std::function<void()> listener);
+
+  StatusOr<std::optional<std::string>> Get(std::string_view key) const;
+  // Calls fn(key, value) for every key starting with `prefix`, in key order.
+  Status ScanPrefix(std::string_view prefix,
+                    const std::function<Status(std::string_view, std::string_view)>& fn) const;
+  // A consistent copy of the database in `directory` (must not exist). Safe to call while other
+  // threads write.
+  Status Checkpoint(const std::string& directory);
+
+  const StorageOptions& options() const { return options_; }
+
+ private:
+  explicit Storage(StorageOptions options) : options_(std::move(options)) {}
+  void SyncLoop();
+
+  StorageOptions options_;
+  struct DbCloser {
+    void operator()(rocksdb::DB* db) const;
+  };
+  std::unique_ptr<rocksdb::DB, DbCloser> db_;
+  std::mutex write_mu_;  // orders tickets like the WAL
+  uint64_t written_ = 0;
+  std::atomic<uint64_t> durable_{0};
+
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_;  // the syncer waits for writes; waiters for durability
+  std::function<void()> listener_;
+  Status sync_error_;
+  bool stopping_ = false;
+  std::thread syncer_;
+};
+
+}  // namespace orrery::replay

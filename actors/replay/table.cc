@@ -1,0 +1,465 @@
+#include "actors/replay/table.h"
+
+#include <rocksdb/write_batch.h>
+
+#include <cmath>
+
+#include "core/logging.h"
+#include "core/metrics.h"
+
+namespace orrery::replay {
+namespace {
+
+rocksdb::Slice AsSlice(const std::string& s) { return rocksdb::Slice(s.data(), s.size()); }
+
+}  // namespace
+
+Deadline DeadlineFromTimeoutMs(int64_t timeout_ms) {
+  if (timeout_ms < 0) return NoDeadline();
+  return std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+}
+
+Status ValidateTableOptions(const TableOptions& o) {
+  ORRERY_RETURN_IF_ERROR(ValidateTableName(o.name));
+  const std::string where = "replay table '" + o.name + "': ";
+  if (o.max_size < 1) return InvalidArgumentError(where + "max_size must be >= 1");
+  if (o.max_times_sampled < 0)
+    return InvalidArgumentError(where + "max_times_sampled must be >= 0");
+  if (o.max_item_bytes < 1) return InvalidArgumentError(where + "max_item_bytes must be >= 1");
+  for (const SelectorOptions* s : {&o.sampler, &o.remover}) {
+    if (s->kind == SelectorKind::kPrioritized &&
+        (!(s->priority_exponent >= 0) || !std::isfinite(s->priority_exponent))) {
+      return InvalidArgumentError(where + "priority_exponent must be finite and >= 0");
+    }
+  }
+  Status s = ValidateRateLimiterOptions(o.limiter);
+  if (!s.ok()) return s.WithContext("replay table '" + o.name + "'");
+  return Status::OK();
+}
+
+Table::Table(TableOptions options, Storage* storage)
+    : options_(std::move(options)),
+      storage_(storage),
+      sampler_(MakeSelector(options_.sampler)),
+      remover_(MakeSelector(options_.remover)),
+      blocked_(options_.blocked_log_capacity),
+      limiter_(options_.limiter),
+      rng_(options_.seed, 0) {}
+
+StatusOr<std::unique_ptr<Table>> Table::Open(TableOptions options, Storage* storage) {
+  ORRERY_RETURN_IF_ERROR(ValidateTableOptions(options));
+  std::unique_ptr<Table> table(new Table(std::move(options), storage));
+  if (storage != nullptr) ORRERY_RETURN_IF_ERROR(table->Recover());
+  return table;
+}
+
+Status Table::Recover() {
+  const std::string& name = options_.name;
+  ORRERY_ASSIGN_OR_RETURN(std::optional<std::string> meta, storage_->Get(TableRecordKey(name)));
+  if (!meta) return Status::OK();  // a new table
+  ORRERY_ASSIGN_OR_RETURN(state_, DecodeTableState(*meta));
+  ORRERY_RETURN_IF_ERROR(storage_->ScanPrefix(
+      ItemRecordPrefix(name), [&](std::string_view key, std::string_view value) -> Status {
+        ORRERY_ASSIGN_OR_RETURN(uint64_t k, RecordKeyNumber(key));
+        ORRERY_ASSIGN_OR_RETURN(ItemState st, DecodeItemState(value));
+        items_[k].state = st;
+        return Status::OK();
+      }));
+  size_t with_payload = 0;
+  ORRERY_RETURN_IF_ERROR(storage_->ScanPrefix(
+      PayloadRecordPrefix(name), [&](std::string_view key, std::string_view value) -> Status {
+        ORRERY_ASSIGN_OR_RETURN(uint64_t k, RecordKeyNumber(key));
+        auto it = items_.find(k);
+        if (it == items_.end()) {
+          return DataLossError("replay table '" + name + "': payload without item " +
+                               std::to_string(k));
+        }
+        ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> t, DecodePayload(value));
+        int64_t bytes = 0;
+        for (const std::string& s : t) bytes += static_cast<int64_t>(s.size());
+        it->second.bytes = bytes;
+        it->second.trajectories = std::make_shared<const std::vector<std::string>>(std::move(t));
+        ++with_payload;
+        return Status::OK();
+      }));
+  if (with_payload != items_.size()) {
+    return DataLossError("replay table '" + name + "': " +
+                         std::to_string(items_.size() - with_payload) + " items have no payload");
+  }
+  int64_t live_cost = 0;
+  for (auto& [key, item] : items_) {
+    if (key >= state_.next_key) {
+      return DataLossError("replay table '" + name + "': item key " + std::to_string(key) +
+                           " >= next key " + std::to_string(state_.next_key));
+    }
+    ORRERY_RETURN_IF_ERROR(sampler_->Insert(key, item.state.priority, item.state.tiebreak));
+    ORRERY_RETURN_IF_ERROR(remover_->Insert(key, item.state.priority, item.state.tiebreak));
+    by_version_.insert({item.state.min_policy_version, key});
+    bytes_ += item.bytes;
+    live_cost += Cost(item.state.tokens);
+  }
+  limiter_.set_counters({state_.inserts, state_.samples, state_.deletes});
+  rng_.set_offset(state_.rng_offset);
+  if (state_.inserts - state_.deletes != live_cost) {
+    return DataLossError("replay table '" + name + "': counters say " +
+                         std::to_string(state_.inserts - state_.deletes) + " live but " +
+                         std::to_string(live_cost) + " are stored");
+  }
+  ORRERY_LOG(INFO) << "replay: recovered table " << name << " with " << items_.size()
+                   << " items (inserts " << state_.inserts << ", samples " << state_.samples
+                   << ", deletes " << state_.deletes << ")";
+  return Status::OK();
+}
+
+Status Table::CheckUsable() const {
+  if (!broken_.ok()) {
+    return FailedPreconditionError("replay table '" + options_.name +
+                                   "' is unusable after a storage error (" + broken_.message() +
+                                   "); restart the store to recover from disk");
+  }
+  return Status::OK();
+}
+
+Status Table::ValidateInput(const ItemInput& item) const {
+  const std::string where = "replay table '" + options_.name + "': ";
+  if (item.trajectories.empty())
+    return InvalidArgumentError(where + "an item needs >= 1 trajectory");
+  if (!(item.priority >= 0) || !std::isfinite(item.priority)) {
+    return InvalidArgumentError(where + "priority must be finite and >= 0, got " +
+                                std::to_string(item.priority));
+  }
+  if (item.tokens < 0) return InvalidArgumentError(where + "tokens must be >= 0");
+  if (options_.count_unit == CountUnit::kTokens && item.tokens < 1) {
+    return InvalidArgumentError(where + "the table counts tokens: an item needs tokens >= 1");
+  }
+  int64_t bytes = 0;
+  for (const std::string& t : item.trajectories) bytes += static_cast<int64_t>(t.size());
+  if (bytes > options_.max_item_bytes) {
+    return ResourceExhaustedError(where + "item of " + std::to_string(bytes) +
+                                  " bytes exceeds max_item_bytes " +
+                                  std::to_string(options_.max_item_bytes));
+  }
+  return Status::OK();
+}
+
+void Table::PutTableState(rocksdb::WriteBatch* batch) {
+  const RateLimiterCounters& c = limiter_.counters();
+  state_.inserts = c.inserts;
+  state_.samples = c.samples;
+  state_.deletes = c.deletes;
+  state_.rng_offset = rng_.offset();
+  batch->Put(AsSlice(TableRecordKey(options_.name)), AsSlice(EncodeTableState(state_)));
+}
+
+StatusOr<uint64_t> Table::Commit(rocksdb::WriteBatch* batch) {
+  PutTableState(batch);
+  if (storage_ == nullptr) return uint64_t{0};
+  StatusOr<uint64_t> ticket = storage_->Write(batch);
+  if (!ticket.ok()) {
+    broken_ = ticket.status();
+    ORRERY_LOG(ERROR) << "replay table " << options_.name << ": " << broken_.message();
+    cv_.notify_all();
+    return ticket.status();
+  }
+  return ticket;
+}
+
+void Table::DeleteLocked(uint64_t key, rocksdb::WriteBatch* batch) {
+  auto it = items_.find(key);
+  if (it == items_.end()) return;
+  (void)sampler_->Delete(key);  // present: the key is in items_
+  (void)remover_->Delete(key);
+  by_version_.erase({it->second.state.min_policy_version, key});
+  limiter_.RecordDelete(Cost(it->second.state.tokens));
+  bytes_ -= it->second.bytes;
+  items_.erase(it);
+  batch->Delete(AsSlice(ItemRecordKey(options_.name, key)));
+  batch->Delete(AsSlice(PayloadRecordKey(options_.name, key)));
+}
+
+int64_t Table::EvictStaleLocked(rocksdb::WriteBatch* batch) {
+  int64_t evicted = 0;
+  while (!by_version_.empty() && IsStale(by_version_.begin()->first)) {
+    DeleteLocked(by_version_.begin()->second, batch);
+    ++evicted;
+  }
+  state_.stale_evicted += evicted;
+  return evicted;
+}
+
+StatusOr<std::optional<InsertOutcome>> Table::TryInsert(ItemInput& item) {
+  ORRERY_RETURN_IF_ERROR(ValidateInput(item));
+  std::unique_lock<std::mutex> lock(mu_);
+  ORRERY_RETURN_IF_ERROR(CheckUsable());
+  rocksdb::WriteBatch batch;
+  InsertOutcome out;
+  if (IsStale(item.min_policy_version)) {
+    ++state_.stale_evicted;
+    out.dropped_stale = true;
+    ORRERY_ASSIGN_OR_RETURN(out.ticket, Commit(&batch));
+    return std::optional<InsertOutcome>(out);
+  }
+  const int64_t cost = Cost(item.tokens);
+  if (!limiter_.CanInsert(cost)) return std::optional<InsertOutcome>();
+  while (static_cast<int64_t>(items_.size()) >= options_.max_size) {
+    ORRERY_ASSIGN_OR_RETURN(Selection victim, remover_->Select(rng_));
+    DeleteLocked(victim.key, &batch);
+  }
+  const uint64_t key = state_.next_key++;
+  Item stored;
+  stored.state.group_id = item.group_id;
+  stored.state.priority = item.priority;
+  stored.state.tokens = item.tokens;
+  stored.state.min_policy_version = item.min_policy_version;
+  stored.state.tiebreak = state_.next_tiebreak++;
+  stored.state.inserted_unix_seconds = UnixSeconds();
+  for (const std::string& t : item.trajectories) stored.bytes += static_cast<int64_t>(t.size());
+  batch.Put(AsSlice(ItemRecordKey(options_.name, key)), AsSlice(EncodeItemState(stored.state)));
+  batch.Put(AsSlice(PayloadRecordKey(options_.name, key)),
+            AsSlice(EncodePayload(item.trajectories)));
+  stored.trajectories =
+      std::make_shared<const std::vector<std::string>>(std::move(item.trajectories));
+  ORRERY_RETURN_IF_ERROR(sampler_->Insert(key, stored.state.priority, stored.state.tiebreak));
+  ORRERY_RETURN_IF_ERROR(remover_->Insert(key, stored.state.priority, stored.state.tiebreak));
+  by_version_.insert({stored.state.min_policy_version, key});
+  bytes_ += stored.bytes;
+  items_.emplace(key, std::move(stored));
+  limiter_.RecordInsert(cost);
+  out.key = key;
+  ORRERY_ASSIGN_OR_RETURN(out.ticket, Commit(&batch));
+  lock.unlock();
+  cv_.notify_all();
+  return std::optional<InsertOutcome>(out);
+}
+
+StatusOr<std::vector<SampledItem>> Table::TrySample(const SampleOptions& options) {
+  std::vector<SampledItem> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ORRERY_ASSIGN_OR_RETURN(out, TrySampleLocked(options));
+  }
+  cv_.notify_all();
+  return out;
+}
+
+StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& options) {
+  ORRERY_RETURN_IF_ERROR(CheckUsable());
+  if (options.max_items < 1) {
+    return InvalidArgumentError("replay table '" + options_.name + "': max_items must be >= 1");
+  }
+  rocksdb::WriteBatch batch;
+  bool dirty = false;
+  if (options.learner_version > state_.learner_version) {
+    state_.learner_version = options.learner_version;
+    EvictStaleLocked(&batch);
+    dirty = true;
+  }
+  std::vector<SampledItem> out;
+  while (static_cast<int>(out.size()) < options.max_items && !items_.empty()) {
+    const uint64_t rng_before = rng_.offset();
+    ORRERY_ASSIGN_OR_RETURN(Selection sel, sampler_->Select(rng_));
+    Item& item = items_.at(sel.key);
+    const int64_t cost = Cost(item.state.tokens);
+    if (!limiter_.CanSample(cost)) {
+      rng_.set_offset(rng_before);  // a refused attempt consumes no randomness
+      break;
+    }
+    SampledItem s;
+    s.key = sel.key;
+    s.probability = sel.probability;
+    s.table_size = static_cast<int64_t>(items_.size());
+    ++item.state.times_sampled;
+    s.state = item.state;
+    s.trajectories = item.trajectories;
+    limiter_.RecordSample(cost);
+    if (options_.max_times_sampled > 0 &&
+        item.state.times_sampled >= static_cast<uint32_t>(options_.max_times_sampled)) {
+      DeleteLocked(sel.key, &batch);
+    } else {
+      batch.Put(AsSlice(ItemRecordKey(options_.name, sel.key)),
+                AsSlice(EncodeItemState(item.state)));
+    }
+    out.push_back(std::move(s));
+    dirty = true;
+  }
+  if (!out.empty() && options.batch_step >= 0) {
+    BatchLogEntry entry;
+    entry.step = options.batch_step;
+    entry.learner_version = state_.learner_version;
+    entry.unix_seconds = UnixSeconds();
+    for (const SampledItem& s : out) entry.keys.push_back(s.key);
+    batch.Put(AsSlice(BatchRecordKey(options_.name, static_cast<uint64_t>(state_.batches_logged))),
+              AsSlice(EncodeBatchLogEntry(entry)));
+    ++state_.batches_logged;
+  }
+  if (dirty) ORRERY_RETURN_IF_ERROR(Commit(&batch).status());
+  return out;
+}
+
+// Records the blocked time of one blocking call when it returns, whatever the outcome.
+class Table::BlockedTimer {
+ public:
+  BlockedTimer(BlockedTimeLog* log, BlockedOp op)
+      : log_(log), op_(op), start_(UnixSeconds()), t0_(std::chrono::steady_clock::now()) {}
+  ~BlockedTimer() {
+    const auto waited = std::chrono::steady_clock::now() - t0_;
+    log_->Add({op_, start_, std::chrono::duration<double>(waited).count()});
+  }
+
+ private:
+  BlockedTimeLog* log_;
+  BlockedOp op_;
+  double start_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+StatusOr<InsertOutcome> Table::Insert(ItemInput item, Deadline deadline) {
+  std::optional<InsertOutcome> out;
+  {
+    BlockedTimer timer(&blocked_, BlockedOp::kInsert);
+    while (true) {
+      ORRERY_ASSIGN_OR_RETURN(out, TryInsert(item));
+      if (out) break;
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cancelled_) return CancelledError("replay table '" + options_.name + "' cancelled");
+      ORRERY_RETURN_IF_ERROR(CheckUsable());
+      if (limiter_.CanInsert(Cost(item.tokens))) continue;
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+          !limiter_.CanInsert(Cost(item.tokens))) {
+        return DeadlineExceededError("replay table '" + options_.name +
+                                     "': insert blocked by the rate limiter until the deadline");
+      }
+    }
+  }
+  if (storage_ != nullptr) ORRERY_RETURN_IF_ERROR(storage_->WaitDurable(out->ticket));
+  return *out;
+}
+
+StatusOr<std::vector<SampledItem>> Table::Sample(const SampleOptions& options, Deadline deadline) {
+  std::vector<SampledItem> out;
+  {
+    BlockedTimer timer(&blocked_, BlockedOp::kSample);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (cancelled_) return CancelledError("replay table '" + options_.name + "' cancelled");
+      ORRERY_ASSIGN_OR_RETURN(out, TrySampleLocked(options));
+      if (!out.empty()) break;
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        ORRERY_ASSIGN_OR_RETURN(out, TrySampleLocked(options));
+        if (!out.empty()) break;
+        return DeadlineExceededError("replay table '" + options_.name +
+                                     "': nothing could be sampled before the deadline");
+      }
+    }
+  }
+  cv_.notify_all();
+  return out;
+}
+
+StatusOr<UpdateOutcome> Table::UpdatePriorities(
+    const std::vector<std::pair<uint64_t, double>>& updates, const std::vector<uint64_t>& deletes) {
+  for (const auto& [key, p] : updates) {
+    if (!(p >= 0) || !std::isfinite(p)) {
+      return InvalidArgumentError("replay table '" + options_.name + "': priority for key " +
+                                  std::to_string(key) + " must be finite and >= 0, got " +
+                                  std::to_string(p) + " (no priority was changed)");
+    }
+  }
+  UpdateOutcome out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ORRERY_RETURN_IF_ERROR(CheckUsable());
+    rocksdb::WriteBatch batch;
+    for (const auto& [key, p] : updates) {
+      auto it = items_.find(key);
+      if (it == items_.end()) {
+        ++out.missing;
+        continue;
+      }
+      it->second.state.priority = p;
+      it->second.state.tiebreak = state_.next_tiebreak++;
+      ORRERY_RETURN_IF_ERROR(sampler_->Update(key, p, it->second.state.tiebreak));
+      ORRERY_RETURN_IF_ERROR(remover_->Update(key, p, it->second.state.tiebreak));
+      batch.Put(AsSlice(ItemRecordKey(options_.name, key)),
+                AsSlice(EncodeItemState(it->second.state)));
+      ++out.updated;
+    }
+    for (uint64_t key : deletes) {
+      if (!items_.count(key)) {
+        ++out.missing;
+        continue;
+      }
+      DeleteLocked(key, &batch);
+      ++out.deleted;
+    }
+    ORRERY_RETURN_IF_ERROR(Commit(&batch).status());
+  }
+  cv_.notify_all();
+  return out;
+}
+
+StatusOr<int64_t> Table::SetLearnerVersion(int64_t version) {
+  int64_t evicted = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ORRERY_RETURN_IF_ERROR(CheckUsable());
+    if (version <= state_.learner_version) return int64_t{0};
+    state_.learner_version = version;
+    rocksdb::WriteBatch batch;
+    evicted = EvictStaleLocked(&batch);
+    ORRERY_RETURN_IF_ERROR(Commit(&batch).status());
+  }
+  cv_.notify_all();
+  return evicted;
+}
+
+void Table::Cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Table::RecordBlocked(BlockedOp op, double start_unix_seconds, double blocked_seconds) {
+  blocked_.Add({op, start_unix_seconds, blocked_seconds});
+}
+
+TableInfo Table::Info() const {
+  TableInfo info;
+  info.options = options_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    info.counters = limiter_.counters();
+    info.size = static_cast<int64_t>(items_.size());
+    info.stale_evicted = state_.stale_evicted;
+    info.learner_version = state_.learner_version;
+    info.bytes = bytes_;
+    info.batches_logged = state_.batches_logged;
+  }
+  info.insert_blocked = blocked_.Stats(BlockedOp::kInsert);
+  info.sample_blocked = blocked_.Stats(BlockedOp::kSample);
+  return info;
+}
+
+StatusOr<std::vector<BatchLogEntry>> Table::ReadBatchLog() const {
+  std::vector<BatchLogEntry> out;
+  if (storage_ == nullptr) return out;
+  ORRERY_RETURN_IF_ERROR(storage_->ScanPrefix(
+      BatchRecordPrefix(options_.name), [&](std::string_view, std::string_view value) -> Status {
+        ORRERY_ASSIGN_OR_RETURN(BatchLogEntry e, DecodeBatchLogEntry(value));
+        out.push_back(std::move(e));
+        return Status::OK();
+      }));
+  return out;
+}
+
+std::vector<std::pair<uint64_t, ItemState>> Table::Items() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, ItemState>> out;
+  out.reserve(items_.size());
+  for (const auto& [key, item] : items_) out.emplace_back(key, item.state);
+  return out;
+}
+
+}  // namespace orrery::replay

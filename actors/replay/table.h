@@ -1,0 +1,190 @@
+// Table: one replay table (DeepMind Reverb semantics plus what LLM RL needs; docs/replay.md).
+//
+// An item is a *group* of trajectories (a GRPO/RLOO group, or a single trajectory) that is
+// inserted, sampled and evicted as a unit: one key, one priority, one times_sampled. A table has
+// a sampler and a remover (ItemSelector), max_size (the remover evicts before an insert into a
+// full table), max_times_sampled (an item is deleted after that many samples), a RateLimiter
+// counting items or tokens, and a policy-version window: with max_staleness = eta >= 0, an item
+// whose oldest token was produced at version v is never sampled once learner_version - v > eta;
+// it is evicted when the learner version advances (or dropped at insert) and counted.
+//
+// Every mutation is first applied in memory and then written to Storage as one WriteBatch (items,
+// payloads and counters together). If that write fails the table refuses every later call with
+// the storage error: the caller was not acknowledged, and restarting recovers the last consistent
+// state from disk.
+//
+// Thread-safe. Try* calls never wait (the replay actor parks requests itself); Insert and Sample
+// wait for the rate limiter until a deadline or Cancel().
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/replay/blocked_time_log.h"
+#include "actors/replay/item_selector.h"
+#include "actors/replay/rate_limiter.h"
+#include "actors/replay/records.h"
+#include "actors/replay/storage.h"
+#include "core/philox.h"
+#include "core/status.h"
+
+namespace orrery::replay {
+
+using Deadline = std::chrono::steady_clock::time_point;
+inline Deadline NoDeadline() { return Deadline::max(); }
+Deadline DeadlineFromTimeoutMs(int64_t timeout_ms);  // < 0: none; 0: now
+
+enum class CountUnit { kItems, kTokens };
+
+struct TableOptions {
+  std::string name;
+  SelectorOptions sampler;
+  SelectorOptions remover{SelectorKind::kFifo, 1.0};
+  int64_t max_size = 1 << 20;
+  int32_t max_times_sampled = 0;  // 0: unlimited
+  RateLimiterOptions limiter;
+  CountUnit count_unit = CountUnit::kItems;
+  int64_t max_staleness = -1;  // eta; < 0: no policy-version window
+  uint64_t seed = 0;           // the sampler's and remover's random stream
+  int64_t max_item_bytes = 256ll << 20;
+  size_t blocked_log_capacity = 4096;
+};
+
+Status ValidateTableOptions(const TableOptions& options);
+
+// What a producer inserts.
+struct ItemInput {
+  uint64_t group_id = 0;
+  double priority = 1.0;
+  int64_t tokens = 0;  // rate-limiter cost in token mode (>= 1 there)
+  int64_t min_policy_version = 0;
+  std::vector<std::string> trajectories;  // at least one
+};
+
+struct InsertOutcome {
+  uint64_t key = 0;  // 0 when dropped as stale
+  bool dropped_stale = false;
+  uint64_t ticket = 0;  // Storage ticket: acknowledge once durable
+};
+
+struct SampleOptions {
+  int max_items = 1;             // returns between 1 and max_items items
+  int64_t learner_version = -1;  // >= 0: advance the learner version first
+  int64_t batch_step = -1;       // >= 0: log the sampled keys as this learner step's batch
+};
+
+struct SampledItem {
+  uint64_t key = 0;
+  ItemState state;  // times_sampled includes this sample
+  double probability = 0;
+  int64_t table_size = 0;  // before this sample
+  std::shared_ptr<const std::vector<std::string>> trajectories;
+};
+
+struct UpdateOutcome {
+  int64_t updated = 0, deleted = 0, missing = 0;
+};
+
+struct TableInfo {
+  TableOptions options;
+  RateLimiterCounters counters;
+  int64_t size = 0;
+  int64_t stale_evicted = 0;
+  int64_t learner_version = 0;
+  int64_t bytes = 0;
+  int64_t batches_logged = 0;
+  BlockedStats insert_blocked, sample_blocked;
+};
+
+class Table {
+ public:
+  // Opens the table, recovering items, priorities, counters and selector state from `storage`
+  // (null: memory only). Fails with DataLoss when the stored state is inconsistent.
+  static StatusOr<std::unique_ptr<Table>> Open(TableOptions options, Storage* storage);
+
+  // Non-blocking: nullopt when the rate limiter does not allow it now (`item` is untouched).
+  StatusOr<std::optional<InsertOutcome>> TryInsert(ItemInput& item);
+  // Non-blocking: an empty vector when nothing can be sampled now.
+  StatusOr<std::vector<SampledItem>> TrySample(const SampleOptions& options);
+
+  // Blocking: wait for the rate limiter until `deadline` (DeadlineExceeded) or Cancel()
+  // (Cancelled). Insert returns once the item is durable.
+  StatusOr<InsertOutcome> Insert(ItemInput item, Deadline deadline);
+  StatusOr<std::vector<SampledItem>> Sample(const SampleOptions& options, Deadline deadline);
+
+  // All-or-nothing: every priority is validated first; keys no longer present are skipped and
+  // counted; the rest is written in one batch.
+  StatusOr<UpdateOutcome> UpdatePriorities(const std::vector<std::pair<uint64_t, double>>& updates,
+                                           const std::vector<uint64_t>& deletes);
+  // Advances the learner version (never backwards) and evicts items outside the window; returns
+  // how many were evicted.
+  StatusOr<int64_t> SetLearnerVersion(int64_t version);
+
+  // Wakes every waiter with Cancelled; later blocking calls fail at once.
+  void Cancel();
+  // Records how long a call parked outside the table (the replay actor) waited.
+  void RecordBlocked(BlockedOp op, double start_unix_seconds, double blocked_seconds);
+
+  TableInfo Info() const;
+  const std::string& name() const { return options_.name; }
+  std::vector<BlockedCall> RecentBlockedCalls() const { return blocked_.Recent(); }
+  // The learner-batch log, oldest first.
+  StatusOr<std::vector<BatchLogEntry>> ReadBatchLog() const;
+  // Every live item's key and state, in key order (tests and tools).
+  std::vector<std::pair<uint64_t, ItemState>> Items() const;
+  Storage* storage() const { return storage_; }
+
+ private:
+  struct Item {
+    ItemState state;
+    std::shared_ptr<const std::vector<std::string>> trajectories;
+    int64_t bytes = 0;
+  };
+
+  class BlockedTimer;
+  Table(TableOptions options, Storage* storage);
+  Status Recover();
+  int64_t Cost(int64_t tokens) const {
+    return options_.count_unit == CountUnit::kTokens ? tokens : 1;
+  }
+  bool IsStale(int64_t min_policy_version) const {
+    return options_.max_staleness >= 0 &&
+           state_.learner_version - min_policy_version > options_.max_staleness;
+  }
+  Status CheckUsable() const;
+  Status ValidateInput(const ItemInput& item) const;
+  // Removes an item from memory and adds its deletion to `batch`.
+  void DeleteLocked(uint64_t key, rocksdb::WriteBatch* batch);
+  int64_t EvictStaleLocked(rocksdb::WriteBatch* batch);
+  void PutTableState(rocksdb::WriteBatch* batch);
+  StatusOr<uint64_t> Commit(rocksdb::WriteBatch* batch);
+  StatusOr<std::vector<SampledItem>> TrySampleLocked(const SampleOptions& options);
+
+  const TableOptions options_;
+  Storage* const storage_;
+  std::unique_ptr<ItemSelector> sampler_;
+  std::unique_ptr<ItemSelector> remover_;
+  BlockedTimeLog blocked_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  RateLimiter limiter_;
+  TableState state_;
+  PhiloxGenerator rng_;
+  std::map<uint64_t, Item> items_;
+  std::set<std::pair<int64_t, uint64_t>> by_version_;  // (min_policy_version, key)
+  int64_t bytes_ = 0;
+  bool cancelled_ = false;
+  Status broken_;  // the storage error that made the table unusable
+};
+
+}  // namespace orrery::replay
