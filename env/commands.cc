@@ -1,11 +1,13 @@
 #include "env/commands.h"
 
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include "core/chat.h"
 #include "core/safetensors.h"
 #include "env/calc/transcripts.h"
+#include "env/registry.h"
 
 namespace orrery {
 namespace {
@@ -50,6 +52,105 @@ int RunSynth(const CliArgs& args) {
   return 0;
 }
 
+// Creates the environment for `env try` and `env list`: from --config when given, else `name`
+// with default options.
+StatusOr<std::unique_ptr<env::Env>> MakeEnv(const CliArgs& args, env::EnvRegistry& registry) {
+  const std::string path = args.Get("config");
+  StatusOr<ConfigDocument> doc =
+      path.empty()
+          ? ConfigDocument::ParseString("[env]\nname = \"" + args.Get("env") + "\"\n", "--env")
+          : ConfigDocument::ParseFile(path);
+  if (!doc.ok()) return doc.status();
+  ConfigTable root = doc->root();
+  StatusOr<std::unique_ptr<env::Env>> made = env::CreateEnvFromConfig(root, registry);
+  ORRERY_RETURN_IF_ERROR(doc->Finish());
+  return made;
+}
+
+void PrintMessage(const ChatMessage& m) {
+  std::printf("[%s] %s\n", std::string(ChatRoleName(m.role)).c_str(), m.content.c_str());
+}
+
+// One episode in the terminal: the person plays the model.
+int RunTry(const CliArgs& args) {
+  env::EnvRegistry registry;
+  env::RegisterBuiltinEnvs(registry);
+  StatusOr<std::unique_ptr<env::Env>> made = MakeEnv(args, registry);
+  if (!made.ok()) return ReportError(made.status().WithContext("env try"));
+  env::Env& e = **made;
+  StatusOr<env::Split> split = env::ParseSplit(args.Get("split", "train"));
+  if (!split.ok()) return ReportError(split.status().WithContext("env try: --split"));
+  StatusOr<env::TaskRef> task = e.Task(*split, static_cast<uint64_t>(args.Int("task-seed")));
+  if (!task.ok()) return ReportError(task.status().WithContext("env try"));
+  const double timeout = args.Float("timeout", 60);
+  StatusOr<std::unique_ptr<env::Episode>> ep = e.Reset(*task, env::DeadlineIn(timeout));
+  if (!ep.ok()) return ReportError(ep.status().WithContext("env try: reset " + task->id));
+  env::Episode& episode = **ep;
+  std::printf("task %s\ntools: %s\n", task->id.c_str(),
+              env::ToolSpecsToJson(episode.tools()).c_str());
+  std::vector<ChatMessage> trajectory = episode.initial_messages();
+  for (const ChatMessage& m : trajectory) PrintMessage(m);
+  std::printf(
+      "\nType a tool call as  NAME {json arguments}  (e.g. calculate {\"expression\": \"1+2\"}),"
+      "\nor  answer TEXT  to give the final answer (use \\n for new lines), or  quit.\n");
+  std::string line;
+  int call_index = 0;
+  for (;;) {
+    std::printf("> ");
+    std::fflush(stdout);
+    if (!std::getline(std::cin, line) || line == "quit") {
+      std::printf("\nepisode abandoned\n");
+      return 1;
+    }
+    if (line.empty()) continue;
+    const size_t space = line.find(' ');
+    const std::string head = line.substr(0, space);
+    const std::string rest = space == std::string::npos ? "" : line.substr(space + 1);
+    if (head == "answer") {
+      ChatMessage final_message;
+      final_message.role = ChatRole::kAssistant;
+      for (size_t i = 0; i < rest.size(); ++i) {
+        if (rest.compare(i, 2, "\\n") == 0) {
+          final_message.content += '\n';
+          ++i;
+        } else {
+          final_message.content += rest[i];
+        }
+      }
+      trajectory.push_back(final_message);
+      StatusOr<env::EpisodeScore> score = episode.Score(trajectory, env::DeadlineIn(timeout));
+      if (!score.ok()) return ReportError(score.status().WithContext("env try: score"));
+      std::printf("reward %g\n", score->reward);
+      for (const auto& [k, v] : score->components) std::printf("  %s = %g\n", k.c_str(), v);
+      return 0;
+    }
+    ToolCall call{"call_" + std::to_string(call_index++), head, rest.empty() ? "{}" : rest};
+    ChatMessage assistant;
+    assistant.role = ChatRole::kAssistant;
+    assistant.tool_calls.push_back(call);
+    trajectory.push_back(assistant);
+    StatusOr<env::ToolResult> result = episode.Step(call, env::DeadlineIn(timeout));
+    if (!result.ok()) return ReportError(result.status().WithContext("env try: step"));
+    ChatMessage tool;
+    tool.role = ChatRole::kTool;
+    tool.tool_call_id = call.id;
+    tool.name = call.name;
+    tool.content = result->content;
+    trajectory.push_back(tool);
+    std::printf("[tool%s, %.3f ms] %s\n", result->is_error ? " error" : "", result->latency_s * 1e3,
+                result->content.c_str());
+  }
+}
+
+int RunList(const CliArgs&) {
+  env::EnvRegistry registry;
+  env::RegisterBuiltinEnvs(registry);
+  for (const auto& [name, description] : registry.List()) {
+    std::printf("%-12s %s\n", name.c_str(), description.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 void RegisterEnvCommands(CliRegistry& registry) {
@@ -68,6 +169,22 @@ void RegisterEnvCommands(CliRegistry& registry) {
        {"--no-tool-error-rate", "probability that a no-tool answer is wrong", CliKind::kFloat,
         false, "0.6"}},
       RunSynth});
+  registry.Add(CliCommand{{"env", "list"}, "List the registered environments", {}, RunList});
+  registry.Add(CliCommand{
+      {"env", "try"},
+      "Play one episode in the terminal: type tool calls, give an answer, see the reward",
+      {{"--env", "environment name (ignored with --config)", CliKind::kString, false, "calc"},
+       {"--config", "TOML file with an [env] section", CliKind::kString, false, ""},
+       {"--task-seed", "task index within the split", CliKind::kInt, false, "0"},
+       {"--split", "train or test", CliKind::kString, false, "train"},
+       {"--timeout", "deadline in seconds for each call", CliKind::kFloat, false, "60"}},
+      RunTry});
+  registry.config_sections().Add("env", [](ConfigTable& root) {
+    env::EnvRegistry envs;
+    env::RegisterBuiltinEnvs(envs);
+    StatusOr<std::unique_ptr<env::Env>> made = env::CreateEnvFromConfig(root, envs);
+    if (!made.ok()) root.Table("env").Fail("name", made.status().message());
+  });
 }
 
 }  // namespace orrery

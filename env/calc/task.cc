@@ -85,14 +85,6 @@ constexpr const char* kTemplates[] = {"What is %s?", "Compute %s.", "Calculate %
 
 }  // namespace
 
-std::string_view SplitName(Split split) { return split == Split::kTest ? "test" : "train"; }
-
-StatusOr<Split> ParseSplit(std::string_view name) {
-  if (name == "train") return Split::kTrain;
-  if (name == "test") return Split::kTest;
-  return InvalidArgumentError("unknown split '" + std::string(name) + "' (expected train or test)");
-}
-
 bool IsTestExpression(std::string_view expression) { return Fnv1a(expression) % 8 == 0; }
 
 StatusOr<CalcTask> MakeCalcTask(uint64_t seed, Split split, uint64_t index, int difficulty) {

@@ -17,12 +17,13 @@
 
 #include "core/status.h"
 #include "env/calc/rational.h"
+#include "env/split.h"
 
 namespace orrery::calc {
 
-enum class Split { kTrain, kTest };
-std::string_view SplitName(Split split);            // "train", "test"
-StatusOr<Split> ParseSplit(std::string_view name);  // InvalidArgument for anything else
+using env::ParseSplit;
+using env::Split;
+using env::SplitName;
 
 inline constexpr int kMinDifficulty = 1;
 inline constexpr int kMaxDifficulty = 4;

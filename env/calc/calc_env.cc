@@ -1,0 +1,122 @@
+#include "env/calc/calc_env.h"
+
+#include <nlohmann/json.hpp>
+
+#include "env/calc/answer.h"
+#include "env/calc/expression.h"
+#include "env/calc/prompt.h"
+#include "env/calc/task.h"
+#include "env/tool_call.h"
+
+namespace orrery::calc {
+namespace {
+
+using env::Deadline;
+using env::ToolResult;
+
+env::ToolSpec CalculateSpec() {
+  const nlohmann::json j = nlohmann::json::parse(CalculateToolSpecJson());
+  return env::ToolSpec{kCalculateTool, j["function"]["description"].get<std::string>(),
+                       j["function"]["parameters"].dump()};
+}
+
+class CalcEpisode : public env::Episode {
+ public:
+  CalcEpisode(CalcTask task, int max_tool_calls)
+      : task_(std::move(task)),
+        messages_(CalcInitialMessages(task_)),
+        tools_{CalculateSpec()},
+        max_tool_calls_(max_tool_calls) {}
+
+  const std::vector<ChatMessage>& initial_messages() const override { return messages_; }
+  const std::vector<env::ToolSpec>& tools() const override { return tools_; }
+
+  StatusOr<ToolResult> Step(const ToolCall& call, Deadline) override {
+    const auto start = env::Clock::now();
+    ToolResult result = Run(call);
+    result.latency_s = std::chrono::duration<double>(env::Clock::now() - start).count();
+    return result;
+  }
+
+  StatusOr<env::EpisodeScore> Score(const std::vector<ChatMessage>& trajectory, Deadline) override {
+    env::EpisodeScore score;
+    const ChatMessage* last = nullptr;
+    double tool_calls = 0;
+    for (const ChatMessage& m : trajectory) {
+      if (m.role != ChatRole::kAssistant) continue;
+      last = &m;
+      tool_calls += static_cast<double>(m.tool_calls.size());
+    }
+    score.reward = last ? ScoreCalcAnswer(last->content, task_.answer) : 0.0;
+    score.components["correct"] = score.reward;
+    score.components["tool_calls"] = tool_calls;
+    return score;
+  }
+
+ private:
+  ToolResult Run(const ToolCall& call) {
+    if (++calls_ > max_tool_calls_) {
+      return env::ToolError("tool call budget of " + std::to_string(max_tool_calls_) +
+                            " calls is used up; give your answer");
+    }
+    StatusOr<std::string> args = env::ValidateToolCall(call, tools_);
+    if (!args.ok()) return env::ToolError(args.status().message());
+    const std::string expression = nlohmann::json::parse(*args)["expression"].get<std::string>();
+    StatusOr<Rational> value = EvaluateExpression(expression);
+    if (!value.ok()) return env::ToolError(value.status().message());
+    ToolResult r;
+    r.content = value->ToString();
+    return r;
+  }
+
+  CalcTask task_;
+  std::vector<ChatMessage> messages_;
+  std::vector<env::ToolSpec> tools_;
+  int max_tool_calls_;
+  int calls_ = 0;
+};
+
+class CalcEnv : public env::Env {
+ public:
+  explicit CalcEnv(const CalcEnvOptions& options) : options_(options) {}
+  std::string name() const override { return "calc"; }
+
+  StatusOr<env::TaskRef> Task(env::Split split, uint64_t index) const override {
+    ORRERY_ASSIGN_OR_RETURN(CalcTask task, Make(split, index));
+    return env::TaskRef{task.id, split, options_.seed, index};
+  }
+
+  StatusOr<std::unique_ptr<env::Episode>> Reset(const env::TaskRef& ref, Deadline) override {
+    ORRERY_ASSIGN_OR_RETURN(CalcTask task,
+                            MakeCalcTask(ref.seed, ref.split, ref.index, Difficulty(ref.index)));
+    return std::unique_ptr<env::Episode>(
+        std::make_unique<CalcEpisode>(std::move(task), options_.max_tool_calls));
+  }
+
+ private:
+  int Difficulty(uint64_t index) const {
+    return options_.difficulty != 0 ? options_.difficulty
+                                    : kMinDifficulty + static_cast<int>(index % kMaxDifficulty);
+  }
+  StatusOr<CalcTask> Make(env::Split split, uint64_t index) const {
+    return MakeCalcTask(options_.seed, split, index, Difficulty(index));
+  }
+
+  CalcEnvOptions options_;
+};
+
+}  // namespace
+
+CalcEnvOptions ReadCalcEnvOptions(ConfigTable& table) {
+  CalcEnvOptions o;
+  o.seed = static_cast<uint64_t>(table.Int("seed", 0, 0));
+  o.difficulty = static_cast<int>(table.Int("difficulty", 0, 0, kMaxDifficulty));
+  o.max_tool_calls = static_cast<int>(table.Int("max_tool_calls", 16, 1, 1000));
+  return o;
+}
+
+std::unique_ptr<env::Env> MakeCalcEnv(const CalcEnvOptions& options) {
+  return std::make_unique<CalcEnv>(options);
+}
+
+}  // namespace orrery::calc

@@ -1,0 +1,27 @@
+// The calc environment: arithmetic questions, the `calculate` tool, exact-answer reward.
+//
+// Options ([env.calc]):
+//   seed = 0              task seed (tasks are a pure function of seed, split, index)
+//   difficulty = 0        1..4, or 0: task i gets difficulty 1 + i % 4
+//   max_tool_calls = 16   calls beyond this get an error result
+// Reward: 1 when the final "Answer:" line is exactly right (docs/env.md), else 0.
+// Components: "correct", "tool_calls" (how many the model made).
+#pragma once
+
+#include <memory>
+
+#include "core/config.h"
+#include "env/env.h"
+
+namespace orrery::calc {
+
+struct CalcEnvOptions {
+  uint64_t seed = 0;
+  int difficulty = 0;
+  int max_tool_calls = 16;
+};
+
+CalcEnvOptions ReadCalcEnvOptions(ConfigTable& table);
+std::unique_ptr<env::Env> MakeCalcEnv(const CalcEnvOptions& options);
+
+}  // namespace orrery::calc

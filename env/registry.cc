@@ -1,0 +1,49 @@
+#include "env/registry.h"
+
+#include "env/calc/calc_env.h"
+
+namespace orrery::env {
+
+Status EnvRegistry::Register(std::string name, std::string description, EnvFactory factory) {
+  if (entries_.count(name))
+    return AlreadyExistsError("environment '" + name + "' is registered twice");
+  entries_[std::move(name)] = Entry{std::move(description), std::move(factory)};
+  return Status::OK();
+}
+
+StatusOr<std::unique_ptr<Env>> EnvRegistry::Create(const std::string& name,
+                                                   ConfigTable& options) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    std::string names;
+    for (const auto& [n, e] : entries_) names += (names.empty() ? "" : ", ") + n;
+    return NotFoundError("unknown environment '" + name + "' (registered: " + names + ")");
+  }
+  return it->second.factory(options);
+}
+
+std::vector<std::pair<std::string, std::string>> EnvRegistry::List() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [n, e] : entries_) out.emplace_back(n, e.description);
+  return out;
+}
+
+}  // namespace orrery::env
+
+namespace orrery::env {
+
+void RegisterBuiltinEnvs(EnvRegistry& registry) {
+  (void)registry.Register("calc", "arithmetic questions, the calculate tool, exact-answer reward",
+                          [](ConfigTable& options) -> StatusOr<std::unique_ptr<Env>> {
+                            return calc::MakeCalcEnv(calc::ReadCalcEnvOptions(options));
+                          });
+}
+
+StatusOr<std::unique_ptr<Env>> CreateEnvFromConfig(ConfigTable& root, EnvRegistry& registry) {
+  ConfigTable env = root.Table("env");
+  const std::string name = env.String("name", "calc");
+  ConfigTable options = env.Table(name);
+  return registry.Create(name, options);
+}
+
+}  // namespace orrery::env

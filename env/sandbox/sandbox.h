@@ -1,0 +1,131 @@
+// The bubblewrap sandbox: where untrusted code and tool servers run.
+//
+// Every process started through a Sandbox runs as
+//   bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --uid 65534 --gid 65534
+//         --ro-bind /usr /usr (+ /lib /lib64 /bin /sbin symlinks, /etc/alternatives, ld.so.cache)
+//         --proc /proc --dev /dev --tmpfs /tmp --bind <private work dir> /work --chdir /work
+//         --clearenv --seccomp <fd> -- argv...
+// so it sees no host files beyond the read-only system binds and the ones the caller names, has
+// no network beyond its own loopback (a fresh network namespace), no capabilities, a seccomp
+// filter (seccomp_filter.h) and the rlimits of SandboxLimits. When Orrery runs as root, the bwrap
+// process itself is started under a dedicated unprivileged host uid (uid_base + slot), so
+// RLIMIT_NPROC applies (the kernel exempts root) and sandboxes cannot signal each other or Orrery.
+// A wall-clock timeout (or the caller's deadline) kills the whole process tree: killing bwrap
+// ends the sandbox's pid namespace. Output is captured up to a cap.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "env/env.h"
+
+namespace orrery::env {
+
+struct SandboxLimits {
+  double wall_seconds = 10;                 // per Run(); the caller's deadline may cut it shorter
+  int64_t cpu_seconds = 10;                 // RLIMIT_CPU
+  int64_t address_space_bytes = 1ll << 30;  // RLIMIT_AS (1 GiB)
+  int64_t file_size_bytes = 16ll << 20;     // RLIMIT_FSIZE (16 MiB per file)
+  int64_t open_files = 64;                  // RLIMIT_NOFILE
+  int64_t processes = 32;                   // RLIMIT_NPROC (beyond bwrap's own)
+  int64_t output_bytes = 64 << 10;          // captured stdout and stderr, each
+};
+
+struct SandboxOptions {
+  SandboxLimits limits;
+  std::string bwrap = "/usr/bin/bwrap";
+  std::string scratch_root = "/tmp";  // where private work dirs are created
+  // Extra read-only binds: host path -> path inside (files or directories).
+  std::vector<std::pair<std::string, std::string>> ro_binds;
+  // Extra environment variables inside (PATH, HOME=/work and LANG are always set).
+  std::vector<std::pair<std::string, std::string>> env;
+  // Host uids for sandboxes when running as root: uid_base + slot (slot < 4096).
+  uint32_t uid_base = 420000;
+};
+
+struct RunResult {
+  int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;      // the terminating signal, or 0
+  bool timed_out = false;
+  bool output_truncated = false;
+  std::string stdout_text, stderr_text;
+  double wall_seconds = 0;
+  // "exit 0", "exit 1", "killed by signal 9", "timed out after 10 s".
+  std::string Describe() const;
+};
+
+class SandboxProcess;
+
+class Sandbox {
+ public:
+  // Creates the private work dir and compiles the seccomp filter. `slot` picks the host uid (see
+  // above); a pool gives each of its sandboxes its own slot.
+  static StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxOptions& options, uint32_t slot);
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  const SandboxOptions& options() const { return options_; }
+  // Host path of the private work dir (mounted at /work inside).
+  const std::string& work_dir() const { return work_dir_; }
+
+  // Writes `contents` to work_dir/relative_path (no "..", no absolute path).
+  Status WriteFile(const std::string& relative_path, const std::string& contents);
+  // Empties the work dir (for reuse by the next episode).
+  Status Reset();
+
+  // Runs argv to completion with `stdin_text`, bounded by limits.wall_seconds and `deadline`.
+  // A program that fails, crashes or times out is a RunResult; a Status error means the sandbox
+  // itself could not run (bwrap missing, fork failed).
+  StatusOr<RunResult> Run(const std::vector<std::string>& argv, const std::string& stdin_text,
+                          Deadline deadline);
+  // Starts argv as a long-running process speaking over stdin/stdout (environment servers, MCP).
+  // Its wall-clock limit is the process lifetime: it is killed when the handle is destroyed.
+  StatusOr<std::unique_ptr<SandboxProcess>> Start(const std::vector<std::string>& argv);
+
+ private:
+  Sandbox(SandboxOptions options, uint32_t uid, std::string work_dir, int seccomp_fd)
+      : options_(std::move(options)),
+        uid_(uid),
+        work_dir_(std::move(work_dir)),
+        seccomp_fd_(seccomp_fd) {}
+  std::vector<std::string> BwrapArgv(const std::vector<std::string>& argv) const;
+
+  SandboxOptions options_;
+  uint32_t uid_;  // host uid for bwrap when running as root; 0 means "keep ours"
+  std::string work_dir_;
+  int seccomp_fd_;
+};
+
+// A running sandboxed process with pipes to its stdin and stdout (stderr is captured, capped).
+class SandboxProcess {
+ public:
+  ~SandboxProcess();  // kills the process tree and reaps it
+  // Writes `line` plus '\n'. DeadlineExceeded when the pipe stays full past the deadline.
+  Status WriteLine(const std::string& line, Deadline deadline);
+  // Reads one line (without '\n'), at most `max_bytes`. Unavailable when the process exited,
+  // DeadlineExceeded on timeout, ResourceExhausted when the line is longer than max_bytes.
+  StatusOr<std::string> ReadLine(Deadline deadline, size_t max_bytes = 16 << 20);
+  // What the process wrote on stderr so far (capped at limits.output_bytes).
+  const std::string& stderr_text() const { return stderr_; }
+  // Kills the process tree now (idempotent).
+  void Kill();
+  bool running() const { return pid_ > 0; }
+
+ private:
+  friend class Sandbox;
+  SandboxProcess() = default;
+  void DrainStderr();
+
+  int pid_ = -1;
+  int stdin_fd_ = -1, stdout_fd_ = -1, stderr_fd_ = -1;
+  std::string buffer_;  // stdout bytes read but not yet returned
+  std::string stderr_;
+  size_t stderr_cap_ = 0;
+};
+
+}  // namespace orrery::env

@@ -1,0 +1,120 @@
+#include "env/tool_call.h"
+
+#include <nlohmann/json.hpp>
+
+namespace orrery::env {
+namespace {
+
+using nlohmann::json;
+
+std::string TypeName(const json& v) {
+  if (v.is_string()) return "string";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_array()) return "array";
+  if (v.is_object()) return "object";
+  return "null";
+}
+
+bool HasType(const json& v, const std::string& type) {
+  if (type == "number") return v.is_number();
+  if (type == "integer") {
+    return v.is_number_integer() || v.is_number_unsigned() ||
+           (v.is_number_float() && v.get<double>() == static_cast<double>(v.get<int64_t>()));
+  }
+  return TypeName(v) == type;
+}
+
+Status CheckValue(const std::string& name, const json& value, const json& schema) {
+  const std::string where = "argument '" + name + "'";
+  if (schema.contains("type") && schema["type"].is_string()) {
+    const std::string type = schema["type"].get<std::string>();
+    if (!HasType(value, type)) {
+      return InvalidArgumentError(where + ": expected " + (type == "integer" ? "an " : "a ") +
+                                  type + ", got " + TypeName(value));
+    }
+  }
+  if (schema.contains("maxLength") && value.is_string() &&
+      value.get<std::string>().size() > schema["maxLength"].get<size_t>()) {
+    return InvalidArgumentError(where + ": longer than " + schema["maxLength"].dump() +
+                                " characters");
+  }
+  if (value.is_number()) {
+    const double v = value.get<double>();
+    if (schema.contains("minimum") && v < schema["minimum"].get<double>()) {
+      return InvalidArgumentError(where + ": below the minimum " + schema["minimum"].dump());
+    }
+    if (schema.contains("maximum") && v > schema["maximum"].get<double>()) {
+      return InvalidArgumentError(where + ": above the maximum " + schema["maximum"].dump());
+    }
+  }
+  if (schema.contains("enum") && schema["enum"].is_array()) {
+    bool found = false;
+    for (const json& e : schema["enum"]) found = found || e == value;
+    if (!found) return InvalidArgumentError(where + ": must be one of " + schema["enum"].dump());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<std::string> ValidateToolCall(const ToolCall& call, const std::vector<ToolSpec>& tools) {
+  const ToolSpec* spec = nullptr;
+  std::string names;
+  for (const ToolSpec& t : tools) {
+    if (t.name == call.name) spec = &t;
+    names += (names.empty() ? "" : ", ") + t.name;
+  }
+  if (spec == nullptr) {
+    return InvalidArgumentError("unknown tool '" + call.name.substr(0, 64) +
+                                "' (available: " + names + ")");
+  }
+  json args = json::parse(call.arguments_json.empty() ? "{}" : call.arguments_json, nullptr,
+                          /*allow_exceptions=*/false);
+  if (args.is_discarded()) {
+    return InvalidArgumentError(
+        "arguments are not valid JSON (expected an object such as "
+        "{\"name\": value})");
+  }
+  if (!args.is_object()) {
+    return InvalidArgumentError("arguments must be a JSON object, got " + TypeName(args));
+  }
+  json schema = json::parse(spec->parameters_json, nullptr, false);
+  if (schema.is_discarded() || !schema.is_object()) return args.dump();  // nothing to check
+  const json props = schema.contains("properties") && schema["properties"].is_object()
+                         ? schema["properties"]
+                         : json::object();
+  if (schema.contains("required") && schema["required"].is_array()) {
+    for (const json& r : schema["required"]) {
+      if (r.is_string() && !args.contains(r.get<std::string>())) {
+        return InvalidArgumentError("missing required argument '" + r.get<std::string>() + "'");
+      }
+    }
+  }
+  const bool closed = schema.contains("additionalProperties") &&
+                      schema["additionalProperties"].is_boolean() &&
+                      !schema["additionalProperties"].get<bool>();
+  for (auto it = args.begin(); it != args.end(); ++it) {
+    if (props.contains(it.key())) {
+      ORRERY_RETURN_IF_ERROR(CheckValue(it.key(), it.value(), props[it.key()]));
+    } else if (closed) {
+      std::string allowed;
+      for (auto p = props.begin(); p != props.end(); ++p) {
+        allowed += (allowed.empty() ? "" : ", ") + p.key();
+      }
+      return InvalidArgumentError("unexpected argument '" + it.key().substr(0, 64) +
+                                  "' (allowed: " + allowed + ")");
+    }
+  }
+  return args.dump();
+}
+
+ToolResult ToolError(const std::string& message) {
+  ToolResult r;
+  r.content = "error: " + message;
+  r.is_error = true;
+  return r;
+}
+
+}  // namespace orrery::env

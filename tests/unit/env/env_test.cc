@@ -1,0 +1,137 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "env/calc/calc_env.h"
+#include "env/calc/task.h"
+#include "env/registry.h"
+#include "env/tool_call.h"
+
+namespace orrery::env {
+namespace {
+
+std::unique_ptr<Env> Calc() { return calc::MakeCalcEnv(calc::CalcEnvOptions{}); }
+
+ToolCall Call(const std::string& name, const std::string& args) { return {"call_0", name, args}; }
+
+TEST(CalcEnvTest, EpisodeStepAndScore) {
+  std::unique_ptr<Env> env = Calc();
+  StatusOr<TaskRef> task = env->Task(Split::kTrain, 5);
+  ASSERT_TRUE(task.ok());
+  StatusOr<std::unique_ptr<Episode>> ep = env->Reset(*task, DeadlineIn(5));
+  ASSERT_TRUE(ep.ok());
+  Episode& e = **ep;
+  ASSERT_EQ(e.tools().size(), 1u);
+  EXPECT_NE(e.tools()[0].ToJson().find("\"type\":\"function\""), std::string::npos);
+  ASSERT_EQ(e.initial_messages().size(), 2u);
+  const calc::CalcTask expected = *calc::MakeCalcTask(0, Split::kTrain, 5, 1 + 5 % 4);
+  EXPECT_EQ(e.initial_messages()[1].content, expected.question);
+
+  StatusOr<ToolResult> r =
+      e.Step(Call("calculate", "{\"expression\": \"" + expected.expression + "\"}"), DeadlineIn(5));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->is_error);
+  EXPECT_EQ(r->content, expected.answer_text);
+  EXPECT_GE(r->latency_s, 0);
+
+  std::vector<ChatMessage> traj = e.initial_messages();
+  traj.push_back(ChatMessage{ChatRole::kAssistant, "", {Call("calculate", "{}")}, "", ""});
+  traj.push_back(ChatMessage{ChatRole::kAssistant, "Answer: " + expected.answer_text, {}, "", ""});
+  StatusOr<EpisodeScore> s = e.Score(traj, DeadlineIn(5));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->reward, 1.0);
+  EXPECT_EQ(s->components.at("tool_calls"), 1.0);
+  traj.back().content = "Answer: 123456789";
+  EXPECT_EQ(e.Score(traj, DeadlineIn(5))->reward, 0.0);
+}
+
+TEST(CalcEnvTest, ModelMistakesAreErrorResultsNotFailures) {
+  std::unique_ptr<Env> env = Calc();
+  std::unique_ptr<Episode> e = std::move(*env->Reset(*env->Task(Split::kTrain, 0), DeadlineIn(5)));
+  struct Case {
+    ToolCall call;
+    std::string want;
+  } cases[] = {
+      {Call("calculate", "{\"expression\": "), "error: arguments are not valid JSON"},
+      {Call("calculate", "[1, 2]"), "error: arguments must be a JSON object, got array"},
+      {Call("rm_rf", "{}"), "error: unknown tool 'rm_rf' (available: calculate)"},
+      {Call("calculate", "{\"expression\": 12}"),
+       "error: argument 'expression': expected a string, got integer"},
+      {Call("calculate", "{}"), "error: missing required argument 'expression'"},
+      {Call("calculate", "{\"expression\": \"1\", \"x\": 1}"),
+       "error: unexpected argument 'x' (allowed: expression)"},
+      {Call("calculate", "{\"expression\": \"1/0\"}"), "error: division by zero"},
+      {Call("calculate", "{\"expression\": \"__import__('os')\"}"), "error: unexpected '_'"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<ToolResult> r = e->Step(c.call, DeadlineIn(5));
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->is_error) << c.call.arguments_json;
+    EXPECT_EQ(r->content.rfind(c.want, 0), 0u) << r->content;
+  }
+}
+
+TEST(CalcEnvTest, ToolCallBudget) {
+  calc::CalcEnvOptions o;
+  o.max_tool_calls = 2;
+  std::unique_ptr<Env> env = calc::MakeCalcEnv(o);
+  std::unique_ptr<Episode> e = std::move(*env->Reset(*env->Task(Split::kTest, 0), DeadlineIn(5)));
+  for (int i = 0; i < 2; ++i)
+    EXPECT_FALSE(e->Step(Call("calculate", "{\"expression\":\"1\"}"), DeadlineIn(5))->is_error);
+  EXPECT_TRUE(e->Step(Call("calculate", "{\"expression\":\"1\"}"), DeadlineIn(5))->is_error);
+}
+
+TEST(CalcEnvTest, ManyEpisodesInFlight) {
+  std::unique_ptr<Env> env = Calc();
+  std::atomic<int> correct{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        TaskRef task = *env->Task(Split::kTrain, static_cast<uint64_t>(t * 50 + i));
+        std::unique_ptr<Episode> e = std::move(*env->Reset(task, DeadlineIn(5)));
+        const calc::CalcTask ct =
+            *calc::MakeCalcTask(0, Split::kTrain, task.index, 1 + task.index % 4);
+        ToolResult r = *e->Step(Call("calculate", "{\"expression\":\"" + ct.expression + "\"}"),
+                                DeadlineIn(5));
+        std::vector<ChatMessage> traj = e->initial_messages();
+        traj.push_back(ChatMessage{ChatRole::kAssistant, "Answer: " + r.content, {}, "", ""});
+        correct += e->Score(traj, DeadlineIn(5))->reward == 1.0;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(correct.load(), 400);
+}
+
+TEST(EnvRegistryTest, CreateFromConfigAndErrors) {
+  EnvRegistry registry;
+  RegisterBuiltinEnvs(registry);
+  EXPECT_FALSE(registry.Register("calc", "", nullptr).ok());
+  StatusOr<ConfigDocument> doc =
+      ConfigDocument::ParseString("[env]\nname = \"calc\"\n[env.calc]\ndifficulty = 3\n", "t.toml");
+  ASSERT_TRUE(doc.ok());
+  ConfigTable root = doc->root();
+  StatusOr<std::unique_ptr<Env>> env = CreateEnvFromConfig(root, registry);
+  ASSERT_TRUE(env.ok());
+  EXPECT_TRUE(doc->Finish().ok());
+  EXPECT_EQ((*env)->Task(Split::kTrain, 0)->id.find("calc/train/d3/"), 0u);
+
+  doc = ConfigDocument::ParseString("[env]\nname = \"calc\"\n[env.calc]\ndifficultty = 3\n",
+                                    "t.toml");
+  root = doc->root();
+  ASSERT_TRUE(CreateEnvFromConfig(root, registry).ok());
+  Status s = doc->Finish();
+  EXPECT_NE(s.message().find("difficultty"), std::string::npos) << s.message();
+
+  doc = ConfigDocument::ParseString("[env]\nname = \"nope\"\n", "t.toml");
+  root = doc->root();
+  StatusOr<std::unique_ptr<Env>> bad = CreateEnvFromConfig(root, registry);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown environment 'nope' (registered: calc"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace orrery::env
