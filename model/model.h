@@ -71,14 +71,6 @@ struct BalancingMetrics {
   std::vector<double> bias_change;
 };
 
-class InferenceState;
-
-// Output of Prefill / DecodeStep.
-struct StepOutput {
-  Tensor logits;      // [num_slots_in_call, vocab] f32: the next-token logits of each slot
-  Tensor expert_ids;  // [num_moe_layers, tokens processed, top_k] i32, tokens in call order
-};
-
 class Model {
  public:
   // Philox initialisation from `seed`; dtype f32 or f64.
@@ -111,15 +103,6 @@ class Model {
   // every name, shape and dtype against this model.
   Status Save(const std::string& path) const;
   Status Load(const std::string& path);
-
-  // Inference over an InferenceState made for this model (model/inference_state.h). Prefill
-  // appends each prompt to its slot (empty slots run one parallel forward; slots holding a prefix
-  // continue token by token); DecodeStep appends one token per slot. Both return the next-token
-  // logits of each slot and the routed expert ids of every token they processed.
-  StatusOr<StepOutput> Prefill(InferenceState* state, const std::vector<int>& slots,
-                               const std::vector<std::vector<int32_t>>& prompts);
-  StatusOr<StepOutput> DecodeStep(InferenceState* state, const std::vector<int>& slots,
-                                  const std::vector<int32_t>& tokens);
 
   class Impl;
   Impl* impl() const { return impl_.get(); }

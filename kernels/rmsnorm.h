@@ -1,0 +1,21 @@
+// RMSNorm over the last dimension: y = x * rstd * w, rstd = (mean(x^2) + eps)^-1/2 per row.
+//
+// Plain CPU reference on contiguous rows, generic over float and double (double serves the
+// finite-difference gradient checks). `w` may be null (no gain: the AttnRes keys, spec §6.1).
+#pragma once
+
+#include <cstdint>
+
+namespace orrery::kernels {
+
+// x, y [rows, d]; rstd [rows] (saved for the backward). y may alias x.
+template <typename T>
+void RmsNormForward(const T* x, const T* w, int64_t rows, int64_t d, double eps, T* y, T* rstd);
+
+// dx = rstd * (w*dy - xhat * mean(xhat * w * dy)) with xhat = x * rstd; dx is overwritten
+// (it may alias dy). dw (when w and dw are non-null) is accumulated: dw += sum_rows dy * xhat.
+template <typename T>
+void RmsNormBackward(const T* x, const T* w, const T* rstd, const T* dy, int64_t rows, int64_t d,
+                     T* dx, T* dw);
+
+}  // namespace orrery::kernels

@@ -1,0 +1,253 @@
+// The KDA layer (spec §2.1): q/k/v projections, short causal depthwise conv + SiLU per document,
+// q/k L2 norm, low-rank decay logits, gate, beta sigmoid, the KDA core (kernels/kda.h), output
+// RMSNorm (shared gain over V) times a sigmoid output gate, output projection.
+#include "kernels/kda.h"
+
+#include <cmath>
+
+#include "kernels/rmsnorm.h"
+#include "model/layers.h"
+
+namespace orrery::model {
+namespace {
+
+template <typename T>
+T Sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+// y[t, c] = SiLU(sum_j w[c, j] x[t - (W-1) + j, c]) within each document; pre stores the conv sum.
+template <typename T>
+void ConvSiluForward(const T* x, int64_t n, int64_t p, const T* w, int64_t width,
+                     const std::vector<int64_t>& cu, T* pre, T* y) {
+  for (size_t d = 0; d + 1 < cu.size(); ++d) {
+    for (int64_t t = cu[d]; t < cu[d + 1]; ++t) {
+      for (int64_t c = 0; c < p; ++c) {
+        T acc = 0;
+        for (int64_t j = 0; j < width; ++j) {
+          const int64_t src = t - (width - 1) + j;
+          if (src >= cu[d]) acc += w[c * width + j] * x[src * p + c];
+        }
+        pre[t * p + c] = acc;
+        y[t * p + c] = acc * Sigmoid(acc);
+      }
+    }
+  }
+  (void)n;
+}
+
+template <typename T>
+void ConvSiluBackward(const T* x, int64_t p, const T* w, T* gw, int64_t width,
+                      const std::vector<int64_t>& cu, const T* pre, const T* dy, T* dx) {
+  for (size_t d = 0; d + 1 < cu.size(); ++d) {
+    for (int64_t t = cu[d]; t < cu[d + 1]; ++t) {
+      for (int64_t c = 0; c < p; ++c) {
+        const T a = pre[t * p + c], s = Sigmoid(a);
+        const T g = dy[t * p + c] * (s + a * s * (T(1) - s));
+        for (int64_t j = 0; j < width; ++j) {
+          const int64_t src = t - (width - 1) + j;
+          if (src < cu[d]) continue;
+          gw[c * width + j] += g * x[src * p + c];
+          dx[src * p + c] += g * w[c * width + j];
+        }
+      }
+    }
+  }
+}
+
+Tensor CuTensor(const std::vector<int64_t>& cu) {
+  return Tensor::FromVector<int64_t>({static_cast<int64_t>(cu.size())}, cu);
+}
+
+}  // namespace
+
+template <typename T>
+KdaLayer<T>::KdaLayer(ParamStore& store, const ModelConfig& c, const std::string& prefix)
+    : c_(&c),
+      d_(c.hidden_size),
+      h_(c.kda.heads),
+      kd_(c.kda.head_k_dim),
+      vd_(c.kda.head_v_dim),
+      pk_(c.kda_key_width()),
+      pv_(c.kda_value_width()),
+      conv_(c.kda.conv_size),
+      rank_(c.kda.decay_rank),
+      grank_(c.kda.output_gate_rank) {
+  const double sd = 1.0 / std::sqrt(static_cast<double>(d_));
+  const double sc = 1.0 / std::sqrt(static_cast<double>(conv_));
+  wq_ = store.Add<T>(prefix + ".wq", {pk_, d_}, Init::kNormal, sd, true);
+  wk_ = store.Add<T>(prefix + ".wk", {pk_, d_}, Init::kNormal, sd, true);
+  wv_ = store.Add<T>(prefix + ".wv", {pv_, d_}, Init::kNormal, sd, true);
+  cq_ = store.Add<T>(prefix + ".conv_q", {pk_, conv_}, Init::kNormal, sc, true);
+  ck_ = store.Add<T>(prefix + ".conv_k", {pk_, conv_}, Init::kNormal, sc, true);
+  cv_ = store.Add<T>(prefix + ".conv_v", {pv_, conv_}, Init::kNormal, sc, true);
+  fa_ = store.Add<T>(prefix + ".f_a", {rank_, d_}, Init::kNormal, sd, true);
+  fb_ = store.Add<T>(prefix + ".f_b", {pk_, rank_}, Init::kNormal,
+                     1.0 / std::sqrt(static_cast<double>(rank_)), true);
+  a_log_ = store.Add<T>(prefix + ".A_log", {h_}, Init::kKdaALog, 0, false);
+  dt_bias_ = store.Add<T>(prefix + ".dt_bias", {pk_}, Init::kKdaDtBias, 0, false);
+  wb_ = store.Add<T>(prefix + ".w_beta", {h_, d_}, Init::kNormal, sd, true);
+  onorm_ = store.Add<T>(prefix + ".o_norm", {vd_}, Init::kOnes, 0, false);
+  if (grank_ > 0) {
+    wga_ = store.Add<T>(prefix + ".wg_a", {grank_, d_}, Init::kNormal, sd, true);
+    wgb_ = store.Add<T>(prefix + ".wg_b", {pv_, grank_}, Init::kNormal,
+                        1.0 / std::sqrt(static_cast<double>(grank_)), true);
+    wgb_bias_ = store.Add<T>(prefix + ".wg_b_bias", {pv_}, Init::kZeros, 0, false);
+  } else {
+    wg_ = store.Add<T>(prefix + ".wg", {pv_, d_}, Init::kNormal, sd, true);
+  }
+  wo_ = store.Add<T>(prefix + ".wo", {d_, pv_}, Init::kNormal,
+                     1.0 / std::sqrt(static_cast<double>(pv_) * 2.0 * c.num_layers), true);
+}
+
+template <typename T>
+Status KdaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& cu, T* y,
+                            Cache* c) const {
+  c->qh = NewTensor<T>({n, pk_});
+  c->kh = NewTensor<T>({n, pk_});
+  c->vh = NewTensor<T>({n, pv_});
+  LinearForward(x, n, d_, wq_, pk_, Ptr<T>(c->qh));
+  LinearForward(x, n, d_, wk_, pk_, Ptr<T>(c->kh));
+  LinearForward(x, n, d_, wv_, pv_, Ptr<T>(c->vh));
+  Tensor qpre = NewTensor<T>({n, pk_}), kpre = NewTensor<T>({n, pk_});
+  c->qc = NewTensor<T>({1, n, h_, kd_});
+  c->kc = NewTensor<T>({1, n, h_, kd_});
+  c->v = NewTensor<T>({1, n, h_, vd_});
+  // The conv pre-activations are recomputed in the backward (cheap), so only outputs are kept.
+  Tensor vpre = NewTensor<T>({n, pv_});
+  ConvSiluForward(Ptr<T>(c->qh), n, pk_, cq_.w, conv_, cu, Ptr<T>(qpre), Ptr<T>(c->qc));
+  ConvSiluForward(Ptr<T>(c->kh), n, pk_, ck_.w, conv_, cu, Ptr<T>(kpre), Ptr<T>(c->kc));
+  ConvSiluForward(Ptr<T>(c->vh), n, pv_, cv_.w, conv_, cu, Ptr<T>(vpre), Ptr<T>(c->v));
+  ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(c->qc, 1e-6f, &c->q, &c->q_rstd));
+  ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(c->kc, 1e-6f, &c->k, &c->k_rstd));
+  c->fa = NewTensor<T>({n, rank_});
+  c->z = NewTensor<T>({1, n, h_, kd_});
+  LinearForward(x, n, d_, fa_, rank_, Ptr<T>(c->fa));
+  LinearForward(Ptr<T>(c->fa), n, rank_, fb_, pk_, Ptr<T>(c->z));
+  Tensor a_log = Tensor::Wrap({h_}, DTypeOf<T>::value, Device::Cpu(), a_log_.w, nullptr);
+  Tensor dt_bias = Tensor::Wrap({pk_}, DTypeOf<T>::value, Device::Cpu(), dt_bias_.w, nullptr);
+  const kernels::KdaGateKind kind = c_->kda.gate == GateKind::kBounded
+                                        ? kernels::KdaGateKind::kBounded
+                                        : kernels::KdaGateKind::kOriginal;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaGateForward(
+      c->z, a_log, dt_bias, kind, static_cast<float>(c_->kda.gate_lower_bound), &c->g));
+  c->beta_logit = NewTensor<T>({1, n, h_});
+  c->beta = NewTensor<T>({1, n, h_});
+  LinearForward(x, n, d_, wb_, h_, Ptr<T>(c->beta_logit));
+  for (int64_t i = 0; i < n * h_; ++i) Ptr<T>(c->beta)[i] = Sigmoid(Ptr<T>(c->beta_logit)[i]);
+  c->cu = CuTensor(cu);
+  kernels::KdaInputs in{c->q, c->k, c->v, c->g, c->beta, Tensor(), c->cu};
+  kernels::KdaOptions opt;
+  opt.algorithm =
+      c_->kda.recurrent ? kernels::KdaAlgorithm::kRecurrent : kernels::KdaAlgorithm::kChunked;
+  opt.chunk_size = static_cast<int>(c_->kda.chunk_size);
+  opt.output_final_state = false;
+  kernels::KdaOutputs out;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaForward(in, opt, &out));
+  c->o = out.o;
+  // Output RMSNorm over V per head (shared gain), times sigmoid of the output gate.
+  c->on = NewTensor<T>({n, pv_});
+  c->o_rstd = NewTensor<T>({n * h_});
+  kernels::RmsNormForward(Ptr<T>(c->o), onorm_.w, n * h_, vd_, c_->rms_norm_eps, Ptr<T>(c->on),
+                          Ptr<T>(c->o_rstd));
+  c->gate = NewTensor<T>({n, pv_});
+  if (grank_ > 0) {
+    c->gate_low = NewTensor<T>({n, grank_});
+    LinearForward(x, n, d_, wga_, grank_, Ptr<T>(c->gate_low));
+    LinearForward(Ptr<T>(c->gate_low), n, grank_, wgb_, pv_, Ptr<T>(c->gate));
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t i = 0; i < pv_; ++i) Ptr<T>(c->gate)[t * pv_ + i] += wgb_bias_.w[i];
+    }
+  } else {
+    LinearForward(x, n, d_, wg_, pv_, Ptr<T>(c->gate));
+  }
+  c->og = NewTensor<T>({n, pv_});
+  for (int64_t i = 0; i < n * pv_; ++i) {
+    Ptr<T>(c->og)[i] = Ptr<T>(c->on)[i] * Sigmoid(Ptr<T>(c->gate)[i]);
+  }
+  LinearForward(Ptr<T>(c->og), n, pv_, wo_, d_, y);
+  return Status::OK();
+}
+
+template <typename T>
+Status KdaLayer<T>::Backward(const T* x, int64_t n, const std::vector<int64_t>& cu, const Cache& c,
+                             const T* dy, T* dx) const {
+  Tensor dog = NewTensor<T>({n, pv_});
+  LinearBackward(Ptr<T>(c.og), n, pv_, wo_, d_, dy, Ptr<T>(dog));
+  Tensor don = NewTensor<T>({n, pv_}), dgate = NewTensor<T>({n, pv_});
+  for (int64_t i = 0; i < n * pv_; ++i) {
+    const T s = Sigmoid(Ptr<T>(c.gate)[i]);
+    Ptr<T>(don)[i] = Ptr<T>(dog)[i] * s;
+    Ptr<T>(dgate)[i] = Ptr<T>(dog)[i] * Ptr<T>(c.on)[i] * s * (T(1) - s);
+  }
+  if (grank_ > 0) {
+    Tensor dlow = NewTensor<T>({n, grank_});
+    LinearBackward(Ptr<T>(c.gate_low), n, grank_, wgb_, pv_, Ptr<T>(dgate), Ptr<T>(dlow));
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t i = 0; i < pv_; ++i) wgb_bias_.g[i] += Ptr<T>(dgate)[t * pv_ + i];
+    }
+    LinearBackward(x, n, d_, wga_, grank_, Ptr<T>(dlow), dx);
+  } else {
+    LinearBackward(x, n, d_, wg_, pv_, Ptr<T>(dgate), dx);
+  }
+  Tensor d_o = NewTensor<T>({1, n, h_, vd_});
+  kernels::RmsNormBackward(Ptr<T>(c.o), onorm_.w, Ptr<T>(c.o_rstd), Ptr<T>(don), n * h_, vd_,
+                           Ptr<T>(d_o), onorm_.g);
+  kernels::KdaInputs in{c.q, c.k, c.v, c.g, c.beta, Tensor(), c.cu};
+  kernels::KdaOptions opt;
+  opt.algorithm =
+      c_->kda.recurrent ? kernels::KdaAlgorithm::kRecurrent : kernels::KdaAlgorithm::kChunked;
+  opt.chunk_size = static_cast<int>(c_->kda.chunk_size);
+  opt.output_final_state = false;
+  kernels::KdaGrads grads;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaBackward(in, d_o, Tensor(), opt, &grads));
+  // beta = sigmoid(W_b x).
+  Tensor dbl = NewTensor<T>({n, h_});
+  for (int64_t i = 0; i < n * h_; ++i) {
+    const T b = Ptr<T>(c.beta)[i];
+    Ptr<T>(dbl)[i] = Ptr<T>(grads.dbeta)[i] * b * (T(1) - b);
+  }
+  LinearBackward(x, n, d_, wb_, h_, Ptr<T>(dbl), dx);
+  // Gate and decay logits.
+  Tensor a_log = Tensor::Wrap({h_}, DTypeOf<T>::value, Device::Cpu(), a_log_.w, nullptr);
+  Tensor dt_bias = Tensor::Wrap({pk_}, DTypeOf<T>::value, Device::Cpu(), dt_bias_.w, nullptr);
+  const kernels::KdaGateKind kind = c_->kda.gate == GateKind::kBounded
+                                        ? kernels::KdaGateKind::kBounded
+                                        : kernels::KdaGateKind::kOriginal;
+  Tensor dz, da_log, ddt;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaGateBackward(c.z, a_log, dt_bias, kind,
+                                                  static_cast<float>(c_->kda.gate_lower_bound),
+                                                  grads.dg, &dz, &da_log, &ddt));
+  for (int64_t i = 0; i < h_; ++i) a_log_.g[i] += Ptr<T>(da_log)[i];
+  for (int64_t i = 0; i < pk_; ++i) dt_bias_.g[i] += Ptr<T>(ddt)[i];
+  Tensor dfa = NewTensor<T>({n, rank_});
+  LinearBackward(Ptr<T>(c.fa), n, rank_, fb_, pk_, Ptr<T>(dz), Ptr<T>(dfa));
+  LinearBackward(x, n, d_, fa_, rank_, Ptr<T>(dfa), dx);
+  // L2 norms, conv + SiLU, projections.
+  Tensor dqc, dkc;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormBackward(c.q, c.q_rstd, grads.dq, &dqc));
+  ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormBackward(c.k, c.k_rstd, grads.dk, &dkc));
+  struct Stream {
+    const Tensor& pre_in;
+    const Param<T>& conv;
+    const Param<T>& proj;
+    int64_t p;
+    const T* dy;
+  };
+  const Stream streams[3] = {{c.qh, cq_, wq_, pk_, Ptr<T>(dqc)},
+                             {c.kh, ck_, wk_, pk_, Ptr<T>(dkc)},
+                             {c.vh, cv_, wv_, pv_, Ptr<T>(grads.dv)}};
+  for (const Stream& s : streams) {
+    Tensor pre = NewTensor<T>({n, s.p}), tmp = NewTensor<T>({n, s.p}), dh = NewTensor<T>({n, s.p});
+    ConvSiluForward(Ptr<T>(s.pre_in), n, s.p, s.conv.w, conv_, cu, Ptr<T>(pre), Ptr<T>(tmp));
+    ConvSiluBackward(Ptr<T>(s.pre_in), s.p, s.conv.w, s.conv.g, conv_, cu, Ptr<T>(pre), s.dy,
+                     Ptr<T>(dh));
+    LinearBackward(x, n, d_, s.proj, s.p, Ptr<T>(dh), dx);
+  }
+  return Status::OK();
+}
+
+template class KdaLayer<float>;
+template class KdaLayer<double>;
+
+}  // namespace orrery::model

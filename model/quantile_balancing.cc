@@ -1,0 +1,95 @@
+#include "model/quantile_balancing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "model/layers.h"
+
+namespace orrery::model {
+namespace {
+
+// Load per expert / q when routing `s` [m, n] by top-k of s + b.
+std::vector<double> Loads(const std::vector<float>& s, int64_t m, int64_t n, int64_t k,
+                          const float* b, double q) {
+  std::vector<int32_t> ids(static_cast<size_t>(m * k));
+  SelectTopK(s.data(), b, m, n, k, ids.data());
+  std::vector<double> load(static_cast<size_t>(n), 0.0);
+  for (int32_t id : ids) load[id] += 1.0;
+  for (double& l : load) l /= q;
+  return load;
+}
+
+double MaxViolation(const std::vector<double>& load) {
+  return *std::max_element(load.begin(), load.end()) - 1.0;
+}
+
+}  // namespace
+
+Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const MoeConfig& config,
+                             Tensor* bias, QuantileBalancingResult* result) {
+  const int64_t n = config.num_experts, k = config.top_k;
+  if (bias->dtype() != DType::kF32 || bias->numel() != n) {
+    return InvalidArgumentError("quantile balancing: bias must be f32 [" + std::to_string(n) + "]");
+  }
+  std::vector<float> s;
+  for (const Tensor* t : scores) {
+    if (t->dtype() != DType::kF32 || t->ndim() != 2 || t->dim(1) != n) {
+      return InvalidArgumentError("quantile balancing: scores must be f32 [m, " +
+                                  std::to_string(n) + "], got " + t->ToString());
+    }
+    s.insert(s.end(), t->data<float>(), t->data<float>() + t->numel());
+  }
+  const int64_t m = static_cast<int64_t>(s.size()) / n;
+  if (m == 0 || k >= n) return Status::OK();
+  float* b = bias->data<float>();
+  const double q = static_cast<double>(m * k) / static_cast<double>(n);
+  result->load = Loads(s, m, n, k, b, q);
+  result->max_violation_before = MaxViolation(result->load);
+
+  // Margins per expert column.
+  std::vector<std::vector<double>> cols(static_cast<size_t>(n));
+  for (auto& col : cols) col.reserve(static_cast<size_t>(m));
+  std::vector<double> row(static_cast<size_t>(n)), sorted(static_cast<size_t>(n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) row[j] = static_cast<double>(s[i * n + j]) + b[j];
+    sorted = row;
+    std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end(), std::greater<double>());
+    const double tau_k1 = sorted[k];                                             // (k+1)-th largest
+    const double tau_k = *std::min_element(sorted.begin(), sorted.begin() + k);  // k-th largest
+    for (int64_t j = 0; j < n; ++j) {
+      double margin;
+      if (config.balancing == Balancing::kQuantileCutoff) {
+        margin = row[j] - tau_k1;
+      } else {
+        // Selected (above the (k+1)-th) measures to the (k+1)-th, the rest to the k-th.
+        margin = row[j] > tau_k1 ? row[j] - tau_k1 : row[j] - tau_k;
+      }
+      cols[j].push_back(margin);
+    }
+  }
+  const int64_t qi = std::min<int64_t>(m - 1, static_cast<int64_t>(std::ceil(q)));
+  std::vector<double> delta(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    std::vector<double>& col = cols[j];
+    std::sort(col.begin(), col.end(), std::greater<double>());
+    // col[qi] is the (q+1)-th largest, col[qi - 1] the q-th.
+    const double c = config.balancing == Balancing::kQuantileCutoff
+                         ? col[qi]
+                         : 0.5 * (col[qi - 1 >= 0 ? qi - 1 : 0] + col[qi]);
+    delta[j] = -config.balancing_step * c;
+  }
+  double mean = 0;
+  for (int64_t j = 0; j < n; ++j) mean += b[j] + delta[j];
+  mean /= static_cast<double>(n);
+  result->bias_change = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float nb = static_cast<float>(b[j] + delta[j] - mean);
+    result->bias_change += std::abs(nb - b[j]);
+    b[j] = nb;
+  }
+  result->max_violation_after = MaxViolation(Loads(s, m, n, k, b, q));
+  return Status::OK();
+}
+
+}  // namespace orrery::model
