@@ -1,6 +1,7 @@
 #include "env/registry.h"
 
 #include "env/calc/calc_env.h"
+#include "env/python/python_env.h"
 
 namespace orrery::env {
 
@@ -36,6 +37,12 @@ void RegisterBuiltinEnvs(EnvRegistry& registry) {
   (void)registry.Register("calc", "arithmetic questions, the calculate tool, exact-answer reward",
                           [](ConfigTable& options) -> StatusOr<std::unique_ptr<Env>> {
                             return calc::MakeCalcEnv(calc::ReadCalcEnvOptions(options));
+                          });
+  (void)registry.Register("python",
+                          "coding tasks with hidden tests; run_python runs in the bubblewrap "
+                          "sandbox; reward = fraction of tests passed",
+                          [](ConfigTable& options) -> StatusOr<std::unique_ptr<Env>> {
+                            return MakePythonEnv(ReadPythonEnvOptions(options));
                           });
 }
 

@@ -77,6 +77,10 @@ class Sandbox {
   Status WriteFile(const std::string& relative_path, const std::string& contents);
   // Empties the work dir (for reuse by the next episode).
   Status Reset();
+  // Replaces the extra read-only binds for the next runs (per-episode files such as a grader).
+  void set_ro_binds(std::vector<std::pair<std::string, std::string>> binds) {
+    options_.ro_binds = std::move(binds);
+  }
 
   // Runs argv to completion with `stdin_text`, bounded by limits.wall_seconds and `deadline`.
   // A program that fails, crashes or times out is a RunResult; a Status error means the sandbox

@@ -40,6 +40,7 @@ StatusOr<std::unique_ptr<PooledSandbox>> SandboxPool::Acquire(Deadline deadline)
 void SandboxPool::Release(std::unique_ptr<Sandbox> sandbox) {
   // A sandbox whose work dir cannot be emptied is dropped (and a fresh one made on demand).
   const bool clean = sandbox->Reset().ok();
+  sandbox->set_ro_binds(options_.ro_binds);
   std::lock_guard<std::mutex> lock(mu_);
   if (clean) {
     idle_.push_back(std::move(sandbox));

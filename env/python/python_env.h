@@ -1,0 +1,37 @@
+// The python environment: coding tasks with hidden unit tests.
+//
+// The model has one tool, run_python(code), which runs /usr/bin/python3 on the code inside the
+// episode's sandbox (files in /work persist across calls within an episode). Its final answer
+// carries the solution in a ```python block; Score() empties the sandbox, writes the last such
+// block to /work/solution.py and runs the grader inside the sandbox with the grader and the hidden
+// tests mounted read-only at /grader. Each test calls the solution's function in its own
+// process with a 5 s limit; the grader, which made itself non-dumpable, compares results and
+// prints one line tagged with a nonce only Orrery knows. The grader files are SHA-256 hashed at
+// reset and checked before grading: any change scores 0 with component "tampered" = 1.
+// Reward = fraction of hidden tests passed. Components: "tests_passed", "tests_total",
+// "tampered", "run_python_calls".
+//
+// Options ([env.python]): seed, wall_seconds, cpu_seconds, memory_mb, pool_size.
+#pragma once
+
+#include <memory>
+
+#include "core/config.h"
+#include "env/env.h"
+#include "env/sandbox/sandbox.h"
+
+namespace orrery::env {
+
+struct PythonEnvOptions {
+  uint64_t seed = 0;
+  SandboxOptions sandbox;  // limits of each run_python call and of grading
+  int pool_size = 16;      // sandboxes kept for reuse (episodes in flight at most)
+};
+
+PythonEnvOptions ReadPythonEnvOptions(ConfigTable& table);
+std::unique_ptr<Env> MakePythonEnv(const PythonEnvOptions& options);
+
+// The source of the last ```python (or plain ```) fenced block in `text`, if any.
+std::optional<std::string> LastPythonBlock(const std::string& text);
+
+}  // namespace orrery::env
