@@ -1,6 +1,7 @@
 #include "env/registry.h"
 
 #include "env/calc/calc_env.h"
+#include "env/external/external_env.h"
 #include "env/python/python_env.h"
 
 namespace orrery::env {
@@ -43,6 +44,12 @@ void RegisterBuiltinEnvs(EnvRegistry& registry) {
                           "sandbox; reward = fraction of tests passed",
                           [](ConfigTable& options) -> StatusOr<std::unique_ptr<Env>> {
                             return MakePythonEnv(ReadPythonEnvOptions(options));
+                          });
+  (void)registry.Register("external",
+                          "any-language environment: a program speaking orrery-env/1 (JSON "
+                          "lines on stdio), run in the sandbox",
+                          [](ConfigTable& options) -> StatusOr<std::unique_ptr<Env>> {
+                            return MakeExternalEnv(ReadExternalEnvOptions(options));
                           });
 }
 

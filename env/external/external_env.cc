@@ -1,0 +1,176 @@
+#include "env/external/external_env.h"
+
+#include <nlohmann/json.hpp>
+
+#include "env/external/json_rpc_channel.h"
+#include "env/sandbox/sandbox_pool.h"
+#include "env/tool_call.h"
+
+namespace orrery::env {
+namespace {
+
+using nlohmann::json;
+
+Deadline Earlier(Deadline a, double seconds) { return std::min(a, DeadlineIn(seconds)); }
+
+StatusOr<std::vector<ToolSpec>> ParseTools(const json& tools, const std::string& peer) {
+  std::vector<ToolSpec> out;
+  if (!tools.is_array()) return FailedPreconditionError(peer + ": reset: 'tools' must be an array");
+  for (const json& t : tools) {
+    const json& f = t.contains("function") ? t["function"] : t;
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) {
+      return FailedPreconditionError(peer + ": reset: a tool needs a string 'name'");
+    }
+    out.push_back(ToolSpec{f["name"].get<std::string>(), f.value("description", ""),
+                           f.contains("parameters") ? f["parameters"].dump() : "{}"});
+  }
+  return out;
+}
+
+class ExternalEpisode : public Episode {
+ public:
+  ExternalEpisode(std::unique_ptr<PooledSandbox> sandbox, std::unique_ptr<JsonRpcChannel> channel,
+                  std::vector<ChatMessage> messages, std::vector<ToolSpec> tools, double call_s)
+      : sandbox_(std::move(sandbox)),
+        channel_(std::move(channel)),
+        messages_(std::move(messages)),
+        tools_(std::move(tools)),
+        call_seconds_(call_s) {}
+  ~ExternalEpisode() override {
+    if (channel_->open()) (void)channel_->Call("close", "{}", DeadlineIn(1));
+    channel_.reset();  // kills the process before the sandbox goes back to the pool
+  }
+
+  const std::vector<ChatMessage>& initial_messages() const override { return messages_; }
+  const std::vector<ToolSpec>& tools() const override { return tools_; }
+
+  StatusOr<ToolResult> Step(const ToolCall& call, Deadline deadline) override {
+    const auto start = Clock::now();
+    StatusOr<std::string> args = ValidateToolCall(call, tools_);
+    if (!args.ok()) return ToolError(args.status().message());
+    json params = {
+        {"tool_call", {{"id", call.id}, {"name", call.name}, {"arguments", json::parse(*args)}}}};
+    ORRERY_ASSIGN_OR_RETURN(
+        std::string reply, channel_->Call("step", params.dump(), Earlier(deadline, call_seconds_)));
+    json r = json::parse(reply);
+    if (!r.is_object() || !r.contains("content") || !r["content"].is_string()) {
+      return FailedPreconditionError("environment step: result needs a string 'content'");
+    }
+    ToolResult result;
+    result.content = r["content"].get<std::string>();
+    result.is_error = r.value("is_error", false);
+    result.latency_s = std::chrono::duration<double>(Clock::now() - start).count();
+    return result;
+  }
+
+  StatusOr<EpisodeScore> Score(const std::vector<ChatMessage>& trajectory,
+                               Deadline deadline) override {
+    json params = {{"messages", json::parse(ChatMessagesToJson(trajectory))}};
+    ORRERY_ASSIGN_OR_RETURN(std::string reply, channel_->Call("score", params.dump(),
+                                                              Earlier(deadline, call_seconds_)));
+    json r = json::parse(reply);
+    if (!r.is_object() || !r.contains("reward") || !r["reward"].is_number()) {
+      return FailedPreconditionError("environment score: result needs a number 'reward'");
+    }
+    EpisodeScore score;
+    score.reward = r["reward"].get<double>();
+    if (r.contains("components") && r["components"].is_object()) {
+      for (auto it = r["components"].begin(); it != r["components"].end(); ++it) {
+        if (it.value().is_number()) score.components[it.key()] = it.value().get<double>();
+      }
+    }
+    return score;
+  }
+
+ private:
+  std::unique_ptr<PooledSandbox> sandbox_;
+  std::unique_ptr<JsonRpcChannel> channel_;
+  std::vector<ChatMessage> messages_;
+  std::vector<ToolSpec> tools_;
+  double call_seconds_;
+};
+
+class ExternalEnv : public Env {
+ public:
+  ExternalEnv(const ExternalEnvOptions& options, std::string name)
+      : options_(options),
+        name_(std::move(name)),
+        pool_(options.sandbox, options.pool_size, 2048) {}
+  std::string name() const override { return name_; }
+
+  StatusOr<TaskRef> Task(Split split, uint64_t index) const override {
+    return TaskRef{name_ + "/" + std::string(SplitName(split)) + "/" +
+                       std::to_string(options_.seed) + "/" + std::to_string(index),
+                   split, options_.seed, index};
+  }
+
+  StatusOr<std::unique_ptr<Episode>> Reset(const TaskRef& task, Deadline deadline) override {
+    ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<PooledSandbox> sandbox, pool_.Acquire(deadline));
+    ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<SandboxProcess> proc,
+                            (*sandbox)->Start(options_.command));
+    auto channel = std::make_unique<JsonRpcChannel>(std::move(proc), "environment '" + name_ + "'");
+    json params = {{"task",
+                    {{"id", task.id},
+                     {"split", std::string(SplitName(task.split))},
+                     {"seed", task.seed},
+                     {"index", task.index}}}};
+    ORRERY_ASSIGN_OR_RETURN(
+        std::string reply,
+        channel->Call("reset", params.dump(), Earlier(deadline, options_.call_seconds)));
+    json r = json::parse(reply);
+    if (!r.is_object() || !r.contains("messages")) {
+      return FailedPreconditionError("environment '" + name_ + "': reset: result needs 'messages'");
+    }
+    StatusOr<std::vector<ChatMessage>> messages = ChatMessagesFromJson(r["messages"].dump());
+    if (!messages.ok()) return messages.status().WithContext("environment '" + name_ + "': reset");
+    ORRERY_ASSIGN_OR_RETURN(std::vector<ToolSpec> tools, ParseTools(r.value("tools", json::array()),
+                                                                    "environment '" + name_ + "'"));
+    return std::unique_ptr<Episode>(new ExternalEpisode(std::move(sandbox), std::move(channel),
+                                                        std::move(*messages), std::move(tools),
+                                                        options_.call_seconds));
+  }
+
+ private:
+  ExternalEnvOptions options_;
+  std::string name_;
+  SandboxPool pool_;
+};
+
+}  // namespace
+
+ExternalEnvOptions ReadExternalEnvOptions(ConfigTable& table) {
+  ExternalEnvOptions o;
+  o.dir = table.Path("dir", "");
+  o.command = table.StringList("command", {});
+  if (o.command.empty()) table.Fail("command", "expected a non-empty list of strings (argv)");
+  o.seed = static_cast<uint64_t>(table.Int("seed", 0, 0));
+  o.call_seconds = table.Float("wall_seconds", 30, 0.1, 3600);
+  o.pool_size = static_cast<int>(table.Int("pool_size", 16, 1, 4096));
+  o.sandbox.limits.address_space_bytes = table.Int("memory_mb", 1024, 64, 1 << 20) << 20;
+  o.sandbox.limits.wall_seconds = o.call_seconds;
+  return o;
+}
+
+StatusOr<std::unique_ptr<Env>> MakeExternalEnv(const ExternalEnvOptions& in) {
+  ExternalEnvOptions options = in;
+  if (options.command.empty()) return InvalidArgumentError("external environment: empty command");
+  if (!options.dir.empty()) options.sandbox.ro_binds.emplace_back(options.dir, "/env");
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sandbox, Sandbox::Create(options.sandbox, 2047));
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<SandboxProcess> proc, sandbox->Start(options.command));
+  std::string shown;
+  for (const std::string& a : options.command) shown += (shown.empty() ? "" : " ") + a;
+  JsonRpcChannel channel(std::move(proc), "external environment (" + shown + ")");
+  ORRERY_ASSIGN_OR_RETURN(std::string reply,
+                          channel.Call("describe", "{}", DeadlineIn(options.call_seconds)));
+  json r = json::parse(reply);
+  const std::string protocol = r.is_object() ? r.value("protocol", "") : "";
+  if (protocol != kEnvProtocolVersion) {
+    return FailedPreconditionError("external environment (" + shown + ") speaks protocol '" +
+                                   protocol + "', expected '" + kEnvProtocolVersion + "'");
+  }
+  const std::string name = r.value("name", "external");
+  (void)channel.Call("close", "{}", DeadlineIn(1));
+  return std::unique_ptr<Env>(std::make_unique<ExternalEnv>(options, name));
+}
+
+}  // namespace orrery::env

@@ -1,0 +1,68 @@
+#include "env/external/json_rpc_channel.h"
+
+#include <nlohmann/json.hpp>
+
+namespace orrery::env {
+
+using nlohmann::json;
+
+JsonRpcChannel::JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer)
+    : process_(std::move(process)), peer_(std::move(peer)) {}
+
+JsonRpcChannel::~JsonRpcChannel() { Close(); }
+
+void JsonRpcChannel::Close() { process_.reset(); }
+
+Status JsonRpcChannel::Notify(const std::string& method, const std::string& params_json,
+                              Deadline deadline) {
+  if (!process_) return UnavailableError(peer_ + ": closed");
+  json msg = {{"jsonrpc", "2.0"}, {"method", method}};
+  if (!params_json.empty()) msg["params"] = json::parse(params_json, nullptr, false);
+  return process_->WriteLine(msg.dump(), deadline).WithContext(peer_);
+}
+
+StatusOr<std::string> JsonRpcChannel::Call(const std::string& method,
+                                           const std::string& params_json, Deadline deadline) {
+  if (!process_) return UnavailableError(peer_ + ": closed after an earlier failure");
+  const int64_t id = next_id_++;
+  json msg = {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}};
+  json params = json::parse(params_json.empty() ? "{}" : params_json, nullptr, false);
+  if (params.is_discarded()) return InternalError("JsonRpcChannel: params are not JSON");
+  msg["params"] = params;
+  Status sent = process_->WriteLine(msg.dump(), deadline);
+  if (!sent.ok()) {
+    const std::string err = process_->stderr_text();
+    Close();
+    return Status(sent.code(), peer_ + ": " + sent.message() +
+                                   (err.empty() ? "" : " (stderr: " + err.substr(0, 300) + ")"));
+  }
+  for (;;) {
+    StatusOr<std::string> line = process_->ReadLine(deadline);
+    if (!line.ok()) {
+      std::string err = process_->stderr_text();
+      if (err.size() > 300) err = err.substr(err.size() - 300);
+      Close();
+      return Status(line.status().code(), peer_ + ": " + method + ": " + line.status().message() +
+                                              (err.empty() ? "" : " (stderr: " + err + ")"));
+    }
+    json reply = json::parse(*line, nullptr, false);
+    if (reply.is_discarded() || !reply.is_object() || !reply.contains("id") ||
+        reply.contains("method")) {
+      continue;  // a notification, a server-to-client request or stray output
+    }
+    if (reply["id"] != id) continue;  // a late reply to an earlier call
+    if (reply.contains("error")) {
+      const json& e = reply["error"];
+      const std::string message = e.is_object() && e.contains("message") && e["message"].is_string()
+                                      ? e["message"].get<std::string>()
+                                      : e.dump();
+      return FailedPreconditionError(peer_ + ": " + method + " failed: " + message);
+    }
+    if (!reply.contains("result")) {
+      return FailedPreconditionError(peer_ + ": " + method + ": response without a result");
+    }
+    return reply["result"].dump();
+  }
+}
+
+}  // namespace orrery::env

@@ -1,0 +1,42 @@
+// JSON-RPC 2.0 over JSON lines on a sandboxed process's stdin/stdout.
+//
+// The transport of both plug-in kinds that run as processes: any-language environments (the
+// orrery-env/1 protocol, docs/env-protocol.md) and MCP servers (stdio transport). One request is
+// in flight at a time; lines from the server that are not its response (notifications, requests
+// Orrery does not serve, stray output) are skipped. Every call has a deadline: on expiry the call
+// fails with DeadlineExceeded and the channel is closed (the process is killed), since a late
+// reply would otherwise be taken for the next call's.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "env/env.h"
+#include "env/sandbox/sandbox.h"
+
+namespace orrery::env {
+
+class JsonRpcChannel {
+ public:
+  // `peer` names the server in error messages ("environment 'guess'", "MCP server 'fs'").
+  JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer);
+  ~JsonRpcChannel();
+
+  // Sends {"jsonrpc":"2.0","id":N,"method":...,"params":...} and returns the response's "result"
+  // as JSON text. A JSON-RPC error response becomes FailedPrecondition("<peer>: <message>").
+  StatusOr<std::string> Call(const std::string& method, const std::string& params_json,
+                             Deadline deadline);
+  // Sends a notification (no id, no response).
+  Status Notify(const std::string& method, const std::string& params_json, Deadline deadline);
+  // Kills the process (idempotent).
+  void Close();
+  bool open() const { return process_ != nullptr; }
+
+ private:
+  std::unique_ptr<SandboxProcess> process_;
+  std::string peer_;
+  int64_t next_id_ = 1;
+};
+
+}  // namespace orrery::env
