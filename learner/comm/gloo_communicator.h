@@ -1,0 +1,27 @@
+// The Gloo communicator: ranks are processes (on one or many hosts) that meet through a
+// FileStore directory every rank can see (a shared filesystem across hosts) and then talk over
+// TCP (ring all-reduce). Rendezvous keys are prefixed with `generation`, so ranks restarted
+// after a crash (generation + 1) never read the addresses their dead predecessors left behind.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "learner/comm/communicator.h"
+
+namespace orrery::comm {
+
+struct GlooOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string store_dir;  // created if missing
+  std::string generation = "0";
+  std::string hostname = "127.0.0.1";  // the address this rank listens on
+  int64_t timeout_ms = 60000;          // rendezvous and every collective
+};
+
+// Blocks until every rank has joined (or the timeout passes: DeadlineExceeded).
+StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options);
+
+}  // namespace orrery::comm
