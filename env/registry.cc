@@ -2,6 +2,7 @@
 
 #include "env/calc/calc_env.h"
 #include "env/external/external_env.h"
+#include "env/mcp/mcp_tools_env.h"
 #include "env/python/python_env.h"
 
 namespace orrery::env {
@@ -57,7 +58,9 @@ StatusOr<std::unique_ptr<Env>> CreateEnvFromConfig(ConfigTable& root, EnvRegistr
   ConfigTable env = root.Table("env");
   const std::string name = env.String("name", "calc");
   ConfigTable options = env.Table(name);
-  return registry.Create(name, options);
+  std::vector<McpAttachment> mcp = ReadMcpAttachments(env);
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<Env> made, registry.Create(name, options));
+  return WithMcpTools(std::move(made), std::move(mcp));
 }
 
 }  // namespace orrery::env

@@ -1,0 +1,103 @@
+#include "env/mcp/mcp_client.h"
+
+#include <nlohmann/json.hpp>
+
+#include "env/tool_call.h"
+
+namespace orrery::env {
+
+using nlohmann::json;
+
+namespace {
+Deadline Earlier(Deadline a, double seconds) { return std::min(a, DeadlineIn(seconds)); }
+}  // namespace
+
+StatusOr<std::unique_ptr<McpClient>> McpClient::Start(Sandbox& sandbox,
+                                                      const McpServerOptions& options,
+                                                      Deadline deadline) {
+  if (options.command.empty()) {
+    return InvalidArgumentError("MCP server '" + options.name + "': empty command");
+  }
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<SandboxProcess> proc, sandbox.Start(options.command));
+  auto channel =
+      std::make_unique<JsonRpcChannel>(std::move(proc), "MCP server '" + options.name + "'");
+  std::unique_ptr<McpClient> client(new McpClient(std::move(channel), options));
+  const json init = {{"protocolVersion", kMcpProtocolVersion},
+                     {"capabilities", json::object()},
+                     {"clientInfo", {{"name", "orrery"}, {"version", "0.1"}}}};
+  ORRERY_ASSIGN_OR_RETURN(
+      std::string reply,
+      client->channel_->Call("initialize", init.dump(), Earlier(deadline, options.call_seconds)));
+  json r = json::parse(reply);
+  if (r.is_object() && r.contains("serverInfo") && r["serverInfo"].is_object()) {
+    client->server_name_ = r["serverInfo"].value("name", "");
+  }
+  ORRERY_RETURN_IF_ERROR(client->channel_->Notify("notifications/initialized", "",
+                                                  Earlier(deadline, options.call_seconds)));
+  std::string cursor;
+  for (int page = 0; page < 100; ++page) {
+    json params = json::object();
+    if (!cursor.empty()) params["cursor"] = cursor;
+    ORRERY_ASSIGN_OR_RETURN(std::string list,
+                            client->channel_->Call("tools/list", params.dump(),
+                                                   Earlier(deadline, options.call_seconds)));
+    json l = json::parse(list);
+    if (!l.is_object() || !l.contains("tools") || !l["tools"].is_array()) {
+      return FailedPreconditionError("MCP server '" + options.name +
+                                     "': tools/list without 'tools'");
+    }
+    for (const json& t : l["tools"]) {
+      if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+      client->tools_.push_back(
+          ToolSpec{t["name"].get<std::string>(),
+                   t.contains("description") && t["description"].is_string()
+                       ? t["description"].get<std::string>()
+                       : "",
+                   t.contains("inputSchema") ? t["inputSchema"].dump() : "{\"type\":\"object\"}"});
+    }
+    if (!l.contains("nextCursor") || !l["nextCursor"].is_string()) break;
+    cursor = l["nextCursor"].get<std::string>();
+  }
+  return client;
+}
+
+bool McpClient::HasTool(const std::string& name) const {
+  for (const ToolSpec& t : tools_) {
+    if (t.name == name) return true;
+  }
+  return false;
+}
+
+StatusOr<ToolResult> McpClient::CallTool(const ToolCall& call, Deadline deadline) {
+  const auto start = Clock::now();
+  StatusOr<std::string> args = ValidateToolCall(call, tools_);
+  if (!args.ok()) return ToolError(args.status().message());
+  const json params = {{"name", call.name}, {"arguments", json::parse(*args)}};
+  StatusOr<std::string> reply =
+      channel_->Call("tools/call", params.dump(), Earlier(deadline, options_.call_seconds));
+  ToolResult result;
+  if (!reply.ok()) {
+    // A JSON-RPC error for one call (unknown tool, bad arguments) is the model's to read; a dead
+    // or silent server is the environment's failure.
+    if (reply.status().code() != StatusCode::kFailedPrecondition) return reply.status();
+    result = ToolError(reply.status().message());
+  } else {
+    json r = json::parse(*reply);
+    if (r.is_object() && r.contains("content") && r["content"].is_array()) {
+      for (const json& part : r["content"]) {
+        if (!part.is_object()) continue;
+        if (!result.content.empty()) result.content += "\n";
+        if (part.value("type", "") == "text" && part.contains("text") && part["text"].is_string()) {
+          result.content += part["text"].get<std::string>();
+        } else {
+          result.content += "[" + part.value("type", std::string("part")) + " content]";
+        }
+      }
+    }
+    result.is_error = r.is_object() && r.value("isError", false);
+  }
+  result.latency_s = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+}  // namespace orrery::env

@@ -1,0 +1,52 @@
+// An MCP (Model Context Protocol) client: the tools of any MCP server, for any environment.
+//
+// Speaks JSON-RPC 2.0 over the server's stdio (the MCP stdio transport) through JsonRpcChannel:
+// `initialize` (protocol version 2024-11-05, no client capabilities), the `notifications/
+// initialized` notification, `tools/list` (following `nextCursor` pages) and `tools/call`. The
+// server runs inside a sandbox like every other plug-in process. A tool's `inputSchema` becomes
+// the ToolSpec parameters, so calls are validated before they reach the server; a tool result's
+// text content parts are joined into the ToolResult, `isError` maps to is_error.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "env/env.h"
+#include "env/external/json_rpc_channel.h"
+#include "env/sandbox/sandbox.h"
+
+namespace orrery::env {
+
+inline constexpr const char* kMcpProtocolVersion = "2024-11-05";
+
+struct McpServerOptions {
+  std::string name;                  // for messages and config ("fs")
+  std::vector<std::string> command;  // argv inside the sandbox
+  double call_seconds = 30;          // deadline of each request when the caller's is later
+};
+
+class McpClient {
+ public:
+  // Starts the server in `sandbox` and runs initialize + tools/list.
+  static StatusOr<std::unique_ptr<McpClient>> Start(Sandbox& sandbox,
+                                                    const McpServerOptions& options,
+                                                    Deadline deadline);
+  const std::vector<ToolSpec>& tools() const { return tools_; }
+  const std::string& server_name() const { return server_name_; }  // from serverInfo
+  bool HasTool(const std::string& name) const;
+  // Validates the arguments against the tool's schema, then tools/call. Model mistakes and tool
+  // errors are error ToolResults; a Status error means the server failed.
+  StatusOr<ToolResult> CallTool(const ToolCall& call, Deadline deadline);
+
+ private:
+  McpClient(std::unique_ptr<JsonRpcChannel> channel, McpServerOptions options)
+      : channel_(std::move(channel)), options_(std::move(options)) {}
+  std::unique_ptr<JsonRpcChannel> channel_;
+  McpServerOptions options_;
+  std::vector<ToolSpec> tools_;
+  std::string server_name_;
+};
+
+}  // namespace orrery::env

@@ -1,0 +1,40 @@
+// Attaching MCP servers' tools to any environment.
+//
+// WithMcpTools wraps an Env: every episode also starts each configured MCP server in its own
+// pooled sandbox (the server's /work is that sandbox's private, per-episode directory), lists
+// its tools and offers them beside the environment's own. Calls to an MCP tool go to its server;
+// the rest go to the inner episode; scoring is the inner episode's. Tool names must be unique
+// across the environment and the servers (Reset fails with the clashing name otherwise).
+//
+// Config: one [[env.mcp]] table per server:
+//   [[env.mcp]]
+//   name = "fs"
+//   dir = "../.cache/npm"            # host directory mounted read-only at /mcp
+//   command = ["/usr/bin/node",
+//   "/mcp/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js", "/work"]
+//   wall_seconds = 30                # deadline of each request
+//   memory_mb = 16384                # RLIMIT_AS: V8 reserves large virtual ranges up front
+//   open_files = 1024                # node opens every module file at start-up
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/config.h"
+#include "env/env.h"
+#include "env/mcp/mcp_client.h"
+#include "env/sandbox/sandbox.h"
+
+namespace orrery::env {
+
+struct McpAttachment {
+  McpServerOptions server;
+  std::string dir;  // mounted at /mcp when set
+  SandboxOptions sandbox;
+  int pool_size = 16;
+};
+
+std::vector<McpAttachment> ReadMcpAttachments(ConfigTable& env_table);
+std::unique_ptr<Env> WithMcpTools(std::unique_ptr<Env> inner, std::vector<McpAttachment> servers);
+
+}  // namespace orrery::env
