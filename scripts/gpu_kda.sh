@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# KDA on a GPU machine: the GPU tests against the CPU reference, Orrery's timings, and fla's
+# chunk_kda timed in the same run. Writes logs under $OUT (or ./gpu-kda-out).
+#
+#   scripts/gpu_kda.sh [BIN_DIR]
+#
+# BIN_DIR holds kda_gpu_tests and kda_gpu_bench (built elsewhere with -DORRERY_CUDA=ON, e.g.
+# build/tests) and, in BIN_DIR/lib, the shared libraries the GPU machine lacks (OpenBLAS and its
+# Fortran runtime). Without BIN_DIR the script builds with the gpu-machine preset first, which
+# needs OpenBLAS on that machine. fla is taken from .fla/ (a copy of fla-org/flash-linear-attention's
+# `fla` package, never committed) when it is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-kda-out}"
+mkdir -p "$out"
+bin="${1:-}"
+if [[ -z "$bin" ]]; then
+  cmake --preset gpu-machine >"$out/build.log" 2>&1
+  cmake --build --preset gpu-machine --target kda_gpu_tests kda_gpu_bench >>"$out/build.log" 2>&1
+  bin=build-gpu/tests
+fi
+source scripts/env.sh
+export LD_LIBRARY_PATH="$PWD/$bin/lib:${LD_LIBRARY_PATH:-}"
+export OPENBLAS_NUM_THREADS=16 ORRERY_NUM_THREADS=16
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+status=0
+"$bin/kda_gpu_tests" 2>&1 | tee "$out/tests.log" || status=1
+"$bin/kda_gpu_bench" 2>&1 | tee "$out/bench.log" || status=1
+if [[ -d .fla ]]; then
+  PYTHONPATH="$PWD/.fla:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 scripts/gpu_kda_fla.py 2>&1 |
+    tee "$out/fla.log" || status=1
+fi
+exit $status

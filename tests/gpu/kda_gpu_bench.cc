@@ -1,0 +1,135 @@
+// KDA on the GPU: forward time at the shapes, decode state bandwidth, copy bandwidth.
+//
+// Prints one line per case (medians of CUDA-event timings after a warm-up); scripts/gpu_kda.sh
+// runs it next to fla's chunk_kda and docs/benchmarks.md records both.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+#include "kernels/kda.h"
+
+namespace orrery::kernels {
+namespace {
+
+#define CHECK_CUDA(x)                                              \
+  do {                                                             \
+    cudaError_t e = (x);                                           \
+    if (e != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                \
+    }                                                              \
+  } while (0)
+
+// A [rows, width] tensor on the GPU filled by repeating a 1M-element random block (unit rows
+// when `unit`, uniform in [lo, hi) otherwise), converted to `dtype`.
+Tensor Fill(const Shape& shape, DType dtype, uint64_t seed, bool unit, float lo, float hi) {
+  const int64_t width = shape.back(), numel = ShapeNumel(shape);
+  const int64_t block = std::min<int64_t>(numel, (int64_t{1} << 20) / width * width);
+  PhiloxGenerator rng(seed, 0);
+  std::vector<float> b(block);
+  for (int64_t i = 0; i < block; ++i) b[i] = unit ? rng.Normal() : lo + (hi - lo) * rng.Uniform();
+  if (unit) {
+    for (int64_t r = 0; r < block / width; ++r) {
+      float ss = 0;
+      for (int64_t d = 0; d < width; ++d) ss += b[r * width + d] * b[r * width + d];
+      for (int64_t d = 0; d < width; ++d) b[r * width + d] /= std::sqrt(ss);
+    }
+  }
+  Tensor host = Tensor::Empty({block}, DType::kF32);
+  std::copy(b.begin(), b.end(), host.data<float>());
+  Tensor h = host.Cast(dtype).value();
+  Tensor dev = Tensor::Allocate(shape, dtype, Device::Cuda(0)).value();
+  const size_t bb = h.nbytes();
+  for (int64_t off = 0; off < numel; off += block) {
+    const int64_t n = std::min(block, numel - off);
+    CHECK_CUDA(cudaMemcpy(static_cast<char*>(dev.raw_data()) + off * DTypeSize(dtype), h.raw_data(),
+                          std::min<size_t>(bb, n * DTypeSize(dtype)), cudaMemcpyHostToDevice));
+  }
+  return dev;
+}
+
+double MedianMs(const std::function<void()>& fn, int reps) {
+  fn();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<double> t;
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaEventRecord(a));
+    fn();
+    CHECK_CUDA(cudaEventRecord(b));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+int Main() {
+  // Copy bandwidth: 2 GiB device to device, bytes read + written.
+  {
+    const size_t bytes = size_t{2} << 30;
+    void *x, *y;
+    CHECK_CUDA(cudaMalloc(&x, bytes));
+    CHECK_CUDA(cudaMalloc(&y, bytes));
+    CHECK_CUDA(cudaMemset(x, 1, bytes));
+    const double ms =
+        MedianMs([&] { CHECK_CUDA(cudaMemcpy(y, x, bytes, cudaMemcpyDeviceToDevice)); }, 10);
+    std::printf("copy bytes=%zu ms=%.3f GB/s=%.0f\n", bytes, ms, 2.0 * bytes / ms / 1e6);
+    CHECK_CUDA(cudaFree(x));
+    CHECK_CUDA(cudaFree(y));
+  }
+  const int64_t shapes[][4] = {{8, 8192, 16, 128}, {1, 65536, 16, 128}, {1, 8192, 96, 128}};
+  for (const auto& s : shapes) {
+    const int64_t b = s[0], t = s[1], h = s[2], d = s[3];
+    KdaInputs in;
+    in.q = Fill({b, t, h, d}, DType::kBF16, 1, true, 0, 0);
+    in.k = Fill({b, t, h, d}, DType::kBF16, 2, true, 0, 0);
+    in.v = Fill({b, t, h, d}, DType::kBF16, 3, false, -1, 1);
+    in.g = Fill({b, t, h, d}, DType::kF32, 4, false, -5, 0);
+    in.beta = Fill({b, t, h}, DType::kBF16, 5, false, 0.05f, 0.95f);
+    KdaOutputs out;
+    KdaOptions options;
+    const double ms = MedianMs([&] { Check(KdaForward(in, options, &out)); }, 5);
+    const double tflops = 182e3 * b * t * h / ms / 1e9;  // spec §2.7 F_fwd(64) per token-head
+    std::printf("orrery fwd B=%lld T=%lld H=%lld K=V=%lld ms=%.3f (%.1f TFLOP/s by spec 2.7)\n",
+                (long long)b, (long long)t, (long long)h, (long long)d, ms, tflops);
+  }
+  for (int64_t n : {1, 64, 256}) {
+    const int64_t h = 32, d = 128;
+    Tensor q = Fill({n, h, d}, DType::kBF16, 1, true, 0, 0),
+           k = Fill({n, h, d}, DType::kBF16, 2, true, 0, 0);
+    Tensor v = Fill({n, h, d}, DType::kBF16, 3, false, -1, 1),
+           g = Fill({n, h, d}, DType::kF32, 4, false, -5, 0);
+    Tensor beta = Fill({n, h}, DType::kBF16, 5, false, 0.05f, 0.95f);
+    Tensor state = Fill({n, h, d, d}, DType::kF32, 6, false, -1, 1), o;
+    Check(KdaDecodeStep(q, k, v, g, beta, 0.0f, &state, &o));
+    const double ms =
+        MedianMs([&] { Check(KdaDecodeStep(q, k, v, g, beta, 0.0f, &state, &o)); }, 50);
+    const double bytes = 2.0 * n * h * d * d * 4;
+    std::printf("orrery decode N=%lld H=%lld K=V=%lld ms=%.4f state GB/s=%.0f\n", (long long)n,
+                (long long)h, (long long)d, ms, bytes / ms / 1e6);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace orrery::kernels
+
+int main() { return orrery::kernels::Main(); }
