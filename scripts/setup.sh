@@ -13,6 +13,8 @@ packages=(
   libopenblas-dev libgloo-dev libseccomp-dev prometheus-cpp-dev libbenchmark-dev
   # runtime tools: the sandbox, the python environment's interpreter, text corpora for pretraining
   bubblewrap python3 bible-kjv fortunes-min
+  # dashboard tests: headless browser (tests/browser) and promtool (checks the /metrics exposition)
+  chromium prometheus
 )
 
 missing=()
@@ -21,6 +23,12 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+
+# The dashboard bundles its page from npm packages at build time: Node.js with npm (a nodejs
+# package that ships npm itself counts; otherwise Debian's nodejs and npm).
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"

@@ -1,5 +1,6 @@
 #include "actors/cli/commands.h"
 
+#include "actors/metrics/commands.h"
 #include "core/commands.h"
 #include "env/commands.h"
 #include "model/commands.h"
@@ -9,6 +10,7 @@ namespace orrery {
 // Each module adds one line here when it has a subcommand that works.
 void RegisterAllCommands(CliRegistry& registry) {
   RegisterCoreCommands(registry);
+  RegisterMetricsCommands(registry);
   RegisterEnvCommands(registry);
   model::RegisterModelCommands(registry);
 }
