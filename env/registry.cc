@@ -3,6 +3,7 @@
 #include "env/calc/calc_env.h"
 #include "env/external/external_env.h"
 #include "env/mcp/mcp_tools_env.h"
+#include "env/plugin.h"
 #include "env/python/python_env.h"
 
 namespace orrery::env {
@@ -56,6 +57,10 @@ void RegisterBuiltinEnvs(EnvRegistry& registry) {
 
 StatusOr<std::unique_ptr<Env>> CreateEnvFromConfig(ConfigTable& root, EnvRegistry& registry) {
   ConfigTable env = root.Table("env");
+  const std::vector<std::string> plugins = env.StringList("plugins", {});
+  for (const std::string& p : plugins) {
+    ORRERY_RETURN_IF_ERROR(LoadEnvPlugin(p, registry));
+  }
   const std::string name = env.String("name", "calc");
   ConfigTable options = env.Table(name);
   std::vector<McpAttachment> mcp = ReadMcpAttachments(env);
