@@ -1,0 +1,172 @@
+#include "actors/replay/commands.h"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "actors/replay/bench.h"
+#include "actors/replay/client.h"
+#include "actors/replay/replay_config.h"
+#include "actors/replay/server.h"
+#include "actors/replay/store.h"
+#include "actors/replay/wire.h"
+#include "actors/runtime/role.h"
+#include "core/logging.h"
+
+namespace orrery::replay {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+std::string FormatDiff(double v) {
+  if (v <= -1e300) return "-inf";
+  if (v >= 1e300) return "+inf";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+int Serve(const CliArgs& args, const ConfigSections* sections) {
+  StatusOr<ReplayConfig> config = LoadReplayConfig(args.Get("config"), sections);
+  if (!config.ok()) return ReportError(config.status());
+  if (args.Has("bind")) config->bind = args.Get("bind");
+  if (args.Has("restore-from")) config->storage.restore_from = args.Get("restore-from");
+  StatusOr<std::unique_ptr<ReplayStore>> store = ReplayStore::Open(*config);
+  if (!store.ok()) return ReportError(store.status());
+  zmq::context_t context(1);
+  ReplayServer server(store->get(), context);
+  Status s = server.Bind(config->bind);
+  if (!s.ok()) return ReportError(s);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::printf("replay: serving %zu tables on %s (database %s)\n", config->tables.size(),
+              server.endpoint().c_str(), config->storage.path.c_str());
+  std::fflush(stdout);
+  s = server.Run([] { return g_stop != 0; });
+  if (!s.ok()) return ReportError(s);
+  ORRERY_LOG(INFO) << "replay: stopped";
+  return 0;
+}
+
+int Info(const CliArgs& args) {
+  StatusOr<std::unique_ptr<ReplayClient>> client =
+      ReplayClient::Connect(args.Get("connect"), nullptr, {args.Int("timeout-ms", 5000)});
+  if (!client.ok()) return ReportError(client.status());
+  StatusOr<std::vector<TableInfo>> info = (*client)->Info();
+  if (!info.ok()) return ReportError(info.status());
+  for (const TableInfo& t : *info) {
+    const TableOptions& o = t.options;
+    std::printf(
+        "%s: size %lld/%lld, %lld bytes, inserts %lld, samples %lld, deletes %lld (%s), "
+        "stale evicted %lld, learner version %lld, batches logged %lld\n"
+        "  sampler %s, remover %s, max_times_sampled %d, max_staleness %lld\n"
+        "  rate limiter: samples_per_insert %g, min_size_to_sample %lld, diff [%s, %s]\n"
+        "  blocked: inserts %lld (p50 %.3f ms, p99 %.3f ms), samples %lld (p50 %.3f ms, "
+        "p99 %.3f ms)\n",
+        o.name.c_str(), static_cast<long long>(t.size), static_cast<long long>(o.max_size),
+        static_cast<long long>(t.bytes), static_cast<long long>(t.counters.inserts),
+        static_cast<long long>(t.counters.samples), static_cast<long long>(t.counters.deletes),
+        std::string(CountUnitName(o.count_unit)).c_str(), static_cast<long long>(t.stale_evicted),
+        static_cast<long long>(t.learner_version), static_cast<long long>(t.batches_logged),
+        std::string(SelectorKindName(o.sampler.kind)).c_str(),
+        std::string(SelectorKindName(o.remover.kind)).c_str(), o.max_times_sampled,
+        static_cast<long long>(o.max_staleness), o.limiter.samples_per_insert,
+        static_cast<long long>(o.limiter.min_size_to_sample),
+        FormatDiff(o.limiter.min_diff).c_str(), FormatDiff(o.limiter.max_diff).c_str(),
+        static_cast<long long>(t.insert_blocked.blocked_calls), t.insert_blocked.p50_ms,
+        t.insert_blocked.p99_ms, static_cast<long long>(t.sample_blocked.blocked_calls),
+        t.sample_blocked.p50_ms, t.sample_blocked.p99_ms);
+  }
+  return 0;
+}
+
+int CheckpointCommand(const CliArgs& args) {
+  StatusOr<std::unique_ptr<ReplayClient>> client =
+      ReplayClient::Connect(args.Get("connect"), nullptr, {args.Int("timeout-ms", 5000)});
+  if (!client.ok()) return ReportError(client.status());
+  std::string dir = args.Get("dir");
+  if (!dir.empty()) dir = std::filesystem::absolute(dir).string();
+  StatusOr<std::string> out = (*client)->Checkpoint(dir);
+  if (!out.ok()) return ReportError(out.status());
+  std::printf("%s\n", out->c_str());
+  return 0;
+}
+
+int Bench(const CliArgs& args) {
+  ReplayBenchOptions o;
+  o.dir = args.Get("dir");
+  o.group_commit = args.Get("sync") != "per_insert";
+  o.bytes_per_run = args.Int("mb-per-size") << 20;
+  o.max_items = args.Int("max-items");
+  if (o.bytes_per_run < 1 || o.max_items < 1) {
+    return ReportError(
+        InvalidArgumentError("replay bench: --mb-per-size and --max-items must be >= 1"));
+  }
+  if (args.Get("sync") != "per_insert" && args.Get("sync") != "group") {
+    return ReportError(InvalidArgumentError(
+        "replay bench: --sync must be per_insert or group, got '" + args.Get("sync") + "'"));
+  }
+  Status s = RunReplayBench(o);
+  return s.ok() ? 0 : ReportError(s);
+}
+
+// The "replay" actor role: the store as one actor of a fleet. Its database lives in the
+// instance's state directory unless [replay].path says otherwise.
+Status ReplayMain(ActorContext& ctx) {
+  ConfigTable root = ctx.config_root();
+  const bool has_path = root.Table("replay").Has("path");
+  ReplayConfig config = ReadReplayConfig(root);
+  if (!has_path) config.storage.path = ctx.state_dir() + "/db";
+  for (const TableOptions& t : config.tables) ORRERY_RETURN_IF_ERROR(ValidateTableOptions(t));
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<ReplayStore> store, ReplayStore::Open(config));
+  ReplayServer server(store.get(), ctx.zmq());
+  ORRERY_RETURN_IF_ERROR(server.Bind(ctx.endpoint()));
+  ctx.SetReady();
+  return server.Run([&ctx] { return ctx.stop().cancelled(); });
+}
+
+}  // namespace
+
+void RegisterReplayCommands(CliRegistry& registry) {
+  registry.config_sections().Add("replay", [](ConfigTable& root) { ReadReplayConfig(root); });
+  RegisterActorRole({"replay", "the durable RocksDB replay store", ReplayMain});
+
+  registry.AddGroup({"replay"}, "The durable replay store: serve it, inspect it, checkpoint it");
+  const ConfigSections* sections = &registry.config_sections();
+  registry.Add(CliCommand{
+      {"replay", "serve"},
+      "Serve the replay store of a config over ZeroMQ until SIGINT/SIGTERM",
+      {{"--config", "TOML file with a [replay] section and [[replay.tables]]", CliKind::kString,
+        true, ""},
+       {"--bind", "endpoint to listen on (overrides replay.bind)", CliKind::kString, false, ""},
+       {"--restore-from", "checkpoint directory to start from when the database is empty",
+        CliKind::kString, false, ""}},
+      [sections](const CliArgs& args) { return Serve(args, sections); }});
+  registry.Add(CliCommand{
+      {"replay", "info"},
+      "Print every table of a running replay store: size, counters, limiter, blocked time",
+      {{"--connect", "the store's endpoint (tcp://host:port)", CliKind::kString, true, ""},
+       {"--timeout-ms", "give up when the store does not answer", CliKind::kInt, false, "5000"}},
+      Info});
+  registry.Add(CliCommand{
+      {"replay", "checkpoint"},
+      "Write a RocksDB checkpoint of a running replay store (blocks no insert or sample)",
+      {{"--connect", "the store's endpoint (tcp://host:port)", CliKind::kString, true, ""},
+       {"--dir", "directory to create (default: under replay.checkpoint_dir)", CliKind::kString,
+        false, ""},
+       {"--timeout-ms", "give up when the store does not answer", CliKind::kInt, false, "5000"}},
+      CheckpointCommand});
+  registry.Add(CliCommand{
+      {"replay", "bench"},
+      "Benchmark the replay actor over loopback (1 and 8 clients) against raw RocksDB Put/Get",
+      {{"--dir", "scratch directory (deleted before and after)", CliKind::kString, false,
+        "/tmp/orrery_replay_bench"},
+       {"--sync", "per_insert or group (applies to both raw RocksDB and the store)",
+        CliKind::kString, false, "group"},
+       {"--mb-per-size", "bytes written per item size, in MiB", CliKind::kInt, false, "256"},
+       {"--max-items", "at most this many items per size", CliKind::kInt, false, "4000"}},
+      Bench});
+}
+
+}  // namespace orrery::replay

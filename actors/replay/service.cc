@@ -1,0 +1,307 @@
+#include "actors/replay/service.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <thread>
+
+#include "actors/replay/capnp_io.h"
+#include "actors/replay/wire.h"
+#include "core/logging.h"
+#include "core/metrics.h"
+
+namespace orrery::replay {
+
+using Clock = std::chrono::steady_clock;
+
+struct ReplayService::Parked {
+  std::string peer;
+  uint64_t id = 0;
+  Table* table = nullptr;
+  bool is_insert = false;
+  ItemInput item;
+  SampleOptions sample;
+  Deadline deadline;
+  Clock::time_point start;
+  double start_unix = 0;
+};
+
+struct ReplayService::PendingAck {
+  std::string peer;
+  uint64_t id;
+  InsertOutcome outcome;
+};
+
+struct ReplayService::PendingCheckpoint {
+  std::string peer;
+  uint64_t id;
+  std::future<StatusOr<std::string>> result;
+};
+
+ReplayService::ReplayService(ReplayStore* store, SendFn send)
+    : store_(store), send_(std::move(send)) {}
+
+ReplayService::~ReplayService() {
+  for (auto& c : checkpoints_) c->result.wait();
+}
+
+void ReplayService::Reply(const std::string& peer, uint64_t id, const Status& error) {
+  capnp::MallocMessageBuilder builder;
+  auto reply = builder.initRoot<schema::ReplayReply>();
+  reply.setId(id);
+  FillError(error, reply.initError());
+  send_(peer, capnp::messageToFlatArray(builder));
+}
+
+void ReplayService::AnswerInsert(const std::string& peer, uint64_t id, const InsertOutcome& out) {
+  if (out.ticket > store_->storage()->durable_ticket()) {
+    acks_.push_back({peer, id, out});
+    return;
+  }
+  capnp::MallocMessageBuilder builder;
+  auto reply = builder.initRoot<schema::ReplayReply>();
+  reply.setId(id);
+  auto ins = reply.initInsert();
+  ins.setKey(out.key);
+  ins.setDroppedStale(out.dropped_stale);
+  send_(peer, capnp::messageToFlatArray(builder));
+}
+
+bool ReplayService::TryParked(Parked& p) {
+  if (p.is_insert) {
+    StatusOr<std::optional<InsertOutcome>> out = p.table->TryInsert(p.item);
+    if (out.ok() && !out->has_value()) return false;
+    p.table->RecordBlocked(BlockedOp::kInsert, p.start_unix,
+                           std::chrono::duration<double>(Clock::now() - p.start).count());
+    if (!out.ok()) {
+      Reply(p.peer, p.id, out.status());
+    } else {
+      AnswerInsert(p.peer, p.id, **out);
+    }
+    return true;
+  }
+  StatusOr<std::vector<SampledItem>> out = p.table->TrySample(p.sample);
+  if (out.ok() && out->empty()) return false;
+  p.table->RecordBlocked(BlockedOp::kSample, p.start_unix,
+                         std::chrono::duration<double>(Clock::now() - p.start).count());
+  if (!out.ok()) {
+    Reply(p.peer, p.id, out.status());
+    return true;
+  }
+  capnp::MallocMessageBuilder builder;
+  auto reply = builder.initRoot<schema::ReplayReply>();
+  reply.setId(p.id);
+  auto list = reply.initSample(static_cast<unsigned>(out->size()));
+  for (size_t i = 0; i < out->size(); ++i)
+    FillSampledItem((*out)[i], list[static_cast<unsigned>(i)]);
+  send_(p.peer, capnp::messageToFlatArray(builder));
+  return true;
+}
+
+void ReplayService::HandleRequest(const std::string& peer, std::string_view bytes) {
+  if (static_cast<int64_t>(bytes.size()) > store_->config().max_message_bytes) {
+    Reply(peer, 0,
+          ResourceExhaustedError("replay: request of " + std::to_string(bytes.size()) +
+                                 " bytes exceeds max_message_bytes " +
+                                 std::to_string(store_->config().max_message_bytes)));
+    return;
+  }
+  uint64_t id = 0;
+  std::unique_ptr<Parked> park;
+  Status status = ReadCapnpMessage<schema::ReplayRequest>(
+      bytes, "replay request", [&](schema::ReplayRequest::Reader req) -> Status {
+        id = req.getId();
+        const Deadline deadline = DeadlineFromTimeoutMs(req.getTimeoutMs());
+        switch (req.which()) {
+          case schema::ReplayRequest::INSERT: {
+            auto in = req.getInsert();
+            ORRERY_ASSIGN_OR_RETURN(Table * table, store_->Find(in.getTable()));
+            park = std::make_unique<Parked>();
+            park->table = table;
+            park->is_insert = true;
+            park->item.group_id = in.getGroupId();
+            park->item.priority = in.getPriority();
+            park->item.tokens = in.getTokens();
+            park->item.min_policy_version = in.getMinPolicyVersion();
+            for (auto d : in.getTrajectories()) {
+              park->item.trajectories.emplace_back(reinterpret_cast<const char*>(d.begin()),
+                                                   d.size());
+            }
+            break;
+          }
+          case schema::ReplayRequest::SAMPLE: {
+            auto in = req.getSample();
+            ORRERY_ASSIGN_OR_RETURN(Table * table, store_->Find(in.getTable()));
+            if (in.getMaxItems() < 1 || in.getMaxItems() > 1 << 16) {
+              return InvalidArgumentError("replay sample: maxItems must be in [1, 65536], got " +
+                                          std::to_string(in.getMaxItems()));
+            }
+            park = std::make_unique<Parked>();
+            park->table = table;
+            park->sample.max_items = static_cast<int>(in.getMaxItems());
+            park->sample.learner_version = in.getLearnerVersion();
+            park->sample.batch_step = in.getBatchStep();
+            break;
+          }
+          case schema::ReplayRequest::UPDATE_PRIORITIES: {
+            auto in = req.getUpdatePriorities();
+            ORRERY_ASSIGN_OR_RETURN(Table * table, store_->Find(in.getTable()));
+            auto keys = in.getKeys();
+            auto prios = in.getPriorities();
+            if (keys.size() != prios.size()) {
+              return InvalidArgumentError("replay update: " + std::to_string(keys.size()) +
+                                          " keys but " + std::to_string(prios.size()) +
+                                          " priorities");
+            }
+            std::vector<std::pair<uint64_t, double>> updates;
+            for (unsigned i = 0; i < keys.size(); ++i) updates.emplace_back(keys[i], prios[i]);
+            std::vector<uint64_t> deletes;
+            for (uint64_t k : in.getDeleteKeys()) deletes.push_back(k);
+            ORRERY_ASSIGN_OR_RETURN(UpdateOutcome out, table->UpdatePriorities(updates, deletes));
+            capnp::MallocMessageBuilder builder;
+            auto reply = builder.initRoot<schema::ReplayReply>();
+            reply.setId(id);
+            auto u = reply.initUpdatePriorities();
+            u.setUpdated(static_cast<uint32_t>(out.updated));
+            u.setDeleted(static_cast<uint32_t>(out.deleted));
+            u.setMissing(static_cast<uint32_t>(out.missing));
+            send_(peer, capnp::messageToFlatArray(builder));
+            return Status::OK();
+          }
+          case schema::ReplayRequest::INFO: {
+            capnp::MallocMessageBuilder builder;
+            auto reply = builder.initRoot<schema::ReplayReply>();
+            reply.setId(id);
+            std::vector<Table*> tables = store_->tables();
+            auto list = reply.initInfo(static_cast<unsigned>(tables.size()));
+            for (size_t i = 0; i < tables.size(); ++i) {
+              FillTableInfo(tables[i]->Info(), list[static_cast<unsigned>(i)]);
+            }
+            send_(peer, capnp::messageToFlatArray(builder));
+            return Status::OK();
+          }
+          case schema::ReplayRequest::CHECKPOINT: {
+            auto pending = std::make_unique<PendingCheckpoint>();
+            pending->peer = peer;
+            pending->id = id;
+            std::string dir = req.getCheckpoint().getDirectory();
+            pending->result = std::async(std::launch::async,
+                                         [store = store_, dir] { return store->Checkpoint(dir); });
+            checkpoints_.push_back(std::move(pending));
+            return Status::OK();
+          }
+          case schema::ReplayRequest::SET_LEARNER_VERSION: {
+            auto in = req.getSetLearnerVersion();
+            ORRERY_ASSIGN_OR_RETURN(Table * table, store_->Find(in.getTable()));
+            ORRERY_ASSIGN_OR_RETURN(int64_t evicted, table->SetLearnerVersion(in.getVersion()));
+            capnp::MallocMessageBuilder builder;
+            auto reply = builder.initRoot<schema::ReplayReply>();
+            reply.setId(id);
+            reply.setSetLearnerVersion(static_cast<uint64_t>(evicted));
+            send_(peer, capnp::messageToFlatArray(builder));
+            return Status::OK();
+          }
+          default:
+            return InvalidArgumentError("replay request: unknown request kind " +
+                                        std::to_string(static_cast<int>(req.which())));
+        }
+        park->peer = peer;
+        park->id = id;
+        park->deadline = deadline;
+        park->start = Clock::now();
+        park->start_unix = UnixSeconds();
+        return Status::OK();
+      });
+  if (!status.ok()) {
+    Reply(peer, id, status);
+    return;
+  }
+  if (park == nullptr) return;
+  // Requests to a table are served in arrival order: a new one waits behind parked ones.
+  bool queued_behind = false;
+  for (const auto& p : parked_) {
+    if (p->table == park->table && p->is_insert == park->is_insert) queued_behind = true;
+  }
+  if (!queued_behind && TryParked(*park)) {
+    Poll();  // the table changed: parked requests of the other kind may proceed now
+    return;
+  }
+  parked_.push_back(std::move(park));
+  Poll();
+}
+
+void ReplayService::Poll() {
+  // Retry parked requests until none makes progress (an insert can unblock a sample and back).
+  bool progress = true;
+  while (progress && !parked_.empty()) {
+    progress = false;
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (TryParked(**it)) {
+        it = parked_.erase(it);
+        progress = true;
+      } else {
+        ++it;
+      }
+    }
+  }
+  const auto now = Clock::now();
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    Parked& p = **it;
+    if (p.deadline <= now) {
+      p.table->RecordBlocked(p.is_insert ? BlockedOp::kInsert : BlockedOp::kSample, p.start_unix,
+                             std::chrono::duration<double>(now - p.start).count());
+      Reply(p.peer, p.id,
+            DeadlineExceededError(
+                "replay table '" + p.table->name() + "': " +
+                (p.is_insert ? "insert blocked by the rate limiter" : "nothing could be sampled") +
+                " until the deadline"));
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const uint64_t durable = store_->storage()->durable_ticket();
+  while (!acks_.empty() && acks_.front().outcome.ticket <= durable) {
+    PendingAck ack = std::move(acks_.front());
+    acks_.pop_front();
+    AnswerInsert(ack.peer, ack.id, ack.outcome);
+  }
+  for (auto it = checkpoints_.begin(); it != checkpoints_.end();) {
+    PendingCheckpoint& c = **it;
+    if (c.result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ++it;
+      continue;
+    }
+    StatusOr<std::string> dir = c.result.get();
+    if (!dir.ok()) {
+      Reply(c.peer, c.id, dir.status());
+    } else {
+      capnp::MallocMessageBuilder builder;
+      auto reply = builder.initRoot<schema::ReplayReply>();
+      reply.setId(c.id);
+      reply.setCheckpoint(*dir);
+      send_(c.peer, capnp::messageToFlatArray(builder));
+    }
+    it = checkpoints_.erase(it);
+  }
+}
+
+int64_t ReplayService::PollIntervalMs() const {
+  if (!acks_.empty() || !checkpoints_.empty()) return 1;
+  if (parked_.empty()) return -1;
+  Deadline earliest = Deadline::max();
+  for (const auto& p : parked_) earliest = std::min(earliest, p->deadline);
+  if (earliest == Deadline::max()) return -1;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count();
+  return std::max<int64_t>(0, ms + 1);
+}
+
+void ReplayService::CancelAll() {
+  for (auto& p : parked_) Reply(p->peer, p->id, CancelledError("replay: the store is stopping"));
+  parked_.clear();
+  for (auto& c : checkpoints_) c->result.wait();
+  Poll();
+}
+
+}  // namespace orrery::replay

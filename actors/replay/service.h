@@ -1,0 +1,65 @@
+// ReplayService: the replay actor's request handling, independent of the transport.
+//
+// It takes one encoded ReplayRequest from a peer and answers through `send` — at once, or later:
+// an insert or sample the rate limiter refuses is parked (never blocking the caller's loop) and
+// retried whenever the table changes, and answered with DeadlineExceeded at its deadline; in
+// group-commit mode an insert is acknowledged only once its WAL write is fsynced; a checkpoint
+// runs on its own thread. Malformed, truncated or oversized messages and unknown tables get an
+// error reply; nothing a client sends can stop the service.
+//
+// Not thread-safe: one loop (ReplayServer, or an actor runtime's loop) calls it.
+#pragma once
+
+#include <capnp/common.h>
+#include <kj/array.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "actors/replay/store.h"
+
+namespace orrery::replay {
+
+class ReplayService {
+ public:
+  // Sends an encoded ReplayReply to `peer` (a ZeroMQ routing id).
+  using SendFn = std::function<void(const std::string& peer, kj::Array<capnp::word> reply)>;
+
+  ReplayService(ReplayStore* store, SendFn send);
+  ~ReplayService();
+
+  void HandleRequest(const std::string& peer, std::string_view bytes);
+  // Retries parked requests, answers expired ones, releases durable acks and finished
+  // checkpoints. Cheap when nothing is pending; call after every batch of requests and at least
+  // every PollIntervalMs().
+  void Poll();
+  // How long the loop may sleep before the next Poll(): -1 when nothing is pending.
+  int64_t PollIntervalMs() const;
+  size_t parked() const { return parked_.size(); }
+  // Answers every pending request with Cancelled (shutdown).
+  void CancelAll();
+
+ private:
+  struct Parked;
+  struct PendingAck;
+  struct PendingCheckpoint;
+
+  void Reply(const std::string& peer, uint64_t id, const Status& error);
+  // Tries a parked insert or sample once; true when it was answered.
+  bool TryParked(Parked& p);
+  void AnswerInsert(const std::string& peer, uint64_t id, const InsertOutcome& out);
+
+  ReplayStore* store_;
+  SendFn send_;
+  std::deque<std::unique_ptr<Parked>> parked_;
+  std::deque<PendingAck> acks_;
+  std::deque<std::unique_ptr<PendingCheckpoint>> checkpoints_;
+};
+
+}  // namespace orrery::replay
