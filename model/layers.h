@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/kda.h"
 #include "kernels/situ.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -99,9 +100,20 @@ class KdaLayer {
   Status Forward(const T* x, int64_t n, const std::vector<int64_t>& cu, T* y, Cache* cache) const;
   Status Backward(const T* x, int64_t n, const std::vector<int64_t>& cu, const Cache& cache,
                   const T* dy, T* dx) const;
+  // Inference over segments (cu: offsets into the n rows of x; segment i continues a sequence).
+  // conv_state [segments, conv_size - 1, 2*Pk + Pv] holds the last pre-conv q|k|v projections and
+  // state [segments, H, K, V] the recurrent state; both are read and advanced in place. Segments
+  // of one token each take the decode step (kernels KdaDecodeStep), others the chunked core with
+  // initial and final states.
+  Status Infer(const T* x, int64_t n, const std::vector<int64_t>& cu, T* conv_state, Tensor* state,
+               T* y) const;
 
  private:
-  void Projections(const T* x, int64_t n, Cache* c) const;
+  // q, k L2 norms (from qc, kc), decay logits, gate g and beta; fills the matching Cache fields.
+  Status Gates(const T* x, int64_t n, Cache* c) const;
+  // Output RMSNorm times the sigmoid gate, then W_o: y from c->o; fills on, o_rstd, gate*, og.
+  void Output(const T* x, int64_t n, Cache* c, T* y) const;
+  kernels::KdaOptions CoreOptions(bool final_state) const;
   const ModelConfig* c_;
   int64_t d_, h_, kd_, vd_, pk_, pv_, conv_, rank_, grank_;
   Param<T> wq_, wk_, wv_, cq_, ck_, cv_, fa_, fb_, a_log_, dt_bias_, wb_, onorm_, wg_, wga_, wgb_,
@@ -119,10 +131,19 @@ class MlaLayer {
   void Forward(const T* x, int64_t n, const std::vector<int64_t>& cu, T* y, Cache* cache) const;
   void Backward(const T* x, int64_t n, const std::vector<int64_t>& cu, const Cache& cache,
                 const T* dy, T* dx) const;
+  // Inference over segments in the absorbed form (spec §3.3): segment i (rows cu[i]..cu[i+1] of
+  // x) writes its tokens' latent rows [c-hat | k^R] into caches[i] after the past[i] rows already
+  // there (room must exist), then each token attends causally over its sequence's cache with the
+  // absorbed query q~_h = W_UK,h^T q^N_h, and o_h = W_UV,h sum_j p_j c-hat_j.
+  void Infer(const T* x, int64_t n, const std::vector<int64_t>& cu, const std::vector<T*>& caches,
+             const std::vector<int64_t>& past, T* y) const;
   int64_t latent_width() const { return dc_ + dr_; }
 
  private:
+  // q [n, H, dqk] (through the q LoRA when configured); fills c->q (and qa, qan, qa_rstd).
   void Queries(const T* x, int64_t n, Cache* c) const;
+  // The output gate and projection: y = W_o (o * sigmoid(W_g x)); fills gate_logit and og.
+  void Output(const T* x, int64_t n, Cache* c, T* y) const;
   const ModelConfig* c_;
   int64_t d_, h_, ql_, dc_, dn_, dr_, dv_, dqk_;
   double scale_;

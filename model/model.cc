@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <cstring>
+#include <functional>
 #include <memory>
 
 #include "core/safetensors.h"
 #include "kernels/attn_res.h"
 #include "kernels/rmsnorm.h"
+#include "model/inference_state_impl.h"
 #include "model/layers.h"
 #include "model/quantile_balancing.h"
 
@@ -53,6 +55,8 @@ class Model::Impl {
   std::vector<Tensor> biases;  // f32 [E] per MoE layer
   virtual StatusOr<Tensor> Forward(const Batch& batch, ForwardCache* cache) = 0;
   virtual Status Backward(const ForwardCache& cache, const Tensor& dlogits) = 0;
+  virtual StatusOr<StepOutput> Extend(InferenceState* state, const std::vector<int64_t>& slots,
+                                      const std::vector<std::vector<int32_t>>& segments) = 0;
 };
 
 namespace {
@@ -130,6 +134,7 @@ class ModelImpl final : public Model::Impl {
     dtype = DTypeOf<T>::value;
     const int64_t d = c.hidden_size;
     ParamStore store(&params, seed, dtype, &config);
+    int64_t num_kda = 0, num_mla = 0;
     embed_ = store.Add<T>("embed", {c.vocab_size, d}, Init::kNormal, 1.0, true);
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const std::string p = "layers." + std::to_string(l);
@@ -143,8 +148,10 @@ class ModelImpl final : public Model::Impl {
       layer.norm1 = store.Add<T>(p + ".input_norm", {d}, Init::kOnes, 0, false);
       if (c.layers[l] == LayerKind::kKda) {
         layer.kda = std::make_unique<KdaLayer<T>>(store, config, p + ".kda");
+        kind_index_.push_back(num_kda++);
       } else {
         layer.mla = std::make_unique<MlaLayer<T>>(store, config, p + ".mla");
+        kind_index_.push_back(num_mla++);
       }
       layer.norm2 = store.Add<T>(p + ".post_attn_norm", {d}, Init::kOnes, 0, false);
       if (c.is_moe_layer(l)) {
@@ -196,105 +203,98 @@ class ModelImpl final : public Model::Impl {
     mc->tokens = tok;
     mc->cu = cu;
     mc->n = n;
-    mc->emb = NewValue(n);
-    for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(embed_.w + tok.data<int32_t>()[i] * d, d, Ptr<T>(mc->emb->v) + i * d);
-    }
     ForwardCache::Impl* fc = out_cache ? out_cache->impl() : nullptr;
-    if (fc) {
-      fc->expert_ids.clear();
-      fc->router_scores.clear();
-    }
-    const int64_t s = c.attn_res_block_size;
-    ValuePtr p = mc->emb;
-    std::vector<ValuePtr> blocks;
-    int64_t moe_index = 0;
-    mc->layers.resize(static_cast<size_t>(c.num_layers));
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      Layer& layer = layers_[l];
-      LayerCache<T>& lc = mc->layers[l];
-      lc.p_start = p;
-      // 1. attention input.
-      if (s > 0 && !blocks.empty()) {
-        lc.attn_in = MixForward(blocks, p, layer.attn_res_w, layer.attn_res_g, &lc.attn_mix, n);
-      } else {
-        lc.attn_in = p;
-        lc.attn_mix.identity = true;
-      }
-      // 2. block boundary.
-      if (s > 0 && l % s == 0) {
-        blocks.push_back(p);
-        p = nullptr;
-        lc.boundary = true;
-      }
-      // 3. sequence mixer.
-      lc.n1 = NewTensor<T>({n, d});
-      lc.r1 = NewTensor<T>({n});
-      kernels::RmsNormForward(Ptr<T>(lc.attn_in->v), layer.norm1.w, n, d, c.rms_norm_eps,
-                              Ptr<T>(lc.n1), Ptr<T>(lc.r1));
-      lc.a = NewValue(n);
+    std::vector<Tensor> ids, scores;
+    const Mixer mixer = [&](int64_t l, const T* x, T* y, LayerCache<T>& lc) -> Status {
+      Layer& layer = layers_[static_cast<size_t>(l)];
       if (layer.kda) {
         lc.kda = std::make_unique<typename KdaLayer<T>::Cache>();
-        ORRERY_RETURN_IF_ERROR(
-            layer.kda->Forward(Ptr<T>(lc.n1), n, cu, Ptr<T>(lc.a->v), lc.kda.get()));
-      } else {
-        lc.mla = std::make_unique<typename MlaLayer<T>::Cache>();
-        layer.mla->Forward(Ptr<T>(lc.n1), n, cu, Ptr<T>(lc.a->v), lc.mla.get());
+        return layer.kda->Forward(x, n, cu, y, lc.kda.get());
       }
-      lc.p_mid = p ? Add(p, lc.a, n) : lc.a;
-      p = lc.p_mid;
-      // 4. MLP input.
-      if (s > 0) {
-        lc.mlp_in = MixForward(blocks, p, layer.mlp_res_w, layer.mlp_res_g, &lc.mlp_mix, n);
-      } else {
-        lc.mlp_in = p;
-        lc.mlp_mix.identity = true;
-      }
-      // 5. MLP / MoE.
-      lc.n2 = NewTensor<T>({n, d});
-      lc.r2 = NewTensor<T>({n});
-      kernels::RmsNormForward(Ptr<T>(lc.mlp_in->v), layer.norm2.w, n, d, c.rms_norm_eps,
-                              Ptr<T>(lc.n2), Ptr<T>(lc.r2));
-      lc.f = NewValue(n);
-      if (layer.moe) {
-        lc.moe = std::make_unique<typename MoeLayer<T>::Cache>();
-        const int32_t* forced =
-            batch.forced_experts.defined()
-                ? batch.forced_experts.data<int32_t>() + moe_index * n * c.moe.top_k
-                : nullptr;
-        ORRERY_RETURN_IF_ERROR(layer.moe->Forward(Ptr<T>(lc.n2), n, forced,
-                                                  biases[moe_index].data<float>(), Ptr<T>(lc.f->v),
-                                                  lc.moe.get()));
-        if (fc) {
-          fc->expert_ids.push_back(lc.moe->ids);
-          ORRERY_ASSIGN_OR_RETURN(Tensor scores, lc.moe->scores.Cast(DType::kF32));
-          fc->router_scores.push_back(scores);
-        }
-        ++moe_index;
-      } else {
-        lc.mlp = std::make_unique<typename GluMlp<T>::Cache>();
-        layer.mlp->Forward(Ptr<T>(lc.n2), n, Ptr<T>(lc.f->v), lc.mlp.get());
-      }
-      lc.p_end = Add(p, lc.f, n);
-      p = lc.p_end;
-    }
-    if (s > 0) {
-      mc->h = MixForward(blocks, p, out_res_w_, out_res_g_, &mc->out_mix, n);
-    } else {
-      mc->h = p;
-      mc->out_mix.identity = true;
-    }
-    mc->hn = NewTensor<T>({n, d});
-    mc->hr = NewTensor<T>({n});
-    kernels::RmsNormForward(Ptr<T>(mc->h->v), final_norm_.w, n, d, c.rms_norm_eps, Ptr<T>(mc->hn),
-                            Ptr<T>(mc->hr));
+      lc.mla = std::make_unique<typename MlaLayer<T>::Cache>();
+      layer.mla->Forward(x, n, cu, y, lc.mla.get());
+      return Status::OK();
+    };
+    const int32_t* forced =
+        batch.forced_experts.defined() ? batch.forced_experts.data<int32_t>() : nullptr;
+    ORRERY_RETURN_IF_ERROR(Stack(mc.get(), forced, mixer, &ids, fc ? &scores : nullptr));
     Tensor logits = NewTensor<T>({n, c.vocab_size});
     LinearForward(Ptr<T>(mc->hn), n, d, head_, c.vocab_size, Ptr<T>(logits));
     if (fc) {
+      fc->expert_ids = std::move(ids);
+      fc->router_scores = std::move(scores);
       fc->state = mc;
       fc->dtype = dtype;
     }
     return logits;
+  }
+
+  StatusOr<StepOutput> Extend(InferenceState* state, const std::vector<int64_t>& slots,
+                              const std::vector<std::vector<int32_t>>& segments) override {
+    const ModelConfig& c = config;
+    const int64_t d = c.hidden_size;
+    ORRERY_RETURN_IF_ERROR(CheckExtend(state, slots, segments));
+    InferenceState::Impl& st = *state->impl();
+    const int64_t ns = static_cast<int64_t>(slots.size());
+    std::vector<int64_t> cu{0};
+    std::vector<int32_t> flat;
+    for (const auto& seg : segments) {
+      flat.insert(flat.end(), seg.begin(), seg.end());
+      cu.push_back(static_cast<int64_t>(flat.size()));
+    }
+    const int64_t n = cu.back();
+    auto mc = std::make_shared<ModelCache<T>>();
+    mc->tokens = Tensor::FromVector<int32_t>({1, n}, flat);
+    mc->cu = cu;
+    mc->n = n;
+    // Gather the KDA and conv state of the slots in call order (written back only on success).
+    std::vector<Tensor> kda_state, conv_state;
+    for (size_t i = 0; i < st.kda_state.size(); ++i) {
+      kda_state.push_back(GatherRows(st.kda_state[i], slots, st.num_slots));
+      conv_state.push_back(GatherRows(st.conv_state[i], slots, st.num_slots));
+    }
+    std::vector<int64_t> past;
+    for (int64_t s = 0; s < ns; ++s) {
+      past.push_back(st.length[static_cast<size_t>(slots[s])]);
+      st.Reserve(slots[s], past.back() + cu[s + 1] - cu[s]);
+    }
+    std::vector<std::vector<T*>> caches(st.mla_cache.size());
+    for (size_t i = 0; i < st.mla_cache.size(); ++i) {
+      for (int64_t slot : slots) caches[i].push_back(Ptr<T>(st.mla_cache[i][slot]));
+    }
+    const Mixer mixer = [&](int64_t l, const T* x, T* y, LayerCache<T>&) -> Status {
+      Layer& layer = layers_[static_cast<size_t>(l)];
+      const size_t index = static_cast<size_t>(kind_index_[static_cast<size_t>(l)]);
+      if (layer.kda) {
+        return layer.kda->Infer(x, n, cu, Ptr<T>(conv_state[index]), &kda_state[index], y);
+      }
+      layer.mla->Infer(x, n, cu, caches[index], past, y);
+      return Status::OK();
+    };
+    std::vector<Tensor> ids;
+    ORRERY_RETURN_IF_ERROR(Stack(mc.get(), nullptr, mixer, &ids, nullptr));
+    // Next-token logits from the last position of each segment.
+    Tensor last = NewTensor<T>({ns, d});
+    for (int64_t s = 0; s < ns; ++s) {
+      std::copy_n(Ptr<T>(mc->hn) + (cu[s + 1] - 1) * d, d, Ptr<T>(last) + s * d);
+    }
+    StepOutput out;
+    out.logits = NewTensor<T>({ns, c.vocab_size});
+    LinearForward(Ptr<T>(last), ns, d, head_, c.vocab_size, Ptr<T>(out.logits));
+    const int64_t nmoe = static_cast<int64_t>(ids.size()), k = c.moe.top_k;
+    out.expert_ids = Tensor::Zeros({nmoe, n, nmoe > 0 ? k : 0}, DType::kI32);
+    for (int64_t l = 0; l < nmoe; ++l) {
+      std::copy_n(ids[l].data<int32_t>(), n * k, out.expert_ids.data<int32_t>() + l * n * k);
+    }
+    // Commit.
+    for (size_t i = 0; i < st.kda_state.size(); ++i) {
+      ScatterRows(kda_state[i], slots, st.num_slots, &st.kda_state[i]);
+      ScatterRows(conv_state[i], slots, st.num_slots, &st.conv_state[i]);
+    }
+    for (int64_t s = 0; s < ns; ++s) {
+      st.length[static_cast<size_t>(slots[s])] = past[s] + cu[s + 1] - cu[s];
+    }
+    return out;
   }
 
   Status Backward(const ForwardCache& cache, const Tensor& dlogits) override {
@@ -367,6 +367,166 @@ class ModelImpl final : public Model::Impl {
     std::unique_ptr<GluMlp<T>> mlp;
   };
 
+  // The sequence mixer of layer l: y [n, D] from the normed input x [n, D].
+  using Mixer = std::function<Status(int64_t l, const T* x, T* y, LayerCache<T>& lc)>;
+
+  // The hybrid stack over mc->tokens (flattened, mc->n rows): embedding, per layer [mix -> norm ->
+  // mixer] and [mix -> norm -> MLP or MoE], output mix and final norm (into mc->hn). Routing of
+  // every MoE layer goes to ids (and the router scores to scores when non-null); forced is null
+  // or [num_moe_layers, n, top_k].
+  Status Stack(ModelCache<T>* mc, const int32_t* forced, const Mixer& mixer,
+               std::vector<Tensor>* ids, std::vector<Tensor>* scores) {
+    const ModelConfig& c = config;
+    const int64_t n = mc->n, d = c.hidden_size;
+    mc->emb = NewValue(n);
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(embed_.w + mc->tokens.template data<int32_t>()[i] * d, d,
+                  Ptr<T>(mc->emb->v) + i * d);
+    }
+    const int64_t s = c.attn_res_block_size;
+    ValuePtr p = mc->emb;
+    std::vector<ValuePtr> blocks;
+    int64_t moe_index = 0;
+    mc->layers.resize(static_cast<size_t>(c.num_layers));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      Layer& layer = layers_[l];
+      LayerCache<T>& lc = mc->layers[l];
+      lc.p_start = p;
+      // 1. attention input.
+      if (s > 0 && !blocks.empty()) {
+        lc.attn_in = MixForward(blocks, p, layer.attn_res_w, layer.attn_res_g, &lc.attn_mix, n);
+      } else {
+        lc.attn_in = p;
+        lc.attn_mix.identity = true;
+      }
+      // 2. block boundary.
+      if (s > 0 && l % s == 0) {
+        blocks.push_back(p);
+        p = nullptr;
+        lc.boundary = true;
+      }
+      // 3. sequence mixer.
+      lc.n1 = NewTensor<T>({n, d});
+      lc.r1 = NewTensor<T>({n});
+      kernels::RmsNormForward(Ptr<T>(lc.attn_in->v), layer.norm1.w, n, d, c.rms_norm_eps,
+                              Ptr<T>(lc.n1), Ptr<T>(lc.r1));
+      lc.a = NewValue(n);
+      ORRERY_RETURN_IF_ERROR(mixer(l, Ptr<T>(lc.n1), Ptr<T>(lc.a->v), lc));
+      lc.p_mid = p ? Add(p, lc.a, n) : lc.a;
+      p = lc.p_mid;
+      // 4. MLP input.
+      if (s > 0) {
+        lc.mlp_in = MixForward(blocks, p, layer.mlp_res_w, layer.mlp_res_g, &lc.mlp_mix, n);
+      } else {
+        lc.mlp_in = p;
+        lc.mlp_mix.identity = true;
+      }
+      // 5. MLP / MoE.
+      lc.n2 = NewTensor<T>({n, d});
+      lc.r2 = NewTensor<T>({n});
+      kernels::RmsNormForward(Ptr<T>(lc.mlp_in->v), layer.norm2.w, n, d, c.rms_norm_eps,
+                              Ptr<T>(lc.n2), Ptr<T>(lc.r2));
+      lc.f = NewValue(n);
+      if (layer.moe) {
+        lc.moe = std::make_unique<typename MoeLayer<T>::Cache>();
+        const int32_t* f = forced ? forced + moe_index * n * c.moe.top_k : nullptr;
+        ORRERY_RETURN_IF_ERROR(layer.moe->Forward(
+            Ptr<T>(lc.n2), n, f, biases[moe_index].data<float>(), Ptr<T>(lc.f->v), lc.moe.get()));
+        ids->push_back(lc.moe->ids);
+        if (scores) {
+          ORRERY_ASSIGN_OR_RETURN(Tensor sc, lc.moe->scores.Cast(DType::kF32));
+          scores->push_back(sc);
+        }
+        ++moe_index;
+      } else {
+        lc.mlp = std::make_unique<typename GluMlp<T>::Cache>();
+        layer.mlp->Forward(Ptr<T>(lc.n2), n, Ptr<T>(lc.f->v), lc.mlp.get());
+      }
+      lc.p_end = Add(p, lc.f, n);
+      p = lc.p_end;
+    }
+    if (s > 0) {
+      mc->h = MixForward(blocks, p, out_res_w_, out_res_g_, &mc->out_mix, n);
+    } else {
+      mc->h = p;
+      mc->out_mix.identity = true;
+    }
+    mc->hn = NewTensor<T>({n, d});
+    mc->hr = NewTensor<T>({n});
+    kernels::RmsNormForward(Ptr<T>(mc->h->v), final_norm_.w, n, d, config.rms_norm_eps,
+                            Ptr<T>(mc->hn), Ptr<T>(mc->hr));
+    return Status::OK();
+  }
+
+  // Every argument of Extend checked before anything changes.
+  Status CheckExtend(InferenceState* state, const std::vector<int64_t>& slots,
+                     const std::vector<std::vector<int32_t>>& segments) const {
+    if (state == nullptr) return InvalidArgumentError("inference: no state given");
+    const InferenceState::Impl& st = *state->impl();
+    if (st.dtype != dtype || static_cast<int64_t>(st.kda_state.size()) != config.num_kda_layers() ||
+        static_cast<int64_t>(st.mla_cache.size()) != config.num_mla_layers() ||
+        st.latent_width != config.mla.kv_lora_rank + config.mla.qk_rope_head_dim ||
+        st.conv_rows != config.kda.conv_size - 1) {
+      return InvalidArgumentError("inference: the state was made for a different model");
+    }
+    if (slots.empty()) return InvalidArgumentError("inference: no slots given");
+    if (slots.size() != segments.size()) {
+      return InvalidArgumentError("inference: " + std::to_string(slots.size()) + " slots but " +
+                                  std::to_string(segments.size()) + " token lists");
+    }
+    std::vector<bool> seen(static_cast<size_t>(st.num_slots), false);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      ORRERY_RETURN_IF_ERROR(state->CheckSlot(slots[i]));
+      if (seen[static_cast<size_t>(slots[i])]) {
+        return InvalidArgumentError("inference: slot " + std::to_string(slots[i]) +
+                                    " appears twice in one call");
+      }
+      seen[static_cast<size_t>(slots[i])] = true;
+      if (segments[i].empty()) {
+        return InvalidArgumentError("inference: the token list of slot " +
+                                    std::to_string(slots[i]) + " is empty");
+      }
+      for (int32_t id : segments[i]) {
+        if (id < 0 || id >= config.vocab_size) {
+          return InvalidArgumentError("inference: token id " + std::to_string(id) + " for slot " +
+                                      std::to_string(slots[i]) + " is outside the vocabulary [0, " +
+                                      std::to_string(config.vocab_size) + ")");
+        }
+      }
+      const int64_t total =
+          st.length[static_cast<size_t>(slots[i])] + static_cast<int64_t>(segments[i].size());
+      if (st.options.max_tokens_per_slot > 0 && total > st.options.max_tokens_per_slot) {
+        return ResourceExhaustedError("inference: slot " + std::to_string(slots[i]) +
+                                      " would hold " + std::to_string(total) +
+                                      " tokens, more than max_tokens_per_slot = " +
+                                      std::to_string(st.options.max_tokens_per_slot));
+      }
+    }
+    return Status::OK();
+  }
+
+  // rows [slots.size(), ...] of `all` [num_slots, ...] in the order of `slots`.
+  static Tensor GatherRows(const Tensor& all, const std::vector<int64_t>& slots,
+                           int64_t num_slots) {
+    Shape shape = all.shape();
+    shape[0] = static_cast<int64_t>(slots.size());
+    Tensor out = Tensor::Empty(shape, all.dtype());
+    const size_t per = all.nbytes() / static_cast<size_t>(num_slots);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      std::memcpy(static_cast<char*>(out.raw_data()) + i * per,
+                  static_cast<const char*>(all.raw_data()) + slots[i] * per, per);
+    }
+    return out;
+  }
+  static void ScatterRows(const Tensor& rows, const std::vector<int64_t>& slots, int64_t num_slots,
+                          Tensor* all) {
+    const size_t per = all->nbytes() / static_cast<size_t>(num_slots);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      std::memcpy(static_cast<char*>(all->raw_data()) + slots[i] * per,
+                  static_cast<const char*>(rows.raw_data()) + i * per, per);
+    }
+  }
+
   ValuePtr NewValue(int64_t n) {
     auto v = std::make_shared<Value>();
     v->v = NewTensor<T>({n, config.hidden_size});
@@ -427,6 +587,7 @@ class ModelImpl final : public Model::Impl {
 
   Param<T> embed_, out_res_w_, out_res_g_, final_norm_, head_;
   std::vector<Layer> layers_;
+  std::vector<int64_t> kind_index_;  // per layer: its index among the KDA (or the MLA) layers
 };
 
 }  // namespace
@@ -470,6 +631,17 @@ StatusOr<Tensor> Model::Forward(const Batch& batch, ForwardCache* cache) {
 }
 Status Model::Backward(const ForwardCache& cache, const Tensor& dlogits) {
   return impl_->Backward(cache, dlogits);
+}
+StatusOr<StepOutput> Model::Prefill(InferenceState* state, const std::vector<int64_t>& slots,
+                                    const std::vector<std::vector<int32_t>>& prompts) {
+  return impl_->Extend(state, slots, prompts);
+}
+StatusOr<StepOutput> Model::DecodeStep(InferenceState* state, const std::vector<int64_t>& slots,
+                                       const std::vector<int32_t>& tokens) {
+  std::vector<std::vector<int32_t>> segments;
+  segments.reserve(tokens.size());
+  for (int32_t t : tokens) segments.push_back({t});
+  return impl_->Extend(state, slots, segments);
 }
 void Model::ZeroGrad() {
   for (Parameter& p : impl_->params) (void)p.grad.SetZero();

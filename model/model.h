@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/inference_state.h"
 
 namespace orrery::model {
 
@@ -71,6 +72,17 @@ struct BalancingMetrics {
   std::vector<double> bias_change;
 };
 
+// Output of Model::Prefill and Model::DecodeStep.
+struct StepOutput {
+  // [slots in the call, vocab] in the model's dtype: the next-token logits of each slot, i.e. the
+  // logits at the last token the call appended to it.
+  Tensor logits;
+  // [num_moe_layers, tokens appended, top_k] i32: the routed experts of every token the call
+  // processed, slots in call order and each slot's tokens in order (the layout of
+  // Batch::forced_experts for those tokens, for R3 replay).
+  Tensor expert_ids;
+};
+
 class Model {
  public:
   // Philox initialisation from `seed`; dtype f32 or f64.
@@ -103,6 +115,17 @@ class Model {
   // every name, shape and dtype against this model.
   Status Save(const std::string& path) const;
   Status Load(const std::string& path);
+
+  // Inference over an InferenceState made for this model (model/inference_state.h); slots must be
+  // allocated and distinct within a call. Prefill appends prompts[i] (non-empty) to slots[i] in one
+  // parallel pass per layer (KDA: chunked core from the slot's state; MLA: absorbed form over the
+  // slot's latent cache), so a slot holding a prefix simply continues (multi-turn). DecodeStep
+  // appends one token per slot. Both equal the full Forward of each slot's whole sequence (up to
+  // rounding) with the balancing biases of the time, and leave the state unchanged on error.
+  StatusOr<StepOutput> Prefill(InferenceState* state, const std::vector<int64_t>& slots,
+                               const std::vector<std::vector<int32_t>>& prompts);
+  StatusOr<StepOutput> DecodeStep(InferenceState* state, const std::vector<int64_t>& slots,
+                                  const std::vector<int32_t>& tokens);
 
   class Impl;
   Impl* impl() const { return impl_.get(); }

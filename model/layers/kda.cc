@@ -101,23 +101,7 @@ KdaLayer<T>::KdaLayer(ParamStore& store, const ModelConfig& c, const std::string
 }
 
 template <typename T>
-Status KdaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& cu, T* y,
-                            Cache* c) const {
-  c->qh = NewTensor<T>({n, pk_});
-  c->kh = NewTensor<T>({n, pk_});
-  c->vh = NewTensor<T>({n, pv_});
-  LinearForward(x, n, d_, wq_, pk_, Ptr<T>(c->qh));
-  LinearForward(x, n, d_, wk_, pk_, Ptr<T>(c->kh));
-  LinearForward(x, n, d_, wv_, pv_, Ptr<T>(c->vh));
-  Tensor qpre = NewTensor<T>({n, pk_}), kpre = NewTensor<T>({n, pk_});
-  c->qc = NewTensor<T>({1, n, h_, kd_});
-  c->kc = NewTensor<T>({1, n, h_, kd_});
-  c->v = NewTensor<T>({1, n, h_, vd_});
-  // The conv pre-activations are recomputed in the backward (cheap), so only outputs are kept.
-  Tensor vpre = NewTensor<T>({n, pv_});
-  ConvSiluForward(Ptr<T>(c->qh), n, pk_, cq_.w, conv_, cu, Ptr<T>(qpre), Ptr<T>(c->qc));
-  ConvSiluForward(Ptr<T>(c->kh), n, pk_, ck_.w, conv_, cu, Ptr<T>(kpre), Ptr<T>(c->kc));
-  ConvSiluForward(Ptr<T>(c->vh), n, pv_, cv_.w, conv_, cu, Ptr<T>(vpre), Ptr<T>(c->v));
+Status KdaLayer<T>::Gates(const T* x, int64_t n, Cache* c) const {
   ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(c->qc, 1e-6f, &c->q, &c->q_rstd));
   ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(c->kc, 1e-6f, &c->k, &c->k_rstd));
   c->fa = NewTensor<T>({n, rank_});
@@ -135,16 +119,11 @@ Status KdaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& c
   c->beta = NewTensor<T>({1, n, h_});
   LinearForward(x, n, d_, wb_, h_, Ptr<T>(c->beta_logit));
   for (int64_t i = 0; i < n * h_; ++i) Ptr<T>(c->beta)[i] = Sigmoid(Ptr<T>(c->beta_logit)[i]);
-  c->cu = CuTensor(cu);
-  kernels::KdaInputs in{c->q, c->k, c->v, c->g, c->beta, Tensor(), c->cu};
-  kernels::KdaOptions opt;
-  opt.algorithm =
-      c_->kda.recurrent ? kernels::KdaAlgorithm::kRecurrent : kernels::KdaAlgorithm::kChunked;
-  opt.chunk_size = static_cast<int>(c_->kda.chunk_size);
-  opt.output_final_state = false;
-  kernels::KdaOutputs out;
-  ORRERY_RETURN_IF_ERROR(kernels::KdaForward(in, opt, &out));
-  c->o = out.o;
+  return Status::OK();
+}
+
+template <typename T>
+void KdaLayer<T>::Output(const T* x, int64_t n, Cache* c, T* y) const {
   // Output RMSNorm over V per head (shared gain), times sigmoid of the output gate.
   c->on = NewTensor<T>({n, pv_});
   c->o_rstd = NewTensor<T>({n * h_});
@@ -166,6 +145,116 @@ Status KdaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& c
     Ptr<T>(c->og)[i] = Ptr<T>(c->on)[i] * Sigmoid(Ptr<T>(c->gate)[i]);
   }
   LinearForward(Ptr<T>(c->og), n, pv_, wo_, d_, y);
+}
+
+template <typename T>
+kernels::KdaOptions KdaLayer<T>::CoreOptions(bool final_state) const {
+  kernels::KdaOptions opt;
+  opt.algorithm =
+      c_->kda.recurrent ? kernels::KdaAlgorithm::kRecurrent : kernels::KdaAlgorithm::kChunked;
+  opt.chunk_size = static_cast<int>(c_->kda.chunk_size);
+  opt.output_final_state = final_state;
+  return opt;
+}
+
+template <typename T>
+Status KdaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& cu, T* y,
+                            Cache* c) const {
+  c->qh = NewTensor<T>({n, pk_});
+  c->kh = NewTensor<T>({n, pk_});
+  c->vh = NewTensor<T>({n, pv_});
+  LinearForward(x, n, d_, wq_, pk_, Ptr<T>(c->qh));
+  LinearForward(x, n, d_, wk_, pk_, Ptr<T>(c->kh));
+  LinearForward(x, n, d_, wv_, pv_, Ptr<T>(c->vh));
+  Tensor qpre = NewTensor<T>({n, pk_}), kpre = NewTensor<T>({n, pk_});
+  c->qc = NewTensor<T>({1, n, h_, kd_});
+  c->kc = NewTensor<T>({1, n, h_, kd_});
+  c->v = NewTensor<T>({1, n, h_, vd_});
+  // The conv pre-activations are recomputed in the backward (cheap), so only outputs are kept.
+  Tensor vpre = NewTensor<T>({n, pv_});
+  ConvSiluForward(Ptr<T>(c->qh), n, pk_, cq_.w, conv_, cu, Ptr<T>(qpre), Ptr<T>(c->qc));
+  ConvSiluForward(Ptr<T>(c->kh), n, pk_, ck_.w, conv_, cu, Ptr<T>(kpre), Ptr<T>(c->kc));
+  ConvSiluForward(Ptr<T>(c->vh), n, pv_, cv_.w, conv_, cu, Ptr<T>(vpre), Ptr<T>(c->v));
+  ORRERY_RETURN_IF_ERROR(Gates(x, n, c));
+  c->cu = CuTensor(cu);
+  kernels::KdaInputs in{c->q, c->k, c->v, c->g, c->beta, Tensor(), c->cu};
+  kernels::KdaOutputs out;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaForward(in, CoreOptions(false), &out));
+  c->o = out.o;
+  Output(x, n, c, y);
+  return Status::OK();
+}
+
+template <typename T>
+Status KdaLayer<T>::Infer(const T* x, int64_t n, const std::vector<int64_t>& cu, T* conv_state,
+                          Tensor* state, T* y) const {
+  Cache c;
+  // Pre-conv projections side by side: [q^ | k^ | v^], width 2*Pk + Pv.
+  const int64_t width = 2 * pk_ + pv_, hist = conv_ - 1;
+  Tensor proj = NewTensor<T>({n, width});
+  {
+    Tensor qh = NewTensor<T>({n, pk_}), kh = NewTensor<T>({n, pk_}), vh = NewTensor<T>({n, pv_});
+    LinearForward(x, n, d_, wq_, pk_, Ptr<T>(qh));
+    LinearForward(x, n, d_, wk_, pk_, Ptr<T>(kh));
+    LinearForward(x, n, d_, wv_, pv_, Ptr<T>(vh));
+    for (int64_t t = 0; t < n; ++t) {
+      T* row = Ptr<T>(proj) + t * width;
+      std::copy_n(Ptr<T>(qh) + t * pk_, pk_, row);
+      std::copy_n(Ptr<T>(kh) + t * pk_, pk_, row + pk_);
+      std::copy_n(Ptr<T>(vh) + t * pv_, pv_, row + 2 * pk_);
+    }
+  }
+  // Short conv + SiLU over [conv history ; new rows] per segment; the history becomes the last
+  // conv_size - 1 rows of that window.
+  c.qc = NewTensor<T>({1, n, h_, kd_});
+  c.kc = NewTensor<T>({1, n, h_, kd_});
+  c.v = NewTensor<T>({1, n, h_, vd_});
+  std::vector<T> window;
+  for (size_t s = 0; s + 1 < cu.size(); ++s) {
+    const int64_t m = cu[s + 1] - cu[s];
+    T* h = conv_state + static_cast<int64_t>(s) * hist * width;
+    window.assign(h, h + hist * width);
+    window.insert(window.end(), Ptr<T>(proj) + cu[s] * width, Ptr<T>(proj) + cu[s + 1] * width);
+    for (int64_t t = 0; t < m; ++t) {
+      for (int64_t ch = 0; ch < width; ++ch) {
+        const T* wc = ch < pk_       ? cq_.w + ch * conv_
+                      : ch < 2 * pk_ ? ck_.w + (ch - pk_) * conv_
+                                     : cv_.w + (ch - 2 * pk_) * conv_;
+        T acc = 0;
+        for (int64_t j = 0; j < conv_; ++j) acc += wc[j] * window[(t + j) * width + ch];
+        const T out = acc * Sigmoid(acc);
+        const int64_t row = cu[s] + t;
+        if (ch < pk_) {
+          Ptr<T>(c.qc)[row * pk_ + ch] = out;
+        } else if (ch < 2 * pk_) {
+          Ptr<T>(c.kc)[row * pk_ + ch - pk_] = out;
+        } else {
+          Ptr<T>(c.v)[row * pv_ + ch - 2 * pk_] = out;
+        }
+      }
+    }
+    std::copy(window.end() - hist * width, window.end(), h);
+  }
+  ORRERY_RETURN_IF_ERROR(Gates(x, n, &c));
+  const int64_t segments = static_cast<int64_t>(cu.size()) - 1;
+  if (segments == n) {
+    // One token per sequence: the decode step.
+    ORRERY_ASSIGN_OR_RETURN(Tensor q, c.q.Reshape({n, h_, kd_}));
+    ORRERY_ASSIGN_OR_RETURN(Tensor k, c.k.Reshape({n, h_, kd_}));
+    ORRERY_ASSIGN_OR_RETURN(Tensor v, c.v.Reshape({n, h_, vd_}));
+    ORRERY_ASSIGN_OR_RETURN(Tensor g, c.g.Reshape({n, h_, kd_}));
+    ORRERY_ASSIGN_OR_RETURN(Tensor beta, c.beta.Reshape({n, h_}));
+    Tensor o;
+    ORRERY_RETURN_IF_ERROR(kernels::KdaDecodeStep(q, k, v, g, beta, 0.0f, state, &o));
+    ORRERY_ASSIGN_OR_RETURN(c.o, o.Reshape({1, n, h_, vd_}));
+  } else {
+    kernels::KdaInputs in{c.q, c.k, c.v, c.g, c.beta, *state, CuTensor(cu)};
+    kernels::KdaOutputs out;
+    ORRERY_RETURN_IF_ERROR(kernels::KdaForward(in, CoreOptions(true), &out));
+    ORRERY_RETURN_IF_ERROR(state->CopyFrom(out.final_state));
+    c.o = out.o;
+  }
+  Output(x, n, &c, y);
   return Status::OK();
 }
 
@@ -194,13 +283,8 @@ Status KdaLayer<T>::Backward(const T* x, int64_t n, const std::vector<int64_t>& 
   kernels::RmsNormBackward(Ptr<T>(c.o), onorm_.w, Ptr<T>(c.o_rstd), Ptr<T>(don), n * h_, vd_,
                            Ptr<T>(d_o), onorm_.g);
   kernels::KdaInputs in{c.q, c.k, c.v, c.g, c.beta, Tensor(), c.cu};
-  kernels::KdaOptions opt;
-  opt.algorithm =
-      c_->kda.recurrent ? kernels::KdaAlgorithm::kRecurrent : kernels::KdaAlgorithm::kChunked;
-  opt.chunk_size = static_cast<int>(c_->kda.chunk_size);
-  opt.output_final_state = false;
   kernels::KdaGrads grads;
-  ORRERY_RETURN_IF_ERROR(kernels::KdaBackward(in, d_o, Tensor(), opt, &grads));
+  ORRERY_RETURN_IF_ERROR(kernels::KdaBackward(in, d_o, Tensor(), CoreOptions(false), &grads));
   // beta = sigmoid(W_b x).
   Tensor dbl = NewTensor<T>({n, h_});
   for (int64_t i = 0; i < n * h_; ++i) {

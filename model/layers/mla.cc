@@ -1,7 +1,11 @@
 // Gated MLA without positions (spec §3): optional q LoRA, latent kv with RMSNorm, per-head keys
 // [k_nope | shared unrotated k_rope], causal softmax per document, output gate from the input.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "core/thread_pool.h"
+#include "kernels/gemm.h"
 #include "kernels/mla_attention.h"
 #include "kernels/rmsnorm.h"
 #include "model/layers.h"
@@ -40,21 +44,40 @@ MlaLayer<T>::MlaLayer(ParamStore& store, const ModelConfig& c, const std::string
 }
 
 template <typename T>
-void MlaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& cu, T* y,
-                          Cache* c) const {
-  const double eps = c_->mla.lora_eps;
+void MlaLayer<T>::Queries(const T* x, int64_t n, Cache* c) const {
   c->q = NewTensor<T>({n, h_, dqk_});
   if (ql_ > 0) {
     c->qa = NewTensor<T>({n, ql_});
     c->qan = NewTensor<T>({n, ql_});
     c->qa_rstd = NewTensor<T>({n});
     LinearForward(x, n, d_, wqa_, ql_, Ptr<T>(c->qa));
-    kernels::RmsNormForward(Ptr<T>(c->qa), qnorm_.w, n, ql_, eps, Ptr<T>(c->qan),
+    kernels::RmsNormForward(Ptr<T>(c->qa), qnorm_.w, n, ql_, c_->mla.lora_eps, Ptr<T>(c->qan),
                             Ptr<T>(c->qa_rstd));
     LinearForward(Ptr<T>(c->qan), n, ql_, wqb_, h_ * dqk_, Ptr<T>(c->q));
   } else {
     LinearForward(x, n, d_, wq_, h_ * dqk_, Ptr<T>(c->q));
   }
+}
+
+template <typename T>
+void MlaLayer<T>::Output(const T* x, int64_t n, Cache* c, T* y) const {
+  const T* attn = Ptr<T>(c->o);
+  if (c_->mla.output_gate) {
+    c->gate_logit = NewTensor<T>({n, h_ * dv_});
+    c->og = NewTensor<T>({n, h_ * dv_});
+    LinearForward(x, n, d_, wg_, h_ * dv_, Ptr<T>(c->gate_logit));
+    for (int64_t i = 0; i < n * h_ * dv_; ++i) {
+      Ptr<T>(c->og)[i] = attn[i] / (T(1) + std::exp(-Ptr<T>(c->gate_logit)[i]));
+    }
+    attn = Ptr<T>(c->og);
+  }
+  LinearForward(attn, n, h_ * dv_, wo_, d_, y);
+}
+
+template <typename T>
+void MlaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& cu, T* y,
+                          Cache* c) const {
+  Queries(x, n, c);
   const int64_t w = dc_ + dr_;
   c->ckr = NewTensor<T>({n, w});
   LinearForward(x, n, d_, wkva_, w, Ptr<T>(c->ckr));
@@ -62,7 +85,8 @@ void MlaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& cu,
   for (int64_t t = 0; t < n; ++t) std::copy_n(Ptr<T>(c->ckr) + t * w, dc_, Ptr<T>(cl) + t * dc_);
   c->chat = NewTensor<T>({n, dc_});
   c->c_rstd = NewTensor<T>({n});
-  kernels::RmsNormForward(Ptr<T>(cl), kvnorm_.w, n, dc_, eps, Ptr<T>(c->chat), Ptr<T>(c->c_rstd));
+  kernels::RmsNormForward(Ptr<T>(cl), kvnorm_.w, n, dc_, c_->mla.lora_eps, Ptr<T>(c->chat),
+                          Ptr<T>(c->c_rstd));
   c->kv = NewTensor<T>({n, h_, dn_ + dv_});
   LinearForward(Ptr<T>(c->chat), n, dc_, wkvb_, h_ * (dn_ + dv_), Ptr<T>(c->kv));
   c->k = NewTensor<T>({n, h_, dqk_});
@@ -81,17 +105,76 @@ void MlaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& cu,
   const kernels::AttentionShape shape{n, h_, dqk_, dv_};
   kernels::CausalAttentionForward(shape, cu, scale_, Ptr<T>(c->q), Ptr<T>(c->k), Ptr<T>(c->v),
                                   Ptr<T>(c->o), Ptr<T>(c->lse));
-  const T* attn = Ptr<T>(c->o);
-  if (c_->mla.output_gate) {
-    c->gate_logit = NewTensor<T>({n, h_ * dv_});
-    c->og = NewTensor<T>({n, h_ * dv_});
-    LinearForward(x, n, d_, wg_, h_ * dv_, Ptr<T>(c->gate_logit));
-    for (int64_t i = 0; i < n * h_ * dv_; ++i) {
-      Ptr<T>(c->og)[i] = attn[i] / (T(1) + std::exp(-Ptr<T>(c->gate_logit)[i]));
+  Output(x, n, c, y);
+}
+
+template <typename T>
+void MlaLayer<T>::Infer(const T* x, int64_t n, const std::vector<int64_t>& cu,
+                        const std::vector<T*>& caches, const std::vector<int64_t>& past,
+                        T* y) const {
+  Cache c;
+  Queries(x, n, &c);
+  // Latent rows of the new tokens: [c-hat (normalised) | k^R], written into each cache.
+  const int64_t w = dc_ + dr_;
+  Tensor ckr = NewTensor<T>({n, w}), cl = NewTensor<T>({n, dc_}), rstd = NewTensor<T>({n});
+  LinearForward(x, n, d_, wkva_, w, Ptr<T>(ckr));
+  for (int64_t t = 0; t < n; ++t) std::copy_n(Ptr<T>(ckr) + t * w, dc_, Ptr<T>(cl) + t * dc_);
+  kernels::RmsNormForward(Ptr<T>(cl), kvnorm_.w, n, dc_, c_->mla.lora_eps, Ptr<T>(cl),
+                          Ptr<T>(rstd));
+  const size_t segments = cu.size() - 1;
+  for (size_t s = 0; s < segments; ++s) {
+    for (int64_t t = cu[s]; t < cu[s + 1]; ++t) {
+      T* row = caches[s] + (past[s] + t - cu[s]) * w;
+      std::copy_n(Ptr<T>(cl) + t * dc_, dc_, row);
+      std::copy_n(Ptr<T>(ckr) + t * w + dc_, dr_, row + dc_);
     }
-    attn = Ptr<T>(c->og);
   }
-  LinearForward(attn, n, h_ * dv_, wo_, d_, y);
+  // Absorbed queries qa [n, H, dc + dr]: [W_UK,h^T q^N_h | q^R_h]; W_UK,h is rows
+  // h*(dn+dv) .. h*(dn+dv)+dn of W_kvb [H*(dn+dv), dc], W_UV,h the next dv rows.
+  Tensor qa = NewTensor<T>({n, h_, w});
+  const T* q = Ptr<T>(c.q);
+  for (int64_t h = 0; h < h_; ++h) {
+    kernels::Gemm(false, false, n, dc_, dn_, T(1), q + h * dqk_, h_ * dqk_,
+                  wkvb_.w + h * (dn_ + dv_) * dc_, dc_, T(0), Ptr<T>(qa) + h * w, h_ * w);
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(q + (t * h_ + h) * dqk_ + dn_, dr_, Ptr<T>(qa) + (t * h_ + h) * w + dc_);
+    }
+  }
+  // Per segment: scores [m*H, L] over its cache (token i sees rows <= past + i), softmax, then the
+  // latent output ol [m*H, dc] = P * c-hat.
+  Tensor ol = NewTensor<T>({n, h_, dc_});
+  ThreadPool::Default().ParallelFor(static_cast<int64_t>(segments), 1, [&](int64_t sb, int64_t se) {
+    std::vector<T> scores;
+    for (int64_t s = sb; s < se; ++s) {
+      const int64_t m = cu[s + 1] - cu[s], len = past[s] + m, rows = m * h_;
+      if (m == 0) continue;
+      scores.assign(static_cast<size_t>(rows * len), T(0));
+      kernels::Gemm(false, true, rows, len, w, static_cast<T>(scale_), Ptr<T>(qa) + cu[s] * h_ * w,
+                    w, caches[s], w, T(0), scores.data(), len);
+      for (int64_t r = 0; r < rows; ++r) {
+        T* row = scores.data() + r * len;
+        const int64_t visible = past[s] + r / h_ + 1;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, row[j]);
+        T sum = 0;
+        for (int64_t j = 0; j < visible; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        for (int64_t j = 0; j < visible; ++j) row[j] /= sum;
+        for (int64_t j = visible; j < len; ++j) row[j] = 0;
+      }
+      kernels::Gemm(false, false, rows, dc_, len, T(1), scores.data(), len, caches[s], w, T(0),
+                    Ptr<T>(ol) + cu[s] * h_ * dc_, dc_);
+    }
+  });
+  c.o = NewTensor<T>({n, h_, dv_});
+  for (int64_t h = 0; h < h_; ++h) {
+    kernels::Gemm(false, true, n, dv_, dc_, T(1), Ptr<T>(ol) + h * dc_, h_ * dc_,
+                  wkvb_.w + (h * (dn_ + dv_) + dn_) * dc_, dc_, T(0), Ptr<T>(c.o) + h * dv_,
+                  h_ * dv_);
+  }
+  Output(x, n, &c, y);
 }
 
 template <typename T>
