@@ -1,0 +1,85 @@
+// FleetState: what the coordinator knows about the fleet: every actor instance (endpoint, state,
+// pid, restarts, last heartbeat) and the shared run state. Thread-safe: the coordinator's mailbox
+// thread answers registrations, heartbeats and lookups from it while the supervisor (the launch
+// process's main thread) records spawns, exits and restarts.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/runtime/role.h"
+#include "core/metrics.h"
+#include "core/status.h"
+
+namespace orrery {
+
+enum class ActorState {
+  kStarting,  // spawned (or expected), not yet ready
+  kRunning,   // registered and ready
+  kBackoff,   // died; waiting to be restarted
+  kExited,    // ended cleanly and is not restarted
+  kFailed,    // out of restart budget (or restart = never)
+  kStopped,   // stopped by a fleet shutdown
+};
+const char* ActorStateName(ActorState state);
+
+struct ActorRecord {
+  std::string name;  // "replay:0"
+  std::string role;
+  int index = 0;
+  std::string endpoint;
+  std::string host;
+  int64_t pid = 0;
+  ActorState state = ActorState::kStarting;
+  int restarts = 0;
+  int64_t last_heartbeat_ms = 0;  // Unix ms; 0 = never
+  std::string last_exit;          // "exit 1", "killed by signal 9", "heartbeat timeout"
+  bool supervised = false;        // spawned by this coordinator (else it registered itself)
+};
+
+class FleetState {
+ public:
+  // Declares an instance the supervisor will spawn (so status lists it before it registers).
+  void Expect(const ActorRecord& record);
+
+  // An actor announces itself (also after a restart, or after a coordinator restart).
+  void Register(const std::string& name, const std::string& role, int index,
+                const std::string& endpoint, const std::string& host, int64_t pid, bool ready);
+  // Returns false when the name is unknown (the actor must register again).
+  bool Heartbeat(const std::string& name, int64_t pid, bool ready);
+  // The endpoint of a ready actor by name, or of the ready instance of a role with the fewest
+  // lookups so far (spreads callers over instances).
+  StatusOr<std::pair<std::string, std::string>> Lookup(const std::string& name_or_role);
+
+  // Supervisor side.
+  void MarkSpawned(const std::string& name, int64_t pid);
+  void MarkDown(const std::string& name, ActorState state, const std::string& how,
+                bool count_restart);
+  std::optional<ActorRecord> Get(const std::string& name) const;
+
+  RunState run_state() const;
+  // "" / -1 keep a field.
+  RunState SetRunState(const std::string& phase, int64_t stage, int64_t policy_version);
+  void SetStopping();
+
+  std::vector<ActorRecord> Snapshot() const;
+  int64_t started_ms() const { return started_ms_; }
+
+  // One metric record per actor (source "fleet/<name>"): up (0/1), restarts, heartbeat age in
+  // seconds (-1 when never), pid; and a "coordinator" record with counts by state and the run
+  // state's stage and policy version.
+  std::vector<MetricRecord> ToMetrics(int64_t step) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, ActorRecord> actors_;
+  std::map<std::string, uint64_t> lookups_;
+  RunState run_state_;
+  int64_t started_ms_ = 0;
+};
+
+}  // namespace orrery

@@ -1,0 +1,309 @@
+#include "actors/launch/commands.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <zmq.hpp>
+
+#include "actors/coordinator/coordinator.h"
+#include "actors/coordinator/fleet_state.h"
+#include "actors/coordinator/supervisor.h"
+#include "actors/launch/emit.h"
+#include "actors/launch/fleet_config.h"
+#include "actors/launch/plan.h"
+#include "actors/runtime/client.h"
+#include "actors/runtime/coordinator_protocol.h"
+#include "actors/runtime/echo_role.h"
+#include "actors/runtime/host.h"
+#include "actors/runtime/wire.h"
+#include "actors/schema/actor.capnp.h"
+#include "core/logging.h"
+#include "core/metrics.h"
+#include "core/run_config.h"
+
+namespace orrery {
+namespace {
+
+Cancellation* g_stop = nullptr;
+
+void OnStopSignal(int) {
+  if (g_stop != nullptr) g_stop->Cancel();
+}
+
+void InstallStopSignals(Cancellation* stop) {
+  g_stop = stop;
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+std::string SelfExe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "orrery" : p.string();
+}
+
+struct LoadedFleet {
+  RunConfig run;
+  FleetConfig fleet;
+};
+
+// Validates every section of the file, then reads [run] and [fleet].
+StatusOr<LoadedFleet> LoadFleet(const ConfigSections& sections, const std::string& path) {
+  {
+    ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(path));
+    ORRERY_RETURN_IF_ERROR(sections.Validate(doc));
+    if (!doc.HasTopLevel("fleet")) {
+      return InvalidArgumentError(path +
+                                  ": no [fleet] section (see configs/fleet/ and docs/launch.md)");
+    }
+  }
+  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(path));
+  ConfigTable root = doc.root();
+  LoadedFleet out;
+  out.run = ReadRunConfig(root);
+  out.fleet = ReadFleetConfig(root, out.run);
+  return out;
+}
+
+// Writes the fleet's metric records to <run_dir>/fleet_metrics.jsonl and, when configured, to the
+// metrics hub (PUB, one JSON record per message). Used from the supervisor's thread only.
+class FleetReporter {
+ public:
+  FleetReporter(zmq::context_t& zmq, FleetState& fleet, const std::string& run_dir,
+                const std::string& hub)
+      : fleet_(fleet) {
+    auto file = MetricsFileWriter::Open(run_dir + "/fleet_metrics.jsonl");
+    if (file.ok()) {
+      file_ = std::move(file).value();
+    } else {
+      ORRERY_LOG(WARN) << "fleet metrics file: " << file.status().message();
+    }
+    if (!hub.empty()) {
+      try {
+        pub_ = std::make_unique<zmq::socket_t>(zmq, zmq::socket_type::pub);
+        pub_->set(zmq::sockopt::linger, 0);
+        pub_->connect(hub);
+      } catch (const zmq::error_t& e) {
+        ORRERY_LOG(WARN) << "metrics hub " << hub << ": " << e.what();
+        pub_.reset();
+      }
+    }
+  }
+  void Report() {
+    for (const MetricRecord& r : fleet_.ToMetrics(step_)) {
+      if (file_) (void)file_->Write(r);
+      if (pub_) {
+        const std::string json = r.ToJson();
+        try {
+          pub_->send(zmq::buffer(json), zmq::send_flags::dontwait);
+        } catch (const zmq::error_t&) {
+        }
+      }
+    }
+    ++step_;
+  }
+
+ private:
+  FleetState& fleet_;
+  std::unique_ptr<MetricsFileWriter> file_;
+  std::unique_ptr<zmq::socket_t> pub_;
+  int64_t step_ = 0;
+};
+
+int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
+  const std::string path = args.Get("config");
+  StatusOr<LoadedFleet> loaded = LoadFleet(sections, path);
+  if (!loaded.ok()) return ReportError(loaded.status());
+  const FleetConfig& fleet = loaded->fleet;
+  const std::string emit = args.Get("emit");
+  if (!emit.empty()) {
+    StatusOr<std::string> text = EmitLaunchFiles(emit, fleet, loaded->run, path);
+    if (!text.ok()) return ReportError(text.status());
+    std::fputs(text->c_str(), stdout);
+    return 0;
+  }
+  StatusOr<FleetPlan> plan = BuildFleetPlan(fleet, loaded->run, path, SelfExe());
+  if (!plan.ok()) return ReportError(plan.status().WithContext(path));
+  // A cluster's coordinator binds tcp://*:PORT while actors connect to its host name.
+  if (args.Has("coordinator")) plan->coordinator = args.Get("coordinator");
+  if (args.Flag("dry-run")) {
+    std::fputs(FormatFleetPlan(*plan).c_str(), stdout);
+    return 0;
+  }
+  const bool external = args.Flag("external");
+  FleetPlan to_check = *plan;
+  if (external) to_check.processes.clear();  // they run elsewhere
+  if (Status s = PreflightFleet(to_check); !s.ok()) return ReportError(s.WithContext(path));
+
+  SetProcessLogPrefix("launch");
+  Cancellation stop;
+  InstallStopSignals(&stop);
+  zmq::context_t zmq;
+  FleetState state;
+  StatusOr<std::unique_ptr<CoordinatorServer>> server =
+      CoordinatorServer::Start(zmq, plan->coordinator, state);
+  if (!server.ok()) return ReportError(server.status());
+  ORRERY_LOG(INFO) << "coordinator at " << (*server)->endpoint() << "; run dir " << plan->run_dir;
+  FleetReporter reporter(zmq, state, plan->run_dir, fleet.metrics_endpoint);
+
+  Status result;
+  if (external) {
+    ORRERY_LOG(INFO) << "external mode: actors are started by the cluster; Ctrl-C stops the fleet";
+    while (!stop.WaitFor(std::chrono::milliseconds(fleet.metrics_interval_ms))) reporter.Report();
+    state.SetStopping();
+    // Actors learn of the stop with their next heartbeat.
+    stop.WaitFor(std::chrono::milliseconds(0));
+    usleep(static_cast<useconds_t>(3 * fleet.heartbeat_ms) * 1000);
+  } else {
+    SupervisorOptions options;
+    options.heartbeat_timeout = std::chrono::milliseconds(fleet.heartbeat_timeout_ms);
+    options.startup_timeout = std::chrono::milliseconds(fleet.startup_timeout_ms);
+    options.backoff_initial = std::chrono::milliseconds(fleet.restart_backoff_ms);
+    options.backoff_max = std::chrono::milliseconds(fleet.restart_backoff_max_ms);
+    options.restart_budget = fleet.restart_budget;
+    options.restart_window = std::chrono::seconds(fleet.restart_window_s);
+    options.shutdown_grace = std::chrono::milliseconds(fleet.shutdown_grace_ms);
+    options.report_interval = std::chrono::milliseconds(fleet.metrics_interval_ms);
+    options.report = [&reporter] { reporter.Report(); };
+    Supervisor supervisor(state, options, plan->processes);
+    result = supervisor.Run(stop);
+  }
+  (*server)->Stop();
+  g_stop = nullptr;
+  if (!result.ok()) return ReportError(result);
+  ORRERY_LOG(INFO) << "fleet stopped";
+  return 0;
+}
+
+int RunActorCommand(const CliArgs& args) {
+  ActorHostOptions options;
+  options.role = args.Get("role");
+  options.index = static_cast<int>(args.Int("index", 0));
+  options.endpoint = args.Get("endpoint");
+  options.coordinator = args.Get("coordinator");
+  options.config_path = args.Get("config");
+  options.heartbeat = std::chrono::milliseconds(args.Int("heartbeat-ms", 500));
+  if (options.heartbeat.count() < 10) {
+    return ReportError(InvalidArgumentError("--heartbeat-ms: expected at least 10"));
+  }
+  if (args.Has("run-dir")) {
+    options.run_dir = args.Get("run-dir");
+  } else if (!options.config_path.empty()) {
+    StatusOr<ConfigDocument> doc = ConfigDocument::ParseFile(options.config_path);
+    if (!doc.ok()) return ReportError(doc.status());
+    ConfigTable root = doc->root();
+    options.run_dir = ReadRunConfig(root).dir;
+  }
+  SetProcessLogPrefix(options.role + ":" + std::to_string(options.index));
+  Cancellation stop;
+  InstallStopSignals(&stop);
+  zmq::context_t zmq;
+  Status s = RunActor(zmq, options, stop);
+  g_stop = nullptr;
+  return s.ok() ? 0 : ReportError(s);
+}
+
+std::string FormatAge(int64_t unix_ms) {
+  if (unix_ms == 0) return "never";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1fs ago", (UnixMillis() - unix_ms) / 1000.0);
+  return buf;
+}
+
+int RunFleetStatus(const ConfigSections& sections, const CliArgs& args) {
+  std::string address = args.Get("connect");
+  if (address.empty() && args.Has("config")) {
+    StatusOr<LoadedFleet> loaded = LoadFleet(sections, args.Get("config"));
+    if (!loaded.ok()) return ReportError(loaded.status());
+    StatusOr<FleetPlan> plan = BuildFleetPlan(loaded->fleet, loaded->run, args.Get("config"), "");
+    if (!plan.ok()) return ReportError(plan.status());
+    address = plan->coordinator;
+  }
+  if (address.empty()) {
+    return ReportError(
+        InvalidArgumentError("give the coordinator: --connect ADDR or --config FILE"));
+  }
+  zmq::context_t zmq;
+  ActorClient client(zmq, "fleet-status");
+  if (Status s = client.Connect(address); !s.ok()) return ReportError(s);
+  auto reply = client.Call<schema::Empty, schema::FleetStatus>(
+      coordinator_methods::kStatus, [](schema::Empty::Builder) {},
+      CallOptions{std::chrono::milliseconds(args.Int("timeout-ms", 3000)), nullptr});
+  if (!reply.ok()) {
+    return ReportError(UnavailableError("no coordinator answered at " + address + ": " +
+                                        reply.status().message()));
+  }
+  auto st = reply->get();
+  auto rs = st.getRunState();
+  std::printf("phase %s  stage %u  policy version %llu%s\n", rs.getPhase().cStr(), rs.getStage(),
+              static_cast<unsigned long long>(rs.getPolicyVersion()),
+              rs.getStopping() ? "  (stopping)" : "");
+  std::printf("%-14s %-9s %-8s %8s %8s  %-12s %-40s %s\n", "ACTOR", "ROLE", "STATE", "PID",
+              "RESTARTS", "HEARTBEAT", "ENDPOINT", "LAST EXIT");
+  for (auto a : st.getActors()) {
+    std::printf("%-14s %-9s %-8s %8lld %8u  %-12s %-40s %s\n", a.getName().cStr(),
+                a.getRole().cStr(), a.getState().cStr(), static_cast<long long>(a.getPid()),
+                a.getRestarts(), FormatAge(a.getLastHeartbeatUnixMs()).c_str(),
+                a.getEndpoint().cStr(), a.getLastExit().size() ? a.getLastExit().cStr() : "-");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterFleetCommands(CliRegistry& registry) {
+  RegisterEchoRole();
+  registry.config_sections().Add("fleet", [](ConfigTable& root) {
+    RunConfig run;
+    ReadFleetConfig(root, run);
+  });
+  const ConfigSections* sections = &registry.config_sections();
+
+  registry.Add(CliCommand{
+      {"launch"},
+      "Start a fleet: the coordinator spawns and supervises every actor of [fleet]",
+      {{"CONFIG", "the run's TOML file (with a [fleet] section)", CliKind::kString, true, ""},
+       {"--dry-run", "print the process plan (actor, endpoint, command line) and exit",
+        CliKind::kFlag, false, ""},
+       {"--emit", "print cluster launch files instead of launching: slurm or k8s", CliKind::kString,
+        false, ""},
+       {"--external", "run only the coordinator; the actors are started by a cluster scheduler",
+        CliKind::kFlag, false, ""},
+       {"--coordinator", "bind the coordinator here instead of fleet.coordinator", CliKind::kString,
+        false, ""}},
+      [sections](const CliArgs& args) { return RunLaunch(*sections, args); }});
+
+  std::string roles_help = "the role to run";
+  registry.Add(CliCommand{
+      {"actor"},
+      "Run one actor instance (what `orrery launch` spawns; roles: see docs/actors.md)",
+      {{"ROLE", roles_help, CliKind::kString, true, ""},
+       {"--index", "instance number within the role", CliKind::kInt, false, "0"},
+       {"--endpoint", "the mailbox address to bind (inproc://, ipc://, tcp://)", CliKind::kString,
+        true, ""},
+       {"--coordinator", "the coordinator's endpoint (none: run standalone)", CliKind::kString,
+        false, ""},
+       {"--config", "the run's TOML file", CliKind::kString, false, ""},
+       {"--run-dir", "run directory (default: [run].dir of --config)", CliKind::kString, false, ""},
+       {"--heartbeat-ms", "heartbeat period", CliKind::kInt, false, "500"}},
+      [](const CliArgs& args) { return RunActorCommand(args); }});
+
+  registry.AddGroup({"fleet"}, "Inspect a running fleet");
+  registry.Add(CliCommand{
+      {"fleet", "status"},
+      "List the actors of a running fleet: state, pid, restarts, last heartbeat",
+      {{"--connect", "the coordinator's endpoint", CliKind::kString, false, ""},
+       {"--config", "or: the fleet's config file (its coordinator endpoint)", CliKind::kString,
+        false, ""},
+       {"--timeout-ms", "how long to wait for the coordinator", CliKind::kInt, false, "3000"}},
+      [sections](const CliArgs& args) { return RunFleetStatus(*sections, args); }});
+}
+
+}  // namespace orrery

@@ -1,0 +1,85 @@
+// The [fleet] section: which actors run, how many, where, and how they are supervised.
+//
+//   [fleet]
+//   transport = "ipc"            # ipc (one machine) or tcp (required for --emit slurm|k8s)
+//   coordinator = ""             # default: ipc://<run.dir>/fleet/coordinator.sock, or
+//                                #          tcp://<host>:<base_port> with transport = "tcp"
+//   host = "127.0.0.1"           # tcp: the address actors bind (a local launch) or advertise
+//   base_port = 5600             # tcp: the coordinator's port; actors take the following ones
+//   heartbeat_ms = 500
+//   heartbeat_timeout_ms = 3000  # silent this long -> killed and restarted
+//   startup_timeout_ms = 30000   # spawn -> registration
+//   restart_backoff_ms = 250     # first restart delay; doubles per restart within the window
+//   restart_backoff_max_ms = 10000
+//   restart_budget = 5           # restarts of one instance within restart_window_s, then the
+//   restart_window_s = 300       #   fleet fails and stops
+//   shutdown_grace_ms = 5000     # SIGTERM -> SIGKILL
+//   metrics_endpoint = ""        # the metrics hub's SUB endpoint ("" none); records also go to
+//   metrics_interval_ms = 1000   #   <run.dir>/fleet_metrics.jsonl
+//
+//   [[fleet.roles]]
+//   role = "replay"              # a registered role (`orrery actor --help` lists them)
+//   count = 1
+//   port = 0                     # tcp: first port of this role (0: next free in the plan)
+//   restart = "always"           # always | on-failure | never
+//   cpus = 1                     # resources: used by --emit (srun / pod requests)
+//   memory_gb = 1.0
+//   gpus = 0
+//   hosts = []                   # --emit slurm: nodes for this role (srun --nodelist)
+//
+//   [fleet.slurm]                # --emit slurm
+//   partition = ""  account = ""  time = "24:00:00"  orrery = "orrery"
+//   [fleet.k8s]                  # --emit k8s
+//   namespace = "default"  image = "orrery:latest"  orrery = "orrery"
+//
+// Read strictly through core/config.h: unknown keys, wrong types, out-of-range values, unknown
+// roles, duplicate roles and a fleet of zero actors are errors naming the file, line and key.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "actors/coordinator/supervisor.h"
+#include "core/config.h"
+#include "core/run_config.h"
+
+namespace orrery {
+
+struct FleetRoleConfig {
+  std::string role;
+  int count = 1;
+  int port = 0;
+  RestartPolicy restart = RestartPolicy::kAlways;
+  std::string restart_text = "always";
+  int cpus = 1;
+  double memory_gb = 1.0;
+  int gpus = 0;
+  std::vector<std::string> hosts;
+};
+
+struct FleetConfig {
+  std::string transport = "ipc";
+  std::string coordinator;  // resolved (never empty after reading)
+  std::string host = "127.0.0.1";
+  int base_port = 5600;
+  int heartbeat_ms = 500;
+  int heartbeat_timeout_ms = 3000;
+  int startup_timeout_ms = 30000;
+  int restart_backoff_ms = 250;
+  int restart_backoff_max_ms = 10000;
+  int restart_budget = 5;
+  int restart_window_s = 300;
+  int shutdown_grace_ms = 5000;
+  std::string metrics_endpoint;
+  int metrics_interval_ms = 1000;
+  std::vector<FleetRoleConfig> roles;
+
+  std::string slurm_partition, slurm_account, slurm_time = "24:00:00", slurm_orrery = "orrery";
+  std::string k8s_namespace = "default", k8s_image = "orrery:latest", k8s_orrery = "orrery";
+};
+
+// Reads root.[fleet]; problems are recorded in the document (see ConfigDocument::Finish).
+// `check_roles` looks every role up in the role registry (off only in tests of the reader).
+FleetConfig ReadFleetConfig(ConfigTable& root, const RunConfig& run, bool check_roles = true);
+
+}  // namespace orrery
