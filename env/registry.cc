@@ -5,6 +5,7 @@
 #include "env/mcp/mcp_tools_env.h"
 #include "env/plugin.h"
 #include "env/python/python_env.h"
+#include "env/retrieval/retrieval_env.h"
 
 namespace orrery::env {
 
@@ -46,6 +47,12 @@ void RegisterBuiltinEnvs(EnvRegistry& registry) {
                           "sandbox; reward = fraction of tests passed",
                           [](ConfigTable& options) -> StatusOr<std::unique_ptr<Env>> {
                             return MakePythonEnv(ReadPythonEnvOptions(options));
+                          });
+  (void)registry.Register("retrieval",
+                          "long-document question answering (1K-1M tokens) with search and read; "
+                          "exact-match reward",
+                          [](ConfigTable& options) -> StatusOr<std::unique_ptr<Env>> {
+                            return MakeRetrievalEnv(ReadRetrievalEnvOptions(options));
                           });
   (void)registry.Register("external",
                           "any-language environment: a program speaking orrery-env/1 (JSON "
