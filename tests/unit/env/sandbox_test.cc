@@ -33,7 +33,10 @@ SandboxOptions SmallLimits() {
 class SandboxTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    StatusOr<std::unique_ptr<Sandbox>> s = Sandbox::Create(SmallLimits(), 4000 + slot_++);
+    // CTest runs each test in its own process, several at once: a slot (host uid) per process
+    // keeps one test's fork bomb from eating another's RLIMIT_NPROC.
+    StatusOr<std::unique_ptr<Sandbox>> s =
+        Sandbox::Create(SmallLimits(), 3500 + static_cast<uint32_t>(getpid()) % 500);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     sandbox_ = std::move(*s);
   }
@@ -42,7 +45,6 @@ class SandboxTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : RunResult{};
   }
-  static inline uint32_t slot_ = 0;
   std::unique_ptr<Sandbox> sandbox_;
 };
 
