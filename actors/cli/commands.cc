@@ -3,6 +3,7 @@
 #include "actors/metrics/commands.h"
 #include "core/commands.h"
 #include "env/commands.h"
+#include "learner/commands.h"
 #include "model/commands.h"
 
 namespace orrery {
@@ -13,6 +14,7 @@ void RegisterAllCommands(CliRegistry& registry) {
   RegisterMetricsCommands(registry);
   RegisterEnvCommands(registry);
   model::RegisterModelCommands(registry);
+  RegisterLearnerCommands(registry);
 }
 
 }  // namespace orrery

@@ -1,0 +1,238 @@
+#include "learner/pretrain_commands.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/logging.h"
+#include "learner/checkpoint.h"
+#include "learner/data_prepare.h"
+#include "learner/hybrid_trainable.h"
+#include "learner/pretrainer.h"
+#include "learner/sampling.h"
+#include "model/chat_format.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace orrery {
+namespace {
+
+int Pretrain(const CliArgs& args) {
+  const std::string config_path = args.Get("config");
+  StatusOr<PretrainConfig> config = LoadPretrainConfig(config_path);
+  if (!config.ok()) return ReportError(config.status());
+  if (args.Has("data")) config->data_dir = args.Get("data");
+  SetMinLogLevel(config->run.log_level);
+  const std::string run_dir = args.Has("out") ? args.Get("out") : config->run.dir;
+
+  StatusOr<TokenDataset> data = TokenDataset::Open(config->data_dir);
+  if (!data.ok()) return ReportError(data.status().WithContext("pretrain.data"));
+  StatusOr<Tokenizer> tokenizer = Tokenizer::Load(config->data_dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return ReportError(tokenizer.status());
+  StatusOr<ChatFormat> format = ChatFormat::Create(&*tokenizer);
+  if (!format.ok()) return ReportError(format.status());
+  StatusOr<std::string> model_text = ReadInput(config->model_path);
+  if (!model_text.ok()) return ReportError(model_text.status());
+  StatusOr<std::string> tokenizer_text = ReadInput(config->data_dir + "/tokenizer.json");
+  if (!tokenizer_text.ok()) return ReportError(tokenizer_text.status());
+
+  StatusOr<std::unique_ptr<model::Model>> model =
+      model::Model::Create(config->model, config->run.seed);
+  if (!model.ok()) return ReportError(model.status());
+  HybridTrainable trainable(model->get());
+
+  PretrainerOptions o;
+  o.config = *config;
+  o.run_dir = run_dir;
+  o.max_steps = args.Int("max-steps", -1);
+  o.resume = args.Flag("resume");
+  o.pad_id = format->pad_id();
+  o.checkpoint_files = {{"model.toml", *model_text}, {"tokenizer.json", *tokenizer_text}};
+  int64_t params = 0;
+  for (const ParamRef& p : trainable.Parameters()) params += p.value.numel();
+  std::printf(
+      "pretrain: model %s (%lld parameters), data %s (%lld documents, %lld tokens), "
+      "%zu stages, %lld steps, run dir %s\n",
+      config->model.name.c_str(), static_cast<long long>(params), config->data_dir.c_str(),
+      static_cast<long long>(data->num_documents()), static_cast<long long>(data->num_tokens()),
+      config->stages.size(), static_cast<long long>(config->total_steps()), run_dir.c_str());
+  std::fflush(stdout);
+  StatusOr<std::unique_ptr<Pretrainer>> trainer = Pretrainer::Create(o, &trainable, &*data);
+  if (!trainer.ok()) return ReportError(trainer.status());
+  StatusOr<PretrainSummary> s = (*trainer)->Run();
+  if (!s.ok()) return ReportError(s.status());
+
+  std::printf("\npretrain summary: %s after %lld steps, %lld tokens in %.0f s (%.0f tokens/s)\n",
+              s->finished ? "finished" : "stopped", static_cast<long long>(s->steps),
+              static_cast<long long>(s->tokens), s->seconds, s->tokens_per_second);
+  std::printf("  %-12s %8s %6s %14s %14s %12s\n", "stage", "seq_len", "steps", "held-out start",
+              "held-out end", "train loss");
+  for (const StageSummary& st : s->stages) {
+    auto fmt = [](double v) {
+      char b[32];
+      if (v < 0) return std::string("-");
+      std::snprintf(b, sizeof(b), "%.4f", v);
+      return std::string(b);
+    };
+    std::printf("  %-12s %8lld %6lld %14s %14s %12s\n", st.name.c_str(),
+                static_cast<long long>(st.seq_len), static_cast<long long>(st.steps),
+                fmt(st.first_eval_loss).c_str(), fmt(st.last_eval_loss).c_str(),
+                fmt(st.last_train_loss).c_str());
+  }
+  std::printf("  checkpoint: %s\n  metrics: %s/metrics.jsonl\n", s->last_checkpoint.c_str(),
+              run_dir.c_str());
+  return 0;
+}
+
+// A model restored from a checkpoint directory, with its tokenizer and chat format.
+struct LoadedModel {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ChatFormat> format;
+};
+
+StatusOr<LoadedModel> LoadFromCheckpoint(const std::string& path) {
+  ORRERY_ASSIGN_OR_RETURN(LoadedCheckpoint ck, ReadCheckpoint(path));  // verifies hashes
+  LoadedModel m;
+  ORRERY_ASSIGN_OR_RETURN(model::ModelConfig config,
+                          model::LoadModelConfig(ck.path + "/model.toml"));
+  ORRERY_ASSIGN_OR_RETURN(m.model, model::Model::Create(config, 0));
+  Status s = m.model->Load(ck.path + "/model.safetensors");
+  if (!s.ok()) return s.WithContext("checkpoint " + ck.path);
+  ORRERY_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(ck.path + "/tokenizer.json"));
+  m.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
+  ORRERY_ASSIGN_OR_RETURN(ChatFormat f, ChatFormat::Create(m.tokenizer.get()));
+  m.format = std::make_unique<ChatFormat>(f);
+  return m;
+}
+
+// Continues `prompt` until <|end|>/<|endoftext|> or max_tokens; returns the generated ids.
+StatusOr<std::vector<int32_t>> Generate(model::Model& model, const ChatFormat& format,
+                                        std::vector<int32_t> prompt, int64_t max_tokens,
+                                        const SamplingOptions& sampling, PhiloxGenerator& rng) {
+  std::vector<int32_t> out;
+  const int64_t vocab = model.config().vocab_size;
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    // A full forward over the sequence so far (the model is small; the sequences are short).
+    model::Batch batch;
+    const int64_t t = static_cast<int64_t>(prompt.size());
+    batch.tokens = Tensor::FromVector<int32_t>({1, t}, prompt);
+    ORRERY_ASSIGN_OR_RETURN(Tensor logits, model.Forward(batch, nullptr));
+    const int32_t next = SampleToken(logits.data<float>() + (t - 1) * vocab, vocab, sampling, rng);
+    out.push_back(next);
+    prompt.push_back(next);
+    if (next == format.end_of_turn_id() || next == format.end_of_text_id()) break;
+  }
+  return out;
+}
+
+int GenerateCommand(const CliArgs& args) {
+  StatusOr<LoadedModel> m = LoadFromCheckpoint(args.Get("checkpoint"));
+  if (!m.ok()) return ReportError(m.status());
+  SamplingOptions sampling{args.Float("temperature", 0.0), args.Float("top-p", 1.0)};
+  if (sampling.temperature < 0 || sampling.top_p <= 0 || sampling.top_p > 1) {
+    return ReportError(InvalidArgumentError("--temperature must be >= 0 and --top-p in (0, 1]"));
+  }
+  PhiloxGenerator rng(static_cast<uint64_t>(args.Int("seed", 0)), 0);
+  const int64_t max_tokens = args.Int("max-tokens", 64);
+
+  // Conversations whose assistant turn to generate: --prompt as one user message, or every line of
+  // --prompts (chat-transcript JSONL, cut before its first assistant message).
+  std::vector<std::vector<ChatMessage>> prompts;
+  if (args.Has("prompt")) {
+    ChatMessage user;
+    user.role = ChatRole::kUser;
+    user.content = args.Get("prompt");
+    std::vector<ChatMessage> convo;
+    if (args.Has("system")) {
+      ChatMessage sys;
+      sys.role = ChatRole::kSystem;
+      sys.content = args.Get("system");
+      convo.push_back(sys);
+    }
+    convo.push_back(user);
+    prompts.push_back(convo);
+  }
+  if (args.Has("prompts")) {
+    const std::string path = args.Get("prompts");
+    StatusOr<std::string> text = ReadInput(path);
+    if (!text.ok()) return ReportError(text.status());
+    StatusOr<std::vector<std::vector<ChatMessage>>> chats = ParseChatTranscripts(path, *text);
+    if (!chats.ok()) return ReportError(chats.status());
+    for (auto& convo : *chats) {
+      std::vector<ChatMessage> head;
+      for (const ChatMessage& msg : convo) {
+        if (msg.role == ChatRole::kAssistant) break;
+        head.push_back(msg);
+      }
+      prompts.push_back(head);
+    }
+  }
+  if (prompts.empty())
+    return ReportError(InvalidArgumentError("give --prompt TEXT or --prompts FILE"));
+  const int64_t show = args.Int("show", 5);
+  int64_t well_formed_calls = 0, malformed = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    StatusOr<RenderedChat> p = m->format->RenderPrompt(prompts[i]);
+    if (!p.ok()) return ReportError(p.status());
+    StatusOr<std::vector<int32_t>> gen =
+        Generate(*m->model, *m->format, p->ids, max_tokens, sampling, rng);
+    if (!gen.ok()) return ReportError(gen.status());
+    StatusOr<ParsedAssistantTurn> turn = m->format->ParseAssistantTurn(*gen);
+    const bool call = turn.ok() && !turn->message.tool_calls.empty();
+    well_formed_calls += call ? 1 : 0;
+    malformed += turn.ok() ? 0 : 1;
+    if (static_cast<int64_t>(i) < show) {
+      StatusOr<std::string> text = m->tokenizer->Decode(*gen);
+      std::printf("--- prompt %zu: %s\n", i + 1, prompts[i].back().content.c_str());
+      std::printf("    generated: %s\n", text.ok() ? text->c_str() : "(undecodable)");
+      if (call) {
+        for (const ToolCall& c : turn->message.tool_calls) {
+          std::printf("    tool call: %s %s\n", c.name.c_str(), c.arguments_json.c_str());
+        }
+      } else if (!turn.ok()) {
+        std::printf("    malformed: %s\n", turn.status().message().c_str());
+      }
+    }
+  }
+  if (prompts.size() > 1) {
+    std::printf(
+        "well-formed tool calls: %lld/%zu (%.0f%%); malformed turns: %lld\n",
+        static_cast<long long>(well_formed_calls), prompts.size(),
+        100.0 * static_cast<double>(well_formed_calls) / static_cast<double>(prompts.size()),
+        static_cast<long long>(malformed));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterPretrainCommands(CliRegistry& registry) {
+  registry.Add(CliCommand{
+      {"pretrain"},
+      "Pretrain the hybrid model through the staged curriculum of a config",
+      {{"--config", "pretraining config (configs/pretrain/*.toml)", CliKind::kString, true, ""},
+       {"--out", "run directory (default: [run] dir)", CliKind::kString, false, ""},
+       {"--data", "prepared data directory (overrides pretrain.data)", CliKind::kString, false, ""},
+       {"--max-steps", "stop after this many steps in total, with a checkpoint", CliKind::kInt,
+        false, "-1"},
+       {"--resume", "continue from the newest checkpoint in the run directory", CliKind::kFlag,
+        false, ""}},
+      Pretrain});
+  registry.Add(CliCommand{
+      {"generate"},
+      "Generate an assistant turn from a checkpoint (greedy, temperature, top-p)",
+      {{"--checkpoint", "checkpoint or run directory", CliKind::kString, true, ""},
+       {"--prompt", "a user message", CliKind::kString, false, ""},
+       {"--system", "a system message before --prompt", CliKind::kString, false, ""},
+       {"--prompts", "chat-transcript JSONL: each conversation up to its first assistant turn",
+        CliKind::kString, false, ""},
+       {"--max-tokens", "tokens to generate at most", CliKind::kInt, false, "64"},
+       {"--temperature", "0: greedy", CliKind::kFloat, false, "0"},
+       {"--top-p", "nucleus sampling mass", CliKind::kFloat, false, "1"},
+       {"--seed", "sampling seed", CliKind::kInt, false, "0"},
+       {"--show", "print this many generations", CliKind::kInt, false, "5"}},
+      GenerateCommand});
+}
+
+}  // namespace orrery
