@@ -128,12 +128,6 @@ void Storage::SyncLoop() {
         durable_.store(target, std::memory_order_release);
       }
       sync_cv_.notify_all();
-      if (listener_) {
-        auto listener = listener_;
-        lock.unlock();
-        listener();
-        lock.lock();
-      }
       if (stopping_) return;
       sync_cv_.wait_for(lock, std::chrono::milliseconds(options_.group_commit_ms),
                         [&] { return stopping_; });
@@ -154,11 +148,6 @@ Status Storage::WaitDurable(uint64_t ticket) {
   if (durable_.load() >= ticket) return Status::OK();
   if (!sync_error_.ok()) return sync_error_;
   return CancelledError("replay storage: closing before the write was synced");
-}
-
-void Storage::SetDurableListener(std::function<void()> listener) {
-  std::lock_guard<std::mutex> lock(sync_mu_);
-  listener_ = std::move(listener);
 }
 
 StatusOr<std::optional<std::string>> Storage::Get(std::string_view key) const {

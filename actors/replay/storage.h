@@ -51,8 +51,6 @@ class Storage {
   uint64_t durable_ticket() const { return durable_.load(std::memory_order_acquire); }
   // Blocks until `ticket` is durable (or the syncer failed: that error).
   Status WaitDurable(uint64_t ticket);
-  // Called (from the syncer thread) each time durable_ticket() advances in group-commit mode.
-  void SetDurableListener(std::function<void()> listener);
 
   StatusOr<std::optional<std::string>> Get(std::string_view key) const;
   // Calls fn(key, value) for every key starting with `prefix`, in key order.
@@ -79,7 +77,6 @@ class Storage {
 
   std::mutex sync_mu_;
   std::condition_variable sync_cv_;  // the syncer waits for writes; waiters for durability
-  std::function<void()> listener_;
   Status sync_error_;
   bool stopping_ = false;
   std::thread syncer_;
