@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/config.h"
+#include "model/ops_run.h"
 
 namespace orrery::model {
 namespace {
@@ -67,6 +68,25 @@ int RunModelInfo(const CliArgs& args) {
   return 0;
 }
 
+int RunOpsRun(const CliArgs& args) {
+  OpRunOptions options;
+  options.op = args.Get("op");
+  options.in_path = args.Get("in");
+  options.out_path = args.Get("out");
+  options.backward = args.Flag("backward");
+  options.device = args.Get("device", "cpu");
+  for (const std::string& kv : args.List("attr")) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return ReportError(InvalidArgumentError("--attr " + kv + ": expected KEY=VALUE"));
+    }
+    options.attrs[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  const Status st = RunOp(options);
+  if (!st.ok()) return ReportError(st);
+  return 0;
+}
+
 }  // namespace
 
 void RegisterModelCommands(CliRegistry& registry) {
@@ -80,6 +100,23 @@ void RegisterModelCommands(CliRegistry& registry) {
        {"--context", "context length for the FLOP estimate", CliKind::kInt, false, "8192"},
        {"--json", "print JSON", CliKind::kFlag, false, ""}},
       RunModelInfo});
+  std::string ops;
+  for (const std::string& name : OpNames()) ops += (ops.empty() ? "" : ", ") + name;
+  registry.AddGroup({"ops"}, "Run single Orrery ops on safetensors files (docs/ops.md)");
+  registry.Add(CliCommand{
+      {"ops", "run"},
+      "Run one op on the tensors of a safetensors file and write its outputs (and with "
+      "--backward every input gradient) to another; names and layouts in docs/ops.md",
+      {{"--op", "op name: " + ops, CliKind::kString, /*required=*/true, ""},
+       {"--in", "input safetensors file", CliKind::kString, true, ""},
+       {"--out", "output safetensors file (written atomically)", CliKind::kString, true, ""},
+       {"--backward", "read upstream gradients d<output> and write input gradients d<input>",
+        CliKind::kFlag, false, ""},
+       {"--device", "cpu, or cuda for kda/kda_recurrent in CUDA builds", CliKind::kString, false,
+        "cpu"},
+       {"--attr", "op attribute KEY=VALUE (repeatable), e.g. chunk_size=16, top_k=2",
+        CliKind::kStringList, false, ""}},
+      RunOpsRun});
 }
 
 }  // namespace orrery::model

@@ -1,0 +1,582 @@
+#include "model/ops_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "core/safetensors.h"
+#include "kernels/attn_res.h"
+#include "kernels/kda.h"
+#include "kernels/mla_attention.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/situ.h"
+#include "model/layers.h"
+
+namespace orrery::model {
+namespace {
+
+bool IsFloat(DType t) {
+  return t == DType::kF32 || t == DType::kF64 || t == DType::kBF16 || t == DType::kF16;
+}
+
+// The input file, the attributes and the outputs of one op run. Every tensor and attribute must be
+// read by the op (Finish reports the others); float inputs are converted to one compute dtype.
+class OpIo {
+ public:
+  OpIo(SafetensorsFile file, const OpRunOptions& options)
+      : file_(std::move(file)), options_(options) {
+    for (const std::string& name : file_.names()) {
+      StatusOr<Tensor> t = file_.Get(name);
+      if (t.ok() && t->dtype() == DType::kF64) compute_ = DType::kF64;
+    }
+  }
+
+  DType compute() const { return compute_; }
+  bool backward() const { return options_.backward; }
+
+  Status Error(const std::string& what) const {
+    return InvalidArgumentError(options_.in_path + ": " + what);
+  }
+
+  // A float tensor in the compute dtype; `ndim` > 0 checks the rank (`layout` names the dims).
+  StatusOr<Tensor> Float(const std::string& name, int ndim, const std::string& layout) {
+    ORRERY_ASSIGN_OR_RETURN(Tensor t, Optional(name, ndim, layout));
+    if (!t.defined()) {
+      return Error("tensor '" + name + "' " + layout + " is missing (op " + options_.op + ")");
+    }
+    return t;
+  }
+  // As Float, but an absent tensor gives an undefined one.
+  StatusOr<Tensor> Optional(const std::string& name, int ndim, const std::string& layout) {
+    if (!file_.Contains(name)) return Tensor();
+    read_.insert(name);
+    ORRERY_ASSIGN_OR_RETURN(Tensor t, file_.Get(name));
+    if (!IsFloat(t.dtype())) {
+      return Error("tensor '" + name + "' is " + t.ToString() + ", expected a float tensor " +
+                   layout + " (f32, f64, bf16 or f16)");
+    }
+    if ((t.dtype() == DType::kF64) != (compute_ == DType::kF64)) {
+      return Error("tensor '" + name + "' is " + t.ToString() +
+                   ", but other inputs are f64: give every float input as f64, or none");
+    }
+    if (ndim > 0 && t.ndim() != ndim) {
+      return Error("tensor '" + name + "' is " + t.ToString() + ", expected " + layout);
+    }
+    if (t.dtype() == compute_) return t.Clone();
+    return t.Cast(compute_);
+  }
+  // An integer tensor [n] converted to `dtype` (i32 or i64); undefined when absent.
+  StatusOr<Tensor> Index(const std::string& name, DType dtype, const std::string& layout) {
+    if (!file_.Contains(name)) return Tensor();
+    read_.insert(name);
+    ORRERY_ASSIGN_OR_RETURN(Tensor t, file_.Get(name));
+    if (t.dtype() != DType::kI32 && t.dtype() != DType::kI64) {
+      return Error("tensor '" + name + "' is " + t.ToString() + ", expected integers " + layout);
+    }
+    if (t.dtype() == dtype) return t.Clone();
+    Tensor out = Tensor::Empty(t.shape(), dtype);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const int64_t v = t.dtype() == DType::kI32 ? t.data<int32_t>()[i] : t.data<int64_t>()[i];
+      if (dtype == DType::kI32) {
+        out.data<int32_t>()[i] = static_cast<int32_t>(v);
+      } else {
+        out.data<int64_t>()[i] = v;
+      }
+    }
+    return out;
+  }
+  Status ExpectShape(const std::string& name, const Tensor& t, const Shape& shape,
+                     const std::string& why) const {
+    if (t.shape() == shape) return Status::OK();
+    return Error("tensor '" + name + "' has shape " + ShapeToString(t.shape()) + ", expected " +
+                 ShapeToString(shape) + " (" + why + ")");
+  }
+
+  StatusOr<double> Attr(const std::string& key, double def) {
+    attrs_read_.insert(key);
+    auto it = options_.attrs.find(key);
+    if (it == options_.attrs.end()) return def;
+    char* end = nullptr;
+    const double v = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0') {
+      return InvalidArgumentError("--attr " + key + "=" + it->second + ": expected a number");
+    }
+    return v;
+  }
+  StatusOr<std::string> AttrString(const std::string& key, const std::string& def) {
+    attrs_read_.insert(key);
+    auto it = options_.attrs.find(key);
+    return it == options_.attrs.end() ? def : it->second;
+  }
+
+  void Out(const std::string& name, const Tensor& t) { outputs_.emplace_back(name, t); }
+
+  // Unread tensors or attributes are errors (a misspelt name never silently falls back).
+  Status Finish() const {
+    for (const std::string& name : file_.names()) {
+      if (!read_.count(name)) {
+        std::string known;
+        for (const std::string& r : read_) known += (known.empty() ? "" : ", ") + r;
+        return Error("unexpected tensor '" + name + "' for op " + options_.op +
+                     (options_.backward ? " --backward" : "") + " (it read: " + known + ")");
+      }
+    }
+    for (const auto& [key, value] : options_.attrs) {
+      if (!attrs_read_.count(key)) {
+        return InvalidArgumentError("--attr " + key + "=" + value + ": op " + options_.op +
+                                    " has no attribute '" + key + "' (see docs/ops.md)");
+      }
+    }
+    return Status::OK();
+  }
+
+  Status Write() const {
+    return WriteSafetensors(options_.out_path, outputs_,
+                            {{"format", "orrery-ops"}, {"op", options_.op}});
+  }
+
+ private:
+  SafetensorsFile file_;
+  const OpRunOptions& options_;
+  DType compute_ = DType::kF32;
+  std::set<std::string> read_, attrs_read_;
+  std::vector<std::pair<std::string, Tensor>> outputs_;
+};
+
+// ---- kda, kda_recurrent ----
+Status RunKda(OpIo& io, const OpRunOptions& options, bool recurrent) {
+  const std::string qk = "[B, T, H, K]";
+  kernels::KdaInputs in;
+  ORRERY_ASSIGN_OR_RETURN(in.q, io.Float("q", 4, qk));
+  ORRERY_ASSIGN_OR_RETURN(in.k, io.Float("k", 4, qk));
+  ORRERY_ASSIGN_OR_RETURN(in.v, io.Float("v", 4, "[B, T, H, V]"));
+  ORRERY_ASSIGN_OR_RETURN(in.g, io.Float("g", 4, qk));
+  ORRERY_ASSIGN_OR_RETURN(in.beta, io.Float("beta", 3, "[B, T, H]"));
+  ORRERY_ASSIGN_OR_RETURN(in.initial_state, io.Optional("initial_state", 4, "[N, H, K, V]"));
+  if (in.initial_state.defined() && io.compute() == DType::kF32) {
+    // Widened inputs compute in f32; the state is f32 whatever it was given as.
+    ORRERY_ASSIGN_OR_RETURN(in.initial_state, in.initial_state.Cast(DType::kF32));
+  }
+  ORRERY_ASSIGN_OR_RETURN(in.cu_seqlens, io.Index("cu_seqlens", DType::kI64, "[N + 1]"));
+  kernels::KdaOptions opt;
+  opt.algorithm = recurrent ? kernels::KdaAlgorithm::kRecurrent : kernels::KdaAlgorithm::kChunked;
+  if (!recurrent) {
+    ORRERY_ASSIGN_OR_RETURN(double chunk, io.Attr("chunk_size", 64));
+    opt.chunk_size = static_cast<int>(chunk);
+  }
+  ORRERY_ASSIGN_OR_RETURN(double scale, io.Attr("scale", 0.0));
+  opt.scale = static_cast<float>(scale);
+  opt.output_final_state = true;
+  ORRERY_ASSIGN_OR_RETURN(double l2, io.Attr("use_qk_l2norm", 0));
+  Tensor d_o, d_final;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(d_o, io.Float("do", 4, "[B, T, H, V]"));
+    ORRERY_ASSIGN_OR_RETURN(d_final, io.Optional("dfinal_state", 4, "[N, H, K, V]"));
+    if (d_final.defined() && io.compute() == DType::kF32) {
+      ORRERY_ASSIGN_OR_RETURN(d_final, d_final.Cast(DType::kF32));
+    }
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  // Optional q/k L2 norm in the op (fla's use_qk_l2norm_in_kernel).
+  Tensor q_raw = in.q, k_raw = in.k, q_rstd, k_rstd;
+  if (l2 != 0) {
+    ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(q_raw, 1e-6f, &in.q, &q_rstd));
+    ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(k_raw, 1e-6f, &in.k, &k_rstd));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Device device, ParseDevice(options.device));
+  kernels::KdaInputs run = in;
+  if (device.is_cuda()) {
+    for (Tensor* t : {&run.q, &run.k, &run.v, &run.g, &run.beta, &run.initial_state}) {
+      if (t->defined()) {
+        ORRERY_ASSIGN_OR_RETURN(*t, t->To(device));
+      }
+    }
+    if (d_o.defined()) {
+      ORRERY_ASSIGN_OR_RETURN(d_o, d_o.To(device));
+    }
+    if (d_final.defined()) {
+      ORRERY_ASSIGN_OR_RETURN(d_final, d_final.To(device));
+    }
+  }
+  auto cpu = [](const Tensor& t) -> StatusOr<Tensor> { return t.To(Device::Cpu()); };
+  kernels::KdaOutputs out;
+  Status st = kernels::KdaForward(run, opt, &out);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor o, cpu(out.o));
+  ORRERY_ASSIGN_OR_RETURN(Tensor final_state, cpu(out.final_state));
+  io.Out("o", o);
+  io.Out("final_state", final_state);
+  if (!io.backward()) return Status::OK();
+  kernels::KdaGrads g;
+  st = kernels::KdaBackward(run, d_o, d_final, opt, &g);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor dq, cpu(g.dq));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dk, cpu(g.dk));
+  if (l2 != 0) {
+    Tensor dq_raw, dk_raw;
+    ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormBackward(in.q, q_rstd, dq, &dq_raw));
+    ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormBackward(in.k, k_rstd, dk, &dk_raw));
+    dq = dq_raw;
+    dk = dk_raw;
+  }
+  io.Out("dq", dq);
+  io.Out("dk", dk);
+  ORRERY_ASSIGN_OR_RETURN(Tensor dv, cpu(g.dv));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dg, cpu(g.dg));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dbeta, cpu(g.dbeta));
+  io.Out("dv", dv);
+  io.Out("dg", dg);
+  io.Out("dbeta", dbeta);
+  if (g.dinitial_state.defined()) {
+    ORRERY_ASSIGN_OR_RETURN(Tensor dh0, cpu(g.dinitial_state));
+    io.Out("dinitial_state", dh0);
+  }
+  return Status::OK();
+}
+
+// Document offsets over B*T rows: cu_seqlens (then B must be 1) or one document per row.
+StatusOr<std::vector<int64_t>> Documents(OpIo& io, const Tensor& cu, int64_t b, int64_t t) {
+  std::vector<int64_t> out;
+  if (!cu.defined()) {
+    for (int64_t i = 0; i <= b; ++i) out.push_back(i * t);
+    return out;
+  }
+  if (b != 1) return io.Error("cu_seqlens needs B = 1 (packed rows), got B = " + std::to_string(b));
+  if (cu.ndim() != 1 || cu.numel() < 2) return io.Error("cu_seqlens: expected i64 [N + 1]");
+  out.assign(cu.data<int64_t>(), cu.data<int64_t>() + cu.numel());
+  if (out.front() != 0 || out.back() != t) {
+    return io.Error("cu_seqlens must run from 0 to T = " + std::to_string(t));
+  }
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i] <= out[i - 1]) return io.Error("cu_seqlens must be strictly increasing");
+  }
+  return out;
+}
+
+// ---- mla: causal softmax attention with LSE ----
+template <typename T>
+Status RunMlaTyped(OpIo& io) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor q, io.Float("q", 4, "[B, T, H, Dqk]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor k, io.Float("k", 4, "[B, T, H, Dqk]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor v, io.Float("v", 4, "[B, T, H, Dv]"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("k", k, q.shape(), "as q"));
+  const int64_t b = q.dim(0), t = q.dim(1), h = q.dim(2), dqk = q.dim(3), dv = v.dim(3);
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("v", v, {b, t, h, dv}, "[B, T, H, Dv] as q"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor cu_t, io.Index("cu_seqlens", DType::kI64, "[N + 1]"));
+  ORRERY_ASSIGN_OR_RETURN(double scale, io.Attr("scale", 0.0));
+  if (scale <= 0) scale = 1.0 / std::sqrt(static_cast<double>(dqk));
+  Tensor d_o;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(d_o, io.Float("do", 4, "[B, T, H, Dv]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("do", d_o, v.shape(), "as v"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_ASSIGN_OR_RETURN(std::vector<int64_t> cu, Documents(io, cu_t, b, t));
+  const kernels::AttentionShape shape{b * t, h, dqk, dv};
+  Tensor o = NewTensor<T>({b, t, h, dv}), lse = NewTensor<T>({b, t, h});
+  kernels::CausalAttentionForward(shape, cu, scale, Ptr<T>(q), Ptr<T>(k), Ptr<T>(v), Ptr<T>(o),
+                                  Ptr<T>(lse));
+  io.Out("o", o);
+  io.Out("lse", lse);
+  if (!io.backward()) return Status::OK();
+  Tensor dq = NewTensor<T>(q.shape()), dk = NewTensor<T>(k.shape()), dvt = NewTensor<T>(v.shape());
+  kernels::CausalAttentionBackward(shape, cu, scale, Ptr<T>(q), Ptr<T>(k), Ptr<T>(v), Ptr<T>(o),
+                                   Ptr<T>(lse), Ptr<T>(d_o), Ptr<T>(dq), Ptr<T>(dk), Ptr<T>(dvt));
+  io.Out("dq", dq);
+  io.Out("dk", dk);
+  io.Out("dv", dvt);
+  return Status::OK();
+}
+
+// ---- rmsnorm ----
+template <typename T>
+Status RunRmsNormTyped(OpIo& io) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 0, "[..., D]"));
+  if (x.ndim() < 1) return io.Error("tensor 'x' must have at least one dimension [..., D]");
+  const int64_t d = x.dim(x.ndim() - 1), rows = x.numel() / std::max<int64_t>(d, 1);
+  ORRERY_ASSIGN_OR_RETURN(Tensor w, io.Optional("w", 1, "[D]"));
+  if (w.defined()) ORRERY_RETURN_IF_ERROR(io.ExpectShape("w", w, {d}, "[D], D = x's last dim"));
+  ORRERY_ASSIGN_OR_RETURN(double eps, io.Attr("eps", 1e-5));
+  Tensor dy;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 0, "as x"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, x.shape(), "as x"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  Shape rshape(x.shape().begin(), x.shape().end() - 1);
+  Tensor y = NewTensor<T>(x.shape()), rstd = NewTensor<T>(rshape);
+  const T* wp = w.defined() ? Ptr<T>(w) : nullptr;
+  kernels::RmsNormForward(Ptr<T>(x), wp, rows, d, eps, Ptr<T>(y), Ptr<T>(rstd));
+  io.Out("y", y);
+  io.Out("rstd", rstd);
+  if (!io.backward()) return Status::OK();
+  Tensor dx = NewTensor<T>(x.shape());
+  Tensor dw = w.defined() ? NewTensor<T>({d}) : Tensor();
+  kernels::RmsNormBackward(Ptr<T>(x), wp, Ptr<T>(rstd), Ptr<T>(dy), rows, d, Ptr<T>(dx),
+                           w.defined() ? Ptr<T>(dw) : nullptr);
+  io.Out("dx", dx);
+  if (w.defined()) io.Out("dw", dw);
+  return Status::OK();
+}
+
+// ---- situ_glu ----
+StatusOr<kernels::GluActivation> ReadActivation(OpIo& io) {
+  kernels::GluActivation act;
+  ORRERY_ASSIGN_OR_RETURN(std::string kind, io.AttrString("activation", "situ"));
+  if (kind != "situ" && kind != "silu") {
+    return InvalidArgumentError("--attr activation=" + kind + ": expected situ or silu");
+  }
+  act.situ = kind == "situ";
+  ORRERY_ASSIGN_OR_RETURN(act.beta, io.Attr("beta", 4.0));
+  ORRERY_ASSIGN_OR_RETURN(act.beta_lin, io.Attr("beta_lin", 25.0));
+  return act;
+}
+
+template <typename T>
+Status RunGluTyped(OpIo& io) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor a, io.Float("a", 0, "[...]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor u, io.Float("u", 0, "as a"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("u", u, a.shape(), "as a"));
+  ORRERY_ASSIGN_OR_RETURN(kernels::GluActivation act, ReadActivation(io));
+  Tensor dh;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dh, io.Float("dh", 0, "as a"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dh", dh, a.shape(), "as a"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  Tensor h = NewTensor<T>(a.shape());
+  kernels::GluForward(act, Ptr<T>(a), Ptr<T>(u), a.numel(), Ptr<T>(h));
+  io.Out("h", h);
+  if (!io.backward()) return Status::OK();
+  Tensor da = NewTensor<T>(a.shape()), du = NewTensor<T>(a.shape());
+  kernels::GluBackward(act, Ptr<T>(a), Ptr<T>(u), Ptr<T>(dh), a.numel(), Ptr<T>(da), Ptr<T>(du));
+  io.Out("da", da);
+  io.Out("du", du);
+  return Status::OK();
+}
+
+// ---- attn_res ----
+template <typename T>
+Status RunAttnResTyped(OpIo& io) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor src, io.Float("sources", 0, "[S, ..., D]"));
+  if (src.ndim() < 2) return io.Error("tensor 'sources' must be [S, ..., D]");
+  const int64_t s = src.dim(0), d = src.dim(src.ndim() - 1), rows = src.numel() / (s * d);
+  ORRERY_ASSIGN_OR_RETURN(Tensor w, io.Float("w", 1, "[D]"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("w", w, {d}, "[D], D = the sources' last dim"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor gamma, io.Optional("gamma", 1, "[D]"));
+  if (gamma.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("gamma", gamma, {d}, "[D]"));
+  } else {
+    gamma = NewTensor<T>({d});
+    for (int64_t i = 0; i < d; ++i) Ptr<T>(gamma)[i] = T(1);
+  }
+  ORRERY_ASSIGN_OR_RETURN(double eps, io.Attr("eps", 1e-5));
+  Shape hshape(src.shape().begin() + 1, src.shape().end());
+  Tensor dh;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dh, io.Float("dh", 0, "[..., D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dh", dh, hshape, "the sources without S"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  std::vector<const T*> ptrs;
+  for (int64_t i = 0; i < s; ++i) ptrs.push_back(Ptr<T>(src) + i * rows * d);
+  Shape pshape(hshape.begin(), hshape.end() - 1);
+  pshape.push_back(s);
+  Tensor h = NewTensor<T>(hshape), p = NewTensor<T>(pshape);
+  kernels::AttnResForward(ptrs, rows, d, Ptr<T>(w), Ptr<T>(gamma), eps, Ptr<T>(h), Ptr<T>(p));
+  io.Out("h", h);
+  io.Out("p", p);
+  if (!io.backward()) return Status::OK();
+  Tensor dsrc = NewTensor<T>(src.shape()), dw = NewTensor<T>({d}), dgamma = NewTensor<T>({d});
+  std::vector<T*> dptrs;
+  for (int64_t i = 0; i < s; ++i) dptrs.push_back(Ptr<T>(dsrc) + i * rows * d);
+  kernels::AttnResBackward(ptrs, rows, d, Ptr<T>(w), Ptr<T>(gamma), eps, Ptr<T>(p), Ptr<T>(dh),
+                           dptrs, Ptr<T>(dw), Ptr<T>(dgamma));
+  io.Out("dsources", dsrc);
+  io.Out("dw", dw);
+  io.Out("dgamma", dgamma);
+  return Status::OK();
+}
+
+// ---- moe: one Stable LatentMoE layer ----
+template <typename T>
+Status RunMoeTyped(OpIo& io) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 2, "[N, D]"));
+  const int64_t n = x.dim(0), d = x.dim(1);
+  ORRERY_ASSIGN_OR_RETURN(Tensor router, io.Float("router", 2, "[E, D]"));
+  const int64_t e = router.dim(0);
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("router", router, {e, d}, "[E, D], D = x's width"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor down, io.Optional("down", 2, "[L, D]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor up, io.Optional("up", 2, "[D, L]"));
+  if (down.defined() != up.defined()) {
+    return io.Error("give both 'down' [L, D] and 'up' [D, L] (latent experts) or neither");
+  }
+  const int64_t l = down.defined() ? down.dim(0) : d;
+  if (down.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("down", down, {l, d}, "[L, D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("up", up, {d, l}, "[D, L]"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor w1, io.Float("experts.w1", 3, "[E, F, L]"));
+  const int64_t f = w1.dim(1);
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("experts.w1", w1, {e, f, l}, "[E, F, L]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor w3, io.Float("experts.w3", 3, "[E, F, L]"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("experts.w3", w3, {e, f, l}, "[E, F, L]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor w2, io.Float("experts.w2", 3, "[E, L, F]"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("experts.w2", w2, {e, l, f}, "[E, L, F]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor lnorm, io.Optional("latent_norm", 1, "[L]"));
+  if (lnorm.defined()) ORRERY_RETURN_IF_ERROR(io.ExpectShape("latent_norm", lnorm, {l}, "[L]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor s1, io.Optional("shared.w1", 2, "[Fs, D]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor s3, io.Optional("shared.w3", 2, "[Fs, D]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor s2, io.Optional("shared.w2", 2, "[D, Fs]"));
+  const int64_t fs = s1.defined() ? s1.dim(0) : 0;
+  if (s1.defined() || s3.defined() || s2.defined()) {
+    if (!s1.defined() || !s3.defined() || !s2.defined()) {
+      return io.Error("the shared expert needs all of shared.w1, shared.w3 and shared.w2");
+    }
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("shared.w1", s1, {fs, d}, "[Fs, D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("shared.w3", s3, {fs, d}, "[Fs, D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("shared.w2", s2, {d, fs}, "[D, Fs]"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor bias, io.Optional("bias", 1, "[E]"));
+  if (bias.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("bias", bias, {e}, "[E]"));
+    ORRERY_ASSIGN_OR_RETURN(bias, bias.Cast(DType::kF32));
+  }
+  ORRERY_ASSIGN_OR_RETURN(double top_k, io.Attr("top_k", 0));
+  const int64_t k = static_cast<int64_t>(top_k);
+  if (k < 1 || k > e) {
+    return InvalidArgumentError("--attr top_k: expected an integer in [1, E = " +
+                                std::to_string(e) + "], got " + std::to_string(top_k));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor forced, io.Index("expert_ids", DType::kI32, "[N, top_k]"));
+  if (forced.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("expert_ids", forced, {n, k}, "[N, top_k]"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(kernels::GluActivation act, ReadActivation(io));
+  ModelConfig c;
+  c.hidden_size = d;
+  c.num_layers = 1;
+  c.moe.num_experts = e;
+  c.moe.top_k = k;
+  c.moe.expert_intermediate = f;
+  c.moe.latent_dim = down.defined() ? l : 0;
+  c.moe.latent_norm = lnorm.defined();
+  c.moe.num_shared_experts = fs > 0 ? 1 : 0;
+  c.moe.shared_intermediate = fs;
+  ORRERY_ASSIGN_OR_RETURN(c.moe.routed_scaling_factor, io.Attr("routed_scale", 1.0));
+  ORRERY_ASSIGN_OR_RETURN(c.rms_norm_eps, io.Attr("eps", 1e-5));
+  c.activation = act.situ ? Activation::kSitu : Activation::kSilu;
+  c.situ_beta = act.beta;
+  c.situ_linear_beta = act.beta_lin;
+  Tensor dy;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 2, "[N, D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, x.shape(), "as x"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  std::vector<Parameter> params;
+  ParamStore store(&params, 0, DTypeOf<T>::value, &c);
+  MoeLayer<T> layer(store, c, "moe");
+  // File tensor (and, for stacked experts, the slice) of each layer parameter.
+  auto source = [&](const std::string& name, int64_t* index) -> const Tensor* {
+    *index = -1;
+    const std::string rest = name.substr(4);  // after "moe."
+    if (rest == "router") return &router;
+    if (rest == "down") return &down;
+    if (rest == "up") return &up;
+    if (rest == "latent_norm") return &lnorm;
+    if (rest == "shared.w1") return &s1;
+    if (rest == "shared.w3") return &s3;
+    if (rest == "shared.w2") return &s2;
+    const size_t dot = rest.rfind('.');
+    *index = std::stoll(rest.substr(8, dot - 8));  // "experts.<e>.wN"
+    const std::string which = rest.substr(dot + 1);
+    return which == "w1" ? &w1 : which == "w3" ? &w3 : &w2;
+  };
+  for (Parameter& p : params) {
+    int64_t index;
+    const Tensor* t = source(p.name, &index);
+    const T* from = Ptr<T>(*t) + (index >= 0 ? index * p.value.numel() : 0);
+    std::copy_n(from, p.value.numel(), Ptr<T>(p.value));
+  }
+  typename MoeLayer<T>::Cache cache;
+  Tensor y = NewTensor<T>({n, d});
+  ORRERY_RETURN_IF_ERROR(
+      layer.Forward(Ptr<T>(x), n, forced.defined() ? forced.data<int32_t>() : nullptr,
+                    bias.defined() ? bias.data<float>() : nullptr, Ptr<T>(y), &cache));
+  io.Out("y", y);
+  io.Out("expert_ids", cache.ids);
+  io.Out("scores", cache.scores);
+  if (!io.backward()) return Status::OK();
+  Tensor dx = NewTensor<T>({n, d});
+  layer.Backward(Ptr<T>(x), n, cache, Ptr<T>(dy), Ptr<T>(dx));
+  io.Out("dx", dx);
+  // Gradients in the file's layout: "d" + tensor name, experts stacked again.
+  std::map<std::string, Tensor> grads;
+  for (Parameter& p : params) {
+    int64_t index;
+    const Tensor* t = source(p.name, &index);
+    std::string file_name = p.name.substr(4);
+    if (index >= 0) file_name = "experts." + file_name.substr(file_name.rfind('.') + 1);
+    Tensor& g = grads["d" + file_name];
+    if (!g.defined()) g = NewTensor<T>(t->shape());
+    std::copy_n(Ptr<T>(p.grad), p.value.numel(),
+                Ptr<T>(g) + (index >= 0 ? index * p.value.numel() : 0));
+  }
+  for (auto& [name, g] : grads) io.Out(name, g);
+  return Status::OK();
+}
+
+template <typename Fn32, typename Fn64>
+Status ByDType(OpIo& io, Fn32 f32, Fn64 f64) {
+  return io.compute() == DType::kF64 ? f64(io) : f32(io);
+}
+
+}  // namespace
+
+const std::vector<std::string>& OpNames() {
+  static const std::vector<std::string> names = {"kda",      "kda_recurrent", "mla",    "moe",
+                                                 "attn_res", "situ_glu",      "rmsnorm"};
+  return names;
+}
+
+Status RunOp(const OpRunOptions& options) {
+  bool known = false;
+  std::string list;
+  for (const std::string& n : OpNames()) {
+    known |= n == options.op;
+    list += (list.empty() ? "" : ", ") + n;
+  }
+  if (!known) {
+    return InvalidArgumentError("--op " + options.op + ": unknown op (expected one of " + list +
+                                ")");
+  }
+  ORRERY_ASSIGN_OR_RETURN(Device device, ParseDevice(options.device));
+  if (device.is_cuda() && options.op != "kda" && options.op != "kda_recurrent") {
+    return InvalidArgumentError("--device " + options.device + ": op " + options.op +
+                                " runs on the cpu only (kda and kda_recurrent take cuda)");
+  }
+  ORRERY_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(options.in_path));
+  OpIo io(std::move(file), options);
+  Status st;
+  if (options.op == "kda" || options.op == "kda_recurrent") {
+    st = RunKda(io, options, options.op == "kda_recurrent");
+  } else if (options.op == "mla") {
+    st = ByDType(io, RunMlaTyped<float>, RunMlaTyped<double>);
+  } else if (options.op == "moe") {
+    st = ByDType(io, RunMoeTyped<float>, RunMoeTyped<double>);
+  } else if (options.op == "attn_res") {
+    st = ByDType(io, RunAttnResTyped<float>, RunAttnResTyped<double>);
+  } else if (options.op == "situ_glu") {
+    st = ByDType(io, RunGluTyped<float>, RunGluTyped<double>);
+  } else {
+    st = ByDType(io, RunRmsNormTyped<float>, RunRmsNormTyped<double>);
+  }
+  ORRERY_RETURN_IF_ERROR(st);
+  return io.Write();
+}
+
+}  // namespace orrery::model
