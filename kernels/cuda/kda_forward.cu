@@ -28,7 +28,12 @@ struct ForwardParams {
   const int64_t* seq_start;  // [N + 1] flattened token rows
   const float* h0;           // [N, H, K, V] or null
   float* ht;                 // [N, H, K, V] or null
-  In* o;
+  In* o;                     // [rows, H, V] or null (the backward's sweep needs no output)
+  // For the backward (null otherwise): the state at every chunk start, [chunks, H, K, V] with
+  // sequence n's chunks from chunk_first[n], and the pseudo-values Vnew [rows, H, V].
+  const int64_t* chunk_first;
+  float* chunk_states;
+  float* vnew;
   int heads, kd, vd;
   float scale;
 };
@@ -68,8 +73,16 @@ __global__ void __launch_bounds__(kThreads) KdaForwardKernel(ForwardParams<In, G
     const int d = i / kSliceV, j = i % kSliceV;
     S[i] = (p.h0 != nullptr && j < bv) ? p.h0[state_off + d * vd + v0 + j] : 0.0f;
   }
+  __syncthreads();
   for (int64_t t0 = 0; t0 < len; t0 += kChunk) {
     const int c = len - t0 < kChunk ? static_cast<int>(len - t0) : kChunk;
+    if (p.chunk_states != nullptr) {
+      float* dst = p.chunk_states + ((p.chunk_first[n] + t0 / kChunk) * heads + h) * kd * vd;
+      for (int i = tid; i < kd * kSliceV; i += kThreads) {
+        const int d = i / kSliceV, j = i % kSliceV;
+        if (j < bv) dst[d * vd + v0 + j] = S[i];
+      }
+    }
     // 1. Load the chunk.
     for (int i = tid; i < c * kd; i += kThreads) {
       const int r = i / kd, d = i % kd;
@@ -155,10 +168,12 @@ __global__ void __launch_bounds__(kThreads) KdaForwardKernel(ForwardParams<In, G
       float acc = 0.0f;
       for (int d = 0; d < kd; ++d) acc += ws[r * kd + d] * S[d * kSliceV + j];
       us[i] -= acc;
+      if (p.vnew != nullptr && j < bv && r < c)
+        p.vnew[((bos + t0 + r) * heads + h) * vd + v0 + j] = us[i];
     }
     __syncthreads();
     // 7. O = scale (q e^G) S + A_qk Vnew.
-    for (int i = tid; i < c * kSliceV; i += kThreads) {
+    for (int i = tid; p.o != nullptr && i < c * kSliceV; i += kThreads) {
       const int r = i / kSliceV, j = i % kSliceV;
       if (j >= bv) continue;
       float acc = 0.0f;
@@ -186,7 +201,8 @@ __global__ void __launch_bounds__(kThreads) KdaForwardKernel(ForwardParams<In, G
 }
 
 template <typename In, typename GIn>
-Status Launch(const KdaProblem& p, const KdaInputs& in, const int64_t* seq_start, KdaOutputs* out) {
+Status Launch(const KdaProblem& p, const KdaInputs& in, const int64_t* seq_start, KdaOutputs* out,
+              const KdaForwardSweep& sweep) {
   ForwardParams<In, GIn> params;
   params.q = static_cast<const In*>(in.q.raw_data());
   params.k = static_cast<const In*>(in.k.raw_data());
@@ -196,7 +212,10 @@ Status Launch(const KdaProblem& p, const KdaInputs& in, const int64_t* seq_start
   params.seq_start = seq_start;
   params.h0 = in.initial_state.defined() ? in.initial_state.data<float>() : nullptr;
   params.ht = out->final_state.defined() ? out->final_state.data<float>() : nullptr;
-  params.o = static_cast<In*>(out->o.raw_data());
+  params.o = out->o.defined() ? static_cast<In*>(out->o.raw_data()) : nullptr;
+  params.chunk_first = sweep.chunk_first;
+  params.chunk_states = sweep.chunk_states;
+  params.vnew = sweep.vnew;
   params.heads = static_cast<int>(p.heads);
   params.kd = static_cast<int>(p.key_dim);
   params.vd = static_cast<int>(p.value_dim);
@@ -214,17 +233,32 @@ Status Launch(const KdaProblem& p, const KdaInputs& in, const int64_t* seq_start
 
 }  // namespace
 
-Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_final_state,
-                      KdaOutputs* out) {
+Status CheckCudaKdaSupported(const KdaProblem& p, const KdaInputs& in) {
   if (p.key_dim > 128) {
     return UnimplementedError("kda cuda: K = " + std::to_string(p.key_dim) +
-                              ", the CUDA forward supports K <= 128 (the state slice lives in "
+                              ", the CUDA kernels support K <= 128 (the state slice lives in "
                               "shared memory)");
   }
   if (in.initial_state.defined() && in.initial_state.dtype() != DType::kF32) {
     return InvalidArgumentError("kda cuda: initial_state " + in.initial_state.ToString() +
                                 ", expected f32");
   }
+  return Status::OK();
+}
+
+Status LaunchKdaForward(const KdaProblem& p, const KdaInputs& in, const int64_t* seq_start,
+                        KdaOutputs* out, const KdaForwardSweep& sweep) {
+  if (p.dtype == DType::kBF16 && in.g.dtype() == DType::kF32) {
+    return Launch<__nv_bfloat16, float>(p, in, seq_start, out, sweep);
+  }
+  if (p.dtype == DType::kBF16)
+    return Launch<__nv_bfloat16, __nv_bfloat16>(p, in, seq_start, out, sweep);
+  return Launch<float, float>(p, in, seq_start, out, sweep);
+}
+
+Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_final_state,
+                      KdaOutputs* out) {
+  ORRERY_RETURN_IF_ERROR(CheckCudaKdaSupported(p, in));
   ORRERY_ASSIGN_OR_RETURN(out->o, Tensor::Allocate(in.v.shape(), in.v.dtype(), p.device));
   out->final_state = Tensor();
   if (output_final_state) {
@@ -234,23 +268,11 @@ Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_fina
   }
   Tensor starts = Tensor::FromVector<int64_t>({p.num_sequences() + 1}, p.seq_start);
   ORRERY_ASSIGN_OR_RETURN(Tensor starts_dev, starts.To(p.device));
-  const int64_t* seq_start = starts_dev.data<int64_t>();
-  if (p.dtype == DType::kBF16 && in.g.dtype() == DType::kF32) {
-    ORRERY_RETURN_IF_ERROR((Launch<__nv_bfloat16, float>(p, in, seq_start, out)));
-  } else if (p.dtype == DType::kBF16) {
-    ORRERY_RETURN_IF_ERROR((Launch<__nv_bfloat16, __nv_bfloat16>(p, in, seq_start, out)));
-  } else {
-    ORRERY_RETURN_IF_ERROR((Launch<float, float>(p, in, seq_start, out)));
-  }
+  ORRERY_RETURN_IF_ERROR(
+      LaunchKdaForward(p, in, starts_dev.data<int64_t>(), out, KdaForwardSweep()));
   // starts_dev is freed when this returns; the caching allocator may hand it out again before
   // the kernel has read it, so wait for the kernel here.
   return CudaCheck(cudaDeviceSynchronize(), "forward kernel");
-}
-
-Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs&, const Tensor&, const Tensor&,
-                       KdaGrads*) {
-  return UnimplementedError("kda cuda: the backward is not implemented on " + p.device.ToString() +
-                            " yet; run it on cpu tensors");
 }
 
 }  // namespace orrery::kernels::cuda

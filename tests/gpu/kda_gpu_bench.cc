@@ -1,4 +1,5 @@
-// KDA on the GPU: forward time at the shapes, decode state bandwidth, copy bandwidth.
+// KDA on the GPU: forward and forward+backward time at the shapes, decode state bandwidth,
+// copy bandwidth.
 //
 // Prints one line per case (medians of CUDA-event timings after a warm-up); scripts/gpu_kda.sh
 // runs it next to fla's chunk_kda and docs/benchmarks.md records both.
@@ -110,6 +111,18 @@ int Main() {
     const double tflops = 182e3 * b * t * h / ms / 1e9;  // spec §2.7 F_fwd(64) per token-head
     std::printf("orrery fwd B=%lld T=%lld H=%lld K=V=%lld ms=%.3f (%.1f TFLOP/s by spec 2.7)\n",
                 (long long)b, (long long)t, (long long)h, (long long)d, ms, tflops);
+    // Forward + backward as training runs it: the layer keeps nothing but the inputs, so the
+    // backward's own forward sweep (chunk-start states, Vnew) is part of its cost.
+    Tensor d_o = Fill({b, t, h, d}, DType::kBF16, 6, false, -1, 1);
+    KdaGrads grads;
+    const double fb_ms = MedianMs(
+        [&] {
+          Check(KdaForward(in, options, &out));
+          Check(KdaBackward(in, d_o, Tensor(), options, &grads));
+        },
+        3);
+    std::printf("orrery fwdbwd B=%lld T=%lld H=%lld K=V=%lld ms=%.3f\n", (long long)b, (long long)t,
+                (long long)h, (long long)d, fb_ms);
   }
   for (int64_t n : {1, 64, 256}) {
     const int64_t h = 32, d = 128;
