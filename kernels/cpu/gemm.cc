@@ -1,26 +1,70 @@
+// OpenBLAS runs single-threaded; large products are split by rows of C over Orrery's thread pool
+// instead. Why: OpenBLAS's own threads spin and yield between calls, and most of the model's
+// products are small or already issued from pool workers (attention per head, KDA per chunk), where
+// nested BLAS threads only oversubscribe the cores. Measured on the tiny model in
+// docs/benchmarks.md ("Model (CPU)").
 #include "kernels/gemm.h"
 
 #include <cblas.h>
 
+#include <algorithm>
+
+#include "core/thread_pool.h"
+
 namespace orrery::kernels {
+namespace {
+
+// Below this many multiply-adds a product runs on the calling thread (splitting costs more).
+constexpr double kParallelWork = 1 << 20;
+
+void SingleThreadedBlas() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+// Runs block(r0, r1) over row blocks of C = op(A) op(B).
+template <typename Block>
+void ByRows(int64_t m, int64_t n, int64_t k, const Block& block) {
+  SingleThreadedBlas();
+  const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  if (work < kParallelWork || m < 2) {
+    block(0, m);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(
+      1,
+      static_cast<int64_t>(kParallelWork / 2 / (static_cast<double>(n) * std::max<int64_t>(k, 1))));
+  ThreadPool::Default().ParallelFor(m, grain, block);
+}
+
+}  // namespace
 
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-              static_cast<blasint>(ldc));
+  ByRows(m, n, k, [&](int64_t r0, int64_t r1) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(r1 - r0),
+                static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+                trans_a ? a + r0 : a + r0 * lda, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), beta, c + r0 * ldc, static_cast<blasint>(ldc));
+  });
 }
 
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc) {
   if (m == 0 || n == 0) return;
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-              static_cast<blasint>(ldc));
+  ByRows(m, n, k, [&](int64_t r0, int64_t r1) {
+    cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(r1 - r0),
+                static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+                trans_a ? a + r0 : a + r0 * lda, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), beta, c + r0 * ldc, static_cast<blasint>(ldc));
+  });
 }
 
 }  // namespace orrery::kernels
