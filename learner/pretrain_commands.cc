@@ -106,22 +106,23 @@ StatusOr<LoadedModel> LoadFromCheckpoint(const std::string& path) {
   return m;
 }
 
-// Continues `prompt` until <|end|>/<|endoftext|> or max_tokens; returns the generated ids.
-StatusOr<std::vector<int32_t>> Generate(model::Model& model, const ChatFormat& format,
-                                        std::vector<int32_t> prompt, int64_t max_tokens,
+// Continues `prompt` in `slot` of `state` (emptied first) until <|end|>/<|endoftext|> or
+// max_tokens, with the model's decode state: one Prefill, then one DecodeStep per token.
+StatusOr<std::vector<int32_t>> Generate(model::Model& model, model::InferenceState& state,
+                                        int64_t slot, const ChatFormat& format,
+                                        const std::vector<int32_t>& prompt, int64_t max_tokens,
                                         const SamplingOptions& sampling, PhiloxGenerator& rng) {
-  std::vector<int32_t> out;
+  ORRERY_RETURN_IF_ERROR(state.Reset(slot));
+  ORRERY_ASSIGN_OR_RETURN(model::StepOutput step, model.Prefill(&state, {slot}, {prompt}));
   const int64_t vocab = model.config().vocab_size;
+  std::vector<int32_t> out;
   for (int64_t i = 0; i < max_tokens; ++i) {
-    // A full forward over the sequence so far (the model is small; the sequences are short).
-    model::Batch batch;
-    const int64_t t = static_cast<int64_t>(prompt.size());
-    batch.tokens = Tensor::FromVector<int32_t>({1, t}, prompt);
-    ORRERY_ASSIGN_OR_RETURN(Tensor logits, model.Forward(batch, nullptr));
-    const int32_t next = SampleToken(logits.data<float>() + (t - 1) * vocab, vocab, sampling, rng);
+    const int32_t next = SampleToken(step.logits.data<float>(), vocab, sampling, rng);
     out.push_back(next);
-    prompt.push_back(next);
     if (next == format.end_of_turn_id() || next == format.end_of_text_id()) break;
+    if (i + 1 < max_tokens) {
+      ORRERY_ASSIGN_OR_RETURN(step, model.DecodeStep(&state, {slot}, {next}));
+    }
   }
   return out;
 }
@@ -135,6 +136,11 @@ int GenerateCommand(const CliArgs& args) {
   }
   PhiloxGenerator rng(static_cast<uint64_t>(args.Int("seed", 0)), 0);
   const int64_t max_tokens = args.Int("max-tokens", 64);
+  StatusOr<std::unique_ptr<model::InferenceState>> state =
+      model::InferenceState::Create(*m->model, model::InferenceOptions{1, 0});
+  if (!state.ok()) return ReportError(state.status());
+  StatusOr<int64_t> slot = (*state)->Allocate();
+  if (!slot.ok()) return ReportError(slot.status());
 
   // Conversations whose assistant turn to generate: --prompt as one user message, or every line of
   // --prompts (chat-transcript JSONL, cut before its first assistant message).
@@ -176,7 +182,7 @@ int GenerateCommand(const CliArgs& args) {
     StatusOr<RenderedChat> p = m->format->RenderPrompt(prompts[i]);
     if (!p.ok()) return ReportError(p.status());
     StatusOr<std::vector<int32_t>> gen =
-        Generate(*m->model, *m->format, p->ids, max_tokens, sampling, rng);
+        Generate(*m->model, **state, *slot, *m->format, p->ids, max_tokens, sampling, rng);
     if (!gen.ok()) return ReportError(gen.status());
     StatusOr<ParsedAssistantTurn> turn = m->format->ParseAssistantTurn(*gen);
     const bool call = turn.ok() && !turn->message.tool_calls.empty();
