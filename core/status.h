@@ -81,9 +81,10 @@ Status ErrnoError(std::string_view what, int err);
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(const Status& status) : status_(status) {  // NOLINT: implicit by design
+  StatusOr(const Status& status)  // NOLINT: implicit by design
+      : status_(status.ok() ? Status(StatusCode::kInternal, "StatusOr built from an OK Status")
+                            : status) {
     assert(!status.ok() && "StatusOr built from an OK Status");
-    if (status_.ok()) status_ = InternalError("StatusOr built from an OK Status");
   }
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
 
