@@ -29,5 +29,5 @@ function(orrery_test name)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
                        PROPERTIES LABELS "${ARG_LABELS}"
-                       ENVIRONMENT "ORRERY_SOURCE_DIR=${PROJECT_SOURCE_DIR};ORRERY_BINARY_DIR=${CMAKE_BINARY_DIR}")
+                       ENVIRONMENT "ORRERY_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
