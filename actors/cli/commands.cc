@@ -1,6 +1,7 @@
 #include "actors/cli/commands.h"
 
 #include "actors/metrics/commands.h"
+#include "actors/replay/commands.h"
 #include "core/commands.h"
 #include "env/commands.h"
 #include "learner/commands.h"
@@ -11,6 +12,7 @@ namespace orrery {
 // Each module adds one line here when it has a subcommand that works.
 void RegisterAllCommands(CliRegistry& registry) {
   RegisterCoreCommands(registry);
+  replay::RegisterReplayCommands(registry);
   RegisterMetricsCommands(registry);
   RegisterEnvCommands(registry);
   model::RegisterModelCommands(registry);
