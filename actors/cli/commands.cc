@@ -1,5 +1,6 @@
 #include "actors/cli/commands.h"
 
+#include "actors/launch/commands.h"
 #include "actors/metrics/commands.h"
 #include "actors/replay/commands.h"
 #include "core/commands.h"
@@ -12,6 +13,7 @@ namespace orrery {
 // Each module adds one line here when it has a subcommand that works.
 void RegisterAllCommands(CliRegistry& registry) {
   RegisterCoreCommands(registry);
+  RegisterFleetCommands(registry);
   replay::RegisterReplayCommands(registry);
   RegisterMetricsCommands(registry);
   RegisterEnvCommands(registry);
