@@ -1,0 +1,110 @@
+// RlTrainer: one learner rank of asynchronous agentic RL (spec/rl.md §2, §6).
+//
+// Each Step takes this rank's share of sampled groups and makes one optimizer update:
+//   1. drops samples outside the staleness window (learner_version - min_t v_t > η);
+//   2. computes group-relative advantages (GRPO / Dr. GRPO / RLOO) from the rewards; groups whose
+//      rewards are all equal carry no signal and are skipped (DAPO dynamic sampling);
+//   3. packs samples into micro-batches (one row each, a document per sample) and runs the
+//      model's forward with the recorded routing forced (R3), logits divided by the rollout's
+//      temperature; π_prox is the policy before this update — with one update per batch it equals
+//      π_θ at the forward, so the PPO ratio starts at 1 and the behaviour weight π_prox/μ carries
+//      the off-policy correction;
+//   4. the policy loss (decoupled PPO with TIS/MIS), token-mean over the masked tokens of every
+//      rank (the count is all-reduced first), backward, gradients all-reduced over ranks, clipped
+//      by global norm, AdamW;
+//   5. Quantile Balancing from every micro-batch's router scores, biases averaged over ranks so
+//      every rank routes identically.
+// The policy version is the number of updates done. Checkpoints hold the weights, the AdamW
+// state and the version, so ranks killed mid-run resume exactly from the last one.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "learner/adamw.h"
+#include "learner/comm/communicator.h"
+#include "learner/rl/advantage.h"
+#include "learner/rl/policy_loss.h"
+#include "model/model.h"
+
+namespace orrery::rl {
+
+// What the learner needs of one trajectory (the replay store's record, decoded).
+struct PolicySample {
+  std::vector<int32_t> tokens;
+  std::vector<float> behaviour_logprobs;  // log μ of token t given tokens before it
+  std::vector<int64_t> policy_versions;
+  std::vector<uint8_t> loss_mask;        // 1 on model tokens
+  std::vector<uint16_t> routed_experts;  // [tokens x moe_layers x top_k] or empty (no R3)
+  double reward = 0;
+  int64_t min_policy_version() const;  // over masked tokens
+};
+
+struct PolicyGroup {
+  uint64_t group_id = 0;
+  std::vector<PolicySample> samples;
+};
+
+struct RlTrainerOptions {
+  PolicyLossOptions loss;
+  AdvantageKind advantage = AdvantageKind::kGrpo;
+  AdamWOptions adamw;
+  double lr = 1e-4;
+  double max_grad_norm = 1.0;  // <= 0: no clipping
+  double temperature = 1.0;    // the rollouts' sampling temperature (> 0)
+  int64_t max_staleness = 4;   // η; < 0: no window
+  bool routing_replay = true;  // R3
+  bool skip_uniform_groups = true;
+  int64_t micro_batch_tokens = 2048;
+};
+
+Status ValidateRlTrainerOptions(const RlTrainerOptions& options);
+
+struct RlStepStats {
+  int64_t version = 0;   // after the update
+  PolicyLossStats loss;  // summed over ranks
+  double grad_norm = 0;  // before clipping
+  int64_t groups = 0, samples = 0, stale_dropped = 0, uniform_groups = 0;
+  int64_t tokens = 0;  // all positions fed (this rank)
+  // learner version - token version -> model tokens (this rank).
+  std::map<int64_t, int64_t> staleness;
+  // Per MoE layer: the fraction of recorded experts the learner's own router (with the current
+  // biases) would also pick, over fed positions (this rank; 1 when nothing was compared).
+  std::vector<double> routing_agreement;
+  std::vector<std::vector<double>> expert_load;  // per MoE layer, from Quantile Balancing
+  bool updated = false;  // false when no rank had a usable token (nothing changed)
+};
+
+class RlTrainer {
+ public:
+  // `model` (f32) and `comm` must outlive the trainer.
+  static StatusOr<std::unique_ptr<RlTrainer>> Create(model::Model* model, comm::Communicator* comm,
+                                                     RlTrainerOptions options);
+
+  // Every rank calls Step once per update (with possibly empty `groups`).
+  StatusOr<RlStepStats> Step(const std::vector<PolicyGroup>& groups);
+
+  int64_t version() const { return version_; }
+  const RlTrainerOptions& options() const { return options_; }
+  AdamW& optimizer() { return *adamw_; }
+
+  // RUN/checkpoints/step-<version>: weights, AdamW state, version; keeps the newest `keep`.
+  StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir, int64_t keep);
+  // Restores the newest checkpoint under `checkpoints_dir`; NotFound when there is none.
+  Status RestoreLatest(const std::string& checkpoints_dir);
+
+ private:
+  RlTrainer(model::Model* model, comm::Communicator* comm, RlTrainerOptions options,
+            std::unique_ptr<AdamW> adamw);
+
+  model::Model* model_;
+  comm::Communicator* comm_;
+  RlTrainerOptions options_;
+  std::unique_ptr<AdamW> adamw_;
+  int64_t version_ = 0;
+};
+
+}  // namespace orrery::rl

@@ -1,0 +1,49 @@
+// PolicyBackend: what the generation engine needs from a policy — per-slot contexts that grow by
+// fed tokens, next-token logits, the experts each fed token was routed to (R3), and weights that
+// can be swapped between steps (in-flight updates, so episodes continue across versions).
+//
+// The contract mirrors the model's inference-state API (Prefill / DecodeStep over slots): Feed
+// appends tokens to each listed slot (a prompt, tool results, or the one token just sampled) and
+// returns the logits that follow each slot's context.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace orrery::rollout {
+
+struct FeedResult {
+  Tensor logits;      // [slots in the call, vocab] f32: next-token logits of each slot
+  Tensor expert_ids;  // [moe_layers, tokens fed in the call, top_k] i32, tokens in call order
+};
+
+class PolicyBackend {
+ public:
+  virtual ~PolicyBackend() = default;
+
+  virtual int64_t vocab_size() const = 0;
+  virtual int moe_layers() const = 0;
+  virtual int top_k() const = 0;
+  virtual int max_slots() const = 0;
+  // Longest context a slot may hold.
+  virtual int64_t max_context() const = 0;
+
+  // Appends tokens[i] (non-empty) to slot slots[i] (distinct, in [0, max_slots())).
+  virtual StatusOr<FeedResult> Feed(const std::vector<int>& slots,
+                                    const std::vector<std::vector<int32_t>>& tokens) = 0;
+  // Empties a slot.
+  virtual void Release(int slot) = 0;
+
+  // Replaces the weights (every parameter and balancing bias by name, as Model::Save names them)
+  // and sets the policy version. Called between Feed calls; contexts are kept.
+  virtual Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
+                             int64_t version) = 0;
+  virtual int64_t version() const = 0;
+};
+
+}  // namespace orrery::rollout

@@ -1,0 +1,378 @@
+// Rollout: sampling against the softmax it claims to draw from; the model backend's continuous
+// batching on the decode state against whole-sequence forwards; the agent loop on the calc
+// environment, with a scripted test policy (token-exact against the chat format's rendering of the
+// same conversation) and with a real random model (behaviour logprobs and R3 routing equal the
+// learner's recompute).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+
+#include "env/calc/calc_env.h"
+#include "env/calc/prompt.h"
+#include "env/calc/task.h"
+#include "learner/rl/policy_loss.h"
+#include "model/chat_format.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "rollout/agent_loop.h"
+#include "rollout/model_backend.h"
+#include "rollout/sampling.h"
+
+namespace orrery::rollout {
+namespace {
+
+std::string SourceDir() {
+  const char* d = std::getenv("ORRERY_SOURCE_DIR");
+  return d != nullptr ? d : ".";
+}
+
+TEST(RolloutSampling, FrequenciesMatchTemperatureSoftmax) {
+  const std::vector<float> z = {1.0f, 0.0f, -1.0f, 2.0f};
+  SamplingOptions o;
+  o.temperature = 0.7;
+  PhiloxGenerator rng(5, 0);
+  std::vector<int> counts(4, 0);
+  const int draws = 40000;
+  double sum = 0;
+  for (float x : z) sum += std::exp(x / 0.7);
+  for (int i = 0; i < draws; ++i) {
+    SampledToken t = SampleToken(z.data(), 4, o, rng);
+    ++counts[t.id];
+    EXPECT_NEAR(t.logprob, z[t.id] / 0.7 - std::log(sum), 1e-5);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const double p = std::exp(z[j] / 0.7) / sum;
+    // 5 binomial standard deviations: fails by chance with probability ~1e-6.
+    EXPECT_NEAR(counts[j] / double(draws), p, 5 * std::sqrt(p * (1 - p) / draws)) << j;
+  }
+}
+
+TEST(RolloutSampling, TopPAndGreedy) {
+  const std::vector<float> z = {3.0f, 2.9f, -5.0f, -6.0f};
+  SamplingOptions o;
+  o.top_p = 0.9;  // the first two tokens hold > 99% of the mass
+  PhiloxGenerator rng(1, 2);
+  for (int i = 0; i < 2000; ++i) EXPECT_LT(SampleToken(z.data(), 4, o, rng).id, 2);
+  o.temperature = 0;
+  EXPECT_EQ(SampleToken(z.data(), 4, o, rng).id, 0);
+  EXPECT_FALSE(ValidateSamplingOptions({1.0, 0.0}).ok());
+  EXPECT_FALSE(ValidateSamplingOptions({-1.0, 1.0}).ok());
+}
+
+std::unique_ptr<model::Model> TinyModel(uint64_t seed, DType dtype = DType::kF32) {
+  auto config = model::LoadModelConfig(SourceDir() + "/configs/model/tiny.toml");
+  EXPECT_TRUE(config.ok()) << config.status().ToString();
+  auto m = model::Model::Create(*config, seed, dtype);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return std::move(*m);
+}
+
+// Logits and routing of one whole sequence, the learner's way.
+void FullForward(model::Model& m, const std::vector<int32_t>& ids, Tensor* logits,
+                 Tensor* experts) {
+  model::Batch b;
+  b.tokens = Tensor::FromVector<int32_t>({1, static_cast<int64_t>(ids.size())}, ids);
+  model::ForwardCache cache;
+  auto out = m.Forward(b, &cache);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  *logits = *out;
+  *experts = cache.StackedExpertIds();
+}
+
+TEST(RolloutModelBackend, ContinuousBatchingMatchesWholeSequences) {
+  auto m = TinyModel(3);
+  auto created = ModelBackend::Create(m.get(), 3, 256);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ModelBackend& backend = **created;
+  const std::vector<int32_t> a = {5, 9, 100, 7, 7, 31, 64, 2, 1000, 8};
+  const std::vector<int32_t> b = {44, 3, 12, 19, 600, 5};
+  // Slot 2 gets a's prefix, then token by token; slot 0 gets all of b at once in between.
+  std::vector<std::vector<float>> a_logits;
+  auto r = backend.Feed({2}, {{a.begin(), a.begin() + 4}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->expert_ids.dim(1), 4);
+  std::vector<int32_t> routed_a(r->expert_ids.data<int32_t>(),
+                                r->expert_ids.data<int32_t>() + r->expert_ids.numel());
+  const int64_t v = backend.vocab_size();
+  const int layers = backend.moe_layers(), k = backend.top_k();
+  ASSERT_EQ(layers, 3);
+  std::vector<float> last_b;
+  for (size_t i = 4; i < a.size(); ++i) {
+    std::vector<int> slots = {2};
+    std::vector<std::vector<int32_t>> feeds = {{a[i]}};
+    if (i == 6) {
+      slots.push_back(0);
+      feeds.push_back(b);
+    }
+    auto s = backend.Feed(slots, feeds);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    a_logits.emplace_back(s->logits.data<float>(), s->logits.data<float>() + v);
+    if (i == 6) last_b.assign(s->logits.data<float>() + v, s->logits.data<float>() + 2 * v);
+  }
+  Tensor full, experts;
+  FullForward(*m, a, &full, &experts);
+  for (size_t i = 4; i < a.size(); ++i) {
+    for (int64_t j = 0; j < v; ++j) {
+      // The same f32 computation over the same document: equal up to summation order.
+      ASSERT_NEAR(a_logits[i - 4][j], full.data<float>()[i * v + j], 1e-4) << i << " " << j;
+    }
+  }
+  // The prefix's routing equals the whole sequence's at those positions.
+  for (int l = 0; l < layers; ++l) {
+    for (int p = 0; p < 4; ++p) {
+      for (int j = 0; j < k; ++j) {
+        EXPECT_EQ(routed_a[(l * 4 + p) * k + j],
+                  experts.data<int32_t>()[(l * a.size() + p) * k + j]);
+      }
+    }
+  }
+  FullForward(*m, b, &full, &experts);
+  for (int64_t j = 0; j < v; ++j) {
+    ASSERT_NEAR(last_b[j], full.data<float>()[(b.size() - 1) * v + j], 1e-4);
+  }
+  // Bad feeds are one clear error.
+  EXPECT_FALSE(backend.Feed({0, 0}, {{1}, {2}}).ok());
+  EXPECT_FALSE(backend.Feed({3}, {{1}}).ok());
+  EXPECT_FALSE(backend.Feed({1}, {{static_cast<int32_t>(v)}}).ok());
+  EXPECT_FALSE(backend.Feed({1}, {std::vector<int32_t>(300, 1)}).ok());
+}
+
+TEST(RolloutModelBackend, WeightsRoundTripAndMismatchFails) {
+  auto src = TinyModel(11);
+  auto dst = TinyModel(12);
+  auto created = ModelBackend::Create(dst.get(), 1, 64);
+  ASSERT_TRUE(created.ok());
+  ModelBackend& backend = **created;
+  ASSERT_TRUE(backend.LoadWeights(NamedWeights(*src), 7).ok());
+  EXPECT_EQ(backend.version(), 7);
+  Tensor l1, l2, e;
+  FullForward(*src, {1, 2, 3}, &l1, &e);
+  FullForward(*dst, {1, 2, 3}, &l2, &e);
+  for (int64_t i = 0; i < l1.numel(); ++i) ASSERT_EQ(l1.data<float>()[i], l2.data<float>()[i]);
+  auto named = NamedWeights(*src);
+  named.pop_back();
+  EXPECT_FALSE(backend.LoadWeights(named, 8).ok());
+  named = NamedWeights(*src);
+  named[0].second = Tensor::Zeros({1}, DType::kF32);
+  EXPECT_FALSE(backend.LoadWeights(named, 8).ok());
+}
+
+// A test double: for every feed, puts all the mass on the next token of its slot's script.
+class ScriptedBackend : public PolicyBackend {
+ public:
+  ScriptedBackend(int slots, int64_t vocab, std::vector<std::vector<int32_t>> scripts)
+      : vocab_(vocab), scripts_(std::move(scripts)), cursor_(slots, 0), owner_(slots, -1) {}
+  int64_t vocab_size() const override { return vocab_; }
+  int moe_layers() const override { return 2; }
+  int top_k() const override { return 1; }
+  int max_slots() const override { return static_cast<int>(cursor_.size()); }
+  int64_t max_context() const override { return 4096; }
+  StatusOr<FeedResult> Feed(const std::vector<int>& slots,
+                            const std::vector<std::vector<int32_t>>& tokens) override {
+    FeedResult r;
+    r.logits = Tensor::Zeros({static_cast<int64_t>(slots.size()), vocab_}, DType::kF32);
+    int64_t fed = 0;
+    for (const auto& t : tokens) fed += static_cast<int64_t>(t.size());
+    r.expert_ids = Tensor::Empty({2, fed, 1}, DType::kI32);
+    for (int64_t i = 0; i < 2 * fed; ++i) r.expert_ids.data<int32_t>()[i] = 5;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const int s = slots[i];
+      if (owner_[s] < 0) owner_[s] = next_script_++ % static_cast<int>(scripts_.size());
+      const auto& script = scripts_[owner_[s]];
+      const int32_t next = script[std::min<size_t>(cursor_[s]++, script.size() - 1)];
+      r.logits.data<float>()[i * vocab_ + next] = 100.0f;
+    }
+    return r;
+  }
+  void Release(int slot) override {
+    cursor_[slot] = 0;
+    owner_[slot] = -1;
+  }
+  Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>&, int64_t v) override {
+    version_ = v;
+    return Status::OK();
+  }
+  int64_t version() const override { return version_; }
+
+ private:
+  int64_t vocab_;
+  std::vector<std::vector<int32_t>> scripts_;
+  std::vector<size_t> cursor_;
+  std::vector<int> owner_;
+  int next_script_ = 0;
+  int64_t version_ = 0;
+};
+
+struct CalcFixture {
+  Tokenizer tokenizer = Tokenizer::FromMerges(ChatSpecialTokens(), {});
+  std::unique_ptr<ChatFormat> format;
+  std::unique_ptr<env::Env> env;
+  env::TaskRef task;
+  calc::CalcTask calc_task;
+
+  CalcFixture() {
+    format = std::make_unique<ChatFormat>(*ChatFormat::Create(&tokenizer));
+    calc::CalcEnvOptions o;
+    o.seed = 3;
+    o.difficulty = 2;
+    env = calc::MakeCalcEnv(o);
+    task = *env->Task(env::Split::kTrain, 4);
+    calc_task = *calc::MakeCalcTask(3, env::Split::kTrain, 4, 2);
+  }
+  // The ids of an assistant turn as the chat format renders it, without the role header.
+  std::vector<int32_t> TurnIds(const ChatMessage& m) {
+    auto r = format->Render({m});
+    return std::vector<int32_t>(r->ids.begin() + 1, r->ids.end());
+  }
+  ChatMessage ToolCallTurn() {
+    ChatMessage m;
+    m.role = ChatRole::kAssistant;
+    m.tool_calls.push_back(
+        {"call_0", "calculate", "{\"expression\": \"" + calc_task.expression + "\"}"});
+    return m;
+  }
+  ChatMessage AnswerTurn(const std::string& value) {
+    ChatMessage m;
+    m.role = ChatRole::kAssistant;
+    m.content = "Answer: " + value;
+    return m;
+  }
+};
+
+TEST(RolloutAgentLoop, ScriptedToolUseIsTokenExact) {
+  CalcFixture f;
+  std::vector<int32_t> good = f.TurnIds(f.ToolCallTurn());
+  const size_t first_turn = good.size();
+  auto answer = f.TurnIds(f.AnswerTurn(f.calc_task.answer_text));
+  good.insert(good.end(), answer.begin(), answer.end());
+  std::vector<int32_t> wrong = f.TurnIds(f.AnswerTurn("123456789"));
+  // Two slots, a group of 4: episodes queue until a slot frees (continuous batching).
+  ScriptedBackend backend(2, f.tokenizer.vocab_size(), {good, wrong});
+  AgentOptions o;
+  o.max_turn_tokens = 200;
+  o.max_episode_tokens = 2000;
+  AgentLoop loop(&backend, f.format.get(), f.env.get(), o);
+  loop.AddGroup(f.task, 77, 4);
+  auto groups = loop.RunUntilIdle();
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  ASSERT_EQ(groups->size(), 1u);
+  const TrajectoryGroup& g = (*groups)[0];
+  EXPECT_EQ(g.group_id, 77u);
+  ASSERT_EQ(g.trajectories.size(), 4u);
+  int correct = 0;
+  for (const Trajectory& t : g.trajectories) {
+    EXPECT_EQ(t.status, EpisodeStatus::kFinished);
+    EXPECT_EQ(t.task_id, f.task.id);
+    correct += t.reward == 1.0;
+    // The oracle: the chat format's rendering of the same conversation.
+    std::vector<ChatMessage> conv = calc::CalcInitialMessages(f.calc_task);
+    if (t.tool_calls.empty()) {
+      conv.push_back(f.AnswerTurn("123456789"));
+      EXPECT_EQ(t.reward, 0.0);
+    } else {
+      ASSERT_EQ(t.tool_calls.size(), 1u);
+      EXPECT_EQ(t.tool_calls[0].result, f.calc_task.answer_text);
+      conv.push_back(f.ToolCallTurn());
+      ChatMessage tool;
+      tool.role = ChatRole::kTool;
+      tool.content = f.calc_task.answer_text;
+      tool.tool_call_id = "call_0";
+      tool.name = "calculate";
+      conv.push_back(tool);
+      conv.push_back(f.AnswerTurn(f.calc_task.answer_text));
+      EXPECT_EQ(t.reward, 1.0);
+    }
+    auto want = f.format->Render(conv);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(t.tokens, want->ids);
+    EXPECT_EQ(t.loss_mask, want->loss_mask);
+    ASSERT_EQ(t.logprobs.size(), t.tokens.size());
+    ASSERT_EQ(t.routed_experts.size(), t.tokens.size() * 2);
+    for (size_t i = 0; i < t.tokens.size(); ++i) {
+      EXPECT_EQ(t.roles[i] == TokenRole::kModel, t.loss_mask[i] == 1);
+      if (t.loss_mask[i])
+        EXPECT_NEAR(t.logprobs[i], 0.0, 1e-6);  // a one-hot policy
+      else
+        EXPECT_EQ(t.logprobs[i], 0.0f);
+      // Every token but the final (never fed) one carries the backend's routing.
+      EXPECT_EQ(t.routed_experts[2 * i], i + 1 < t.tokens.size() ? 5 : 0);
+    }
+  }
+  EXPECT_EQ(correct, 2);
+  EXPECT_EQ(loop.stats().tool_calls, 2);
+  EXPECT_EQ(loop.stats().episodes_finished, 4);
+  (void)first_turn;
+}
+
+TEST(RolloutAgentLoop, LimitsTruncateAndVersionsFollowUpdates) {
+  CalcFixture f;
+  // A policy that never closes its turn.
+  ScriptedBackend backend(3, f.tokenizer.vocab_size(), {{f.tokenizer.Encode("7")[0]}});
+  AgentOptions o;
+  o.max_turn_tokens = 10;
+  AgentLoop loop(&backend, f.format.get(), f.env.get(), o);
+  loop.AddGroup(f.task, 1, 3);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(loop.Step().ok());
+  ASSERT_TRUE(loop.UpdateWeights({}, 1).ok());  // a new version mid-episode
+  auto groups = loop.RunUntilIdle();
+  ASSERT_TRUE(groups.ok());
+  ASSERT_EQ(groups->size(), 1u);
+  for (const Trajectory& t : (*groups)[0].trajectories) {
+    EXPECT_EQ(t.status, EpisodeStatus::kTruncated);
+    EXPECT_EQ(t.model_tokens(), 10);
+    EXPECT_EQ(t.min_policy_version(), 0);
+    int v0 = 0, v1 = 0;
+    for (size_t i = 0; i < t.tokens.size(); ++i) {
+      if (t.roles[i] != TokenRole::kModel) continue;
+      (t.policy_versions[i] == 0 ? v0 : v1)++;
+    }
+    EXPECT_EQ(v0, 4);  // sampled in the first four steps
+    EXPECT_EQ(v1, 6);
+  }
+}
+
+TEST(RolloutAgentLoop, RealModelLogprobsAndRoutingMatchTheLearner) {
+  CalcFixture f;
+  auto m = TinyModel(21, DType::kF64);  // f64: routing near-ties cannot flip between paths
+  auto created = ModelBackend::Create(m.get(), 3, 512);
+  ASSERT_TRUE(created.ok());
+  ModelBackend& backend = **created;
+  AgentOptions o;
+  o.max_turn_tokens = 6;
+  o.max_episode_tokens = 400;
+  o.seed = 9;
+  AgentLoop loop(&backend, f.format.get(), f.env.get(), o);
+  loop.AddGroup(f.task, 5, 4);
+  auto groups = loop.RunUntilIdle();
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  ASSERT_EQ(groups->size(), 1u);
+  for (const Trajectory& t : (*groups)[0].trajectories) {
+    ASSERT_GT(t.model_tokens(), 0);
+    Tensor logits, experts;
+    FullForward(*m, t.tokens, &logits, &experts);
+    // Targets: token i+1 predicted at position i.
+    std::vector<int32_t> targets(t.tokens.size(), -1);
+    for (size_t i = 0; i + 1 < t.tokens.size(); ++i) targets[i] = t.tokens[i + 1];
+    auto logp = rl::TokenLogprobs(logits, targets);
+    ASSERT_TRUE(logp.ok());
+    for (size_t i = 1; i < t.tokens.size(); ++i) {
+      if (!t.loss_mask[i]) continue;
+      EXPECT_NEAR(t.logprobs[i], (*logp)[i - 1], 2e-4) << i;
+    }
+    const int layers = t.moe_layers, k = t.top_k;
+    const int64_t n = t.size();
+    for (int64_t p = 0; p + 1 < n; ++p) {
+      for (int l = 0; l < layers; ++l) {
+        for (int j = 0; j < k; ++j) {
+          ASSERT_EQ(t.routed_experts[(p * layers + l) * k + j],
+                    experts.data<int32_t>()[(l * n + p) * k + j]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace orrery::rollout
