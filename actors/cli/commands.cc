@@ -1,5 +1,6 @@
 #include "actors/cli/commands.h"
 
+#include "actors/envserver/commands.h"
 #include "actors/launch/commands.h"
 #include "actors/metrics/commands.h"
 #include "actors/replay/commands.h"
@@ -17,6 +18,7 @@ void RegisterAllCommands(CliRegistry& registry) {
   replay::RegisterReplayCommands(registry);
   RegisterMetricsCommands(registry);
   RegisterEnvCommands(registry);
+  envserver::RegisterEnvServerCommands(registry);
   model::RegisterModelCommands(registry);
   RegisterLearnerCommands(registry);
 }
