@@ -3,6 +3,7 @@
 #include "model/ops_run.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,13 +25,14 @@ Tensor Random(Shape shape, PhiloxGenerator& gen, double scale = 1.0, double shif
 
 StatusOr<Tensors> RunOpFile(const std::string& op, const Tensors& in, bool backward,
                             const std::map<std::string, std::string>& attrs) {
-  const std::string dir = ::testing::TempDir();
+  // CTest runs the tests of this binary as parallel processes: a file name per process.
+  const std::string prefix = ::testing::TempDir() + "/op_" + std::to_string(::getpid());
   std::vector<std::pair<std::string, Tensor>> list(in.begin(), in.end());
-  ORRERY_RETURN_IF_ERROR(WriteSafetensors(dir + "/op_in.safetensors", list));
   OpRunOptions o;
   o.op = op;
-  o.in_path = dir + "/op_in.safetensors";
-  o.out_path = dir + "/op_out.safetensors";
+  o.in_path = prefix + "_in.safetensors";
+  o.out_path = prefix + "_out.safetensors";
+  ORRERY_RETURN_IF_ERROR(WriteSafetensors(o.in_path, list));
   o.backward = backward;
   o.attrs = attrs;
   ORRERY_RETURN_IF_ERROR(RunOp(o));
