@@ -9,12 +9,13 @@
 //   Vnew
 // The pairwise products are formed with e^{G_r - G_j} (exponent <= 0), so the reference is exact
 // for the bounded and the unbounded (original) gate alike; the dense products go through
-// kernels/gemm.h. The backward recomputes each chunk from the chunk-start states saved by a
-// first forward sweep (K*V per chunk), then walks the chunks in reverse.
+// kernels/gemm.h. The backward keeps every chunk's quantities and chunk-start state from a first
+// forward sweep over a (sequence, head), then walks the chunks in reverse.
 #include <cmath>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/kda_cpu.h"
 #include "kernels/cpu/kda_state_io.h"
 #include "kernels/gemm.h"
@@ -69,16 +70,16 @@ void ComputeChunk(Chunk<T>& ch, const T* s, T scale) {
       acc += ch.g[r * kd + d];
       ch.G[r * kd + d] = acc;
     }
-    ch.egc[d] = std::exp(acc);
+    ch.egc[d] = Exp(acc);
   }
   const T* gc = ch.G.data() + (c - 1) * kd;
   for (int64_t r = 0; r < c; ++r) {
     for (int64_t d = 0; d < kd; ++d) {
       const int64_t i = r * kd + d;
-      const T e = std::exp(ch.G[i]);
+      const T e = Exp(ch.G[i]);
       ch.qt[i] = ch.q[i] * e;
       ch.kt[i] = ch.k[i] * e;
-      ch.kbar[i] = ch.k[i] * std::exp(gc[d] - ch.G[i]);
+      ch.kbar[i] = ch.k[i] * Exp(gc[d] - ch.G[i]);
       ch.bk[i] = ch.beta[r] * ch.kt[i];
     }
     for (int64_t j = 0; j < vd; ++j) ch.bv[r * vd + j] = ch.beta[r] * ch.v[r * vd + j];
@@ -94,7 +95,7 @@ void ComputeChunk(Chunk<T>& ch, const T* s, T scale) {
       const T* gj = ch.G.data() + j * kd;
       T sq = 0, sk = 0;
       for (int64_t d = 0; d < kd; ++d) {
-        const T kk = kj[d] * std::exp(gr[d] - gj[d]);
+        const T kk = kj[d] * Exp(gr[d] - gj[d]);
         sq += qr[d] * kk;
         sk += kr[d] * kk;
       }
@@ -229,7 +230,7 @@ void BackwardChunk(const Chunk<T>& ch, const T* s, const T* d_o, T scale, T* ds,
       const T a_kk = j < r ? ch.beta[r] * gr.dakk[r * c + j] : T(0);
       T pkk = 0;
       for (int64_t d = 0; d < kd; ++d) {
-        const T e = std::exp(gr_r[d] - gj[d]);
+        const T e = Exp(gr_r[d] - gj[d]);
         const T kje = kj[d] * e;
         pkk += kr[d] * kje;
         gr.dq[r * kd + d] += a_qk * kje;
@@ -247,9 +248,9 @@ void BackwardChunk(const Chunk<T>& ch, const T* s, const T* d_o, T scale, T* ds,
   for (int64_t r = 0; r < c; ++r) {
     for (int64_t d = 0; d < kd; ++d) {
       const int64_t i = r * kd + d;
-      const T e = std::exp(ch.G[i]);
+      const T e = Exp(ch.G[i]);
       gr.dq[i] += gr.dqt[i] * e;
-      gr.dk[i] += gr.dkt[i] * e + gr.dkbar[i] * std::exp(gc[d] - ch.G[i]);
+      gr.dk[i] += gr.dkt[i] * e + gr.dkbar[i] * Exp(gc[d] - ch.G[i]);
       const T kb = gr.dkbar[i] * ch.kbar[i];
       gr.dG[i] += gr.dqt[i] * ch.qt[i] + gr.dkt[i] * ch.kt[i] - kb;
       gr.dgc[d] += kb;
@@ -274,17 +275,19 @@ void Backward(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
   const T scale = static_cast<T>(p.scale);
   ThreadPool::Default().ParallelFor(p.num_sequences() * heads, 1, [&](int64_t b, int64_t e) {
     std::vector<T> starts, ds(kv), oc(cs * vd), doc(cs * vd);
-    Chunk<T> ch;
+    std::vector<Chunk<T>> saved;  // every chunk of the current item, kept for the reverse pass
     ChunkGrads<T> gr;
     for (int64_t item = b; item < e; ++item) {
       const int64_t n = item / heads, h = item % heads;
       const int64_t bos = p.seq_start[n], len = p.seq_start[n + 1] - bos;
       const int64_t chunks = (len + cs - 1) / cs;
-      // Forward sweep: the state at the start of every chunk.
+      // Forward sweep: the state at the start of every chunk, and every chunk's quantities.
       starts.assign((chunks + 1) * kv, T(0));
+      if (static_cast<int64_t>(saved.size()) < chunks) saved.resize(chunks);
       LoadState(in.initial_state, n, h, p, starts.data());
       for (int64_t i = 0; i < chunks; ++i) {
         const int64_t t0 = i * cs;
+        Chunk<T>& ch = saved[i];
         ch.Resize(std::min(cs, len - t0), kd, vd);
         Gather(p, in, bos, h, t0, ch);
         std::copy_n(starts.data() + i * kv, kv, starts.data() + (i + 1) * kv);
@@ -294,9 +297,7 @@ void Backward(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
       LoadState(d_final_state, n, h, p, ds.data());
       for (int64_t i = chunks - 1; i >= 0; --i) {
         const int64_t t0 = i * cs;
-        ch.Resize(std::min(cs, len - t0), kd, vd);
-        Gather(p, in, bos, h, t0, ch);
-        ComputeChunk(ch, starts.data() + i * kv, scale);
+        const Chunk<T>& ch = saved[i];
         for (int64_t r = 0; r < ch.c; ++r) {
           std::copy_n(d_o.data<T>() + ((bos + t0 + r) * heads + h) * vd, vd, doc.data() + r * vd);
         }
