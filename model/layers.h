@@ -48,9 +48,17 @@ T* Ptr(const Tensor& t) {
   return t.data<T>();
 }
 
+// A zero-filled buffer, for outputs that are accumulated into (+=).
 template <typename T>
 Tensor NewTensor(Shape shape) {
   return Tensor::Zeros(std::move(shape), DTypeOf<T>::value);
+}
+
+// An uninitialised buffer, for outputs the next call overwrites entirely (a product with beta 0,
+// an elementwise map, a norm): skips NewTensor's zero fill, which cost ~7% of a training step.
+template <typename T>
+Tensor Uninit(Shape shape) {
+  return Tensor::Empty(std::move(shape), DTypeOf<T>::value);
 }
 
 // y[n, out] = x[n, in] W^T (W is [out, in]).

@@ -218,7 +218,7 @@ class ModelImpl final : public Model::Impl {
     const int32_t* forced =
         batch.forced_experts.defined() ? batch.forced_experts.data<int32_t>() : nullptr;
     ORRERY_RETURN_IF_ERROR(Stack(mc.get(), forced, mixer, &ids, fc ? &scores : nullptr));
-    Tensor logits = NewTensor<T>({n, c.vocab_size});
+    Tensor logits = Uninit<T>({n, c.vocab_size});
     LinearForward(Ptr<T>(mc->hn), n, d, head_, c.vocab_size, Ptr<T>(logits));
     if (fc) {
       fc->expert_ids = std::move(ids);
@@ -279,7 +279,7 @@ class ModelImpl final : public Model::Impl {
       std::copy_n(Ptr<T>(mc->hn) + (cu[s + 1] - 1) * d, d, Ptr<T>(last) + s * d);
     }
     StepOutput out;
-    out.logits = NewTensor<T>({ns, c.vocab_size});
+    out.logits = Uninit<T>({ns, c.vocab_size});
     LinearForward(Ptr<T>(last), ns, d, head_, c.vocab_size, Ptr<T>(out.logits));
     const int64_t nmoe = static_cast<int64_t>(ids.size()), k = c.moe.top_k;
     out.expert_ids = Tensor::Zeros({nmoe, n, nmoe > 0 ? k : 0}, DType::kI32);
@@ -313,7 +313,7 @@ class ModelImpl final : public Model::Impl {
     ResetGrads(*mc);
     Tensor dhn = NewTensor<T>({n, d});
     LinearBackward(Ptr<T>(mc->hn), n, d, head_, c.vocab_size, Ptr<T>(dlogits), Ptr<T>(dhn));
-    Tensor dh = NewTensor<T>({n, d});
+    Tensor dh = Uninit<T>({n, d});
     kernels::RmsNormBackward(Ptr<T>(mc->h->v), final_norm_.w, Ptr<T>(mc->hr), Ptr<T>(dhn), n, d,
                              Ptr<T>(dh), final_norm_.g);
     MixBackward(mc->out_mix, mc->h, dh, out_res_w_, out_res_g_, n);
@@ -329,7 +329,7 @@ class ModelImpl final : public Model::Impl {
       } else {
         layer.mlp->Backward(Ptr<T>(lc.n2), n, *lc.mlp, Ptr<T>(lc.f->g), Ptr<T>(dn2));
       }
-      Tensor dmlp_in = NewTensor<T>({n, d});
+      Tensor dmlp_in = Uninit<T>({n, d});
       kernels::RmsNormBackward(Ptr<T>(lc.mlp_in->v), layer.norm2.w, Ptr<T>(lc.r2), Ptr<T>(dn2), n,
                                d, Ptr<T>(dmlp_in), layer.norm2.g);
       MixBackward(lc.mlp_mix, lc.mlp_in, dmlp_in, layer.mlp_res_w, layer.mlp_res_g, n);
@@ -345,7 +345,7 @@ class ModelImpl final : public Model::Impl {
       } else {
         layer.mla->Backward(Ptr<T>(lc.n1), n, mc->cu, *lc.mla, Ptr<T>(lc.a->g), Ptr<T>(dn1));
       }
-      Tensor dattn_in = NewTensor<T>({n, d});
+      Tensor dattn_in = Uninit<T>({n, d});
       kernels::RmsNormBackward(Ptr<T>(lc.attn_in->v), layer.norm1.w, Ptr<T>(lc.r1), Ptr<T>(dn1), n,
                                d, Ptr<T>(dattn_in), layer.norm1.g);
       MixBackward(lc.attn_mix, lc.attn_in, dattn_in, layer.attn_res_w, layer.attn_res_g, n);
@@ -406,8 +406,8 @@ class ModelImpl final : public Model::Impl {
         lc.boundary = true;
       }
       // 3. sequence mixer.
-      lc.n1 = NewTensor<T>({n, d});
-      lc.r1 = NewTensor<T>({n});
+      lc.n1 = Uninit<T>({n, d});
+      lc.r1 = Uninit<T>({n});
       kernels::RmsNormForward(Ptr<T>(lc.attn_in->v), layer.norm1.w, n, d, c.rms_norm_eps,
                               Ptr<T>(lc.n1), Ptr<T>(lc.r1));
       lc.a = NewValue(n);
@@ -422,8 +422,8 @@ class ModelImpl final : public Model::Impl {
         lc.mlp_mix.identity = true;
       }
       // 5. MLP / MoE.
-      lc.n2 = NewTensor<T>({n, d});
-      lc.r2 = NewTensor<T>({n});
+      lc.n2 = Uninit<T>({n, d});
+      lc.r2 = Uninit<T>({n});
       kernels::RmsNormForward(Ptr<T>(lc.mlp_in->v), layer.norm2.w, n, d, c.rms_norm_eps,
                               Ptr<T>(lc.n2), Ptr<T>(lc.r2));
       lc.f = NewValue(n);
@@ -451,8 +451,8 @@ class ModelImpl final : public Model::Impl {
       mc->h = p;
       mc->out_mix.identity = true;
     }
-    mc->hn = NewTensor<T>({n, d});
-    mc->hr = NewTensor<T>({n});
+    mc->hn = Uninit<T>({n, d});
+    mc->hr = Uninit<T>({n});
     kernels::RmsNormForward(Ptr<T>(mc->h->v), final_norm_.w, n, d, config.rms_norm_eps,
                             Ptr<T>(mc->hn), Ptr<T>(mc->hr));
     return Status::OK();

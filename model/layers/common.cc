@@ -83,9 +83,9 @@ GluMlp<T>::GluMlp(ParamStore& store, const ModelConfig& c, const std::string& pr
 
 template <typename T>
 void GluMlp<T>::Forward(const T* x, int64_t n, T* y, Cache* c) const {
-  c->a = NewTensor<T>({n, hidden_});
-  c->u = NewTensor<T>({n, hidden_});
-  c->h = NewTensor<T>({n, hidden_});
+  c->a = Uninit<T>({n, hidden_});
+  c->u = Uninit<T>({n, hidden_});
+  c->h = Uninit<T>({n, hidden_});
   LinearForward(x, n, in_, w1_, hidden_, Ptr<T>(c->a));
   LinearForward(x, n, in_, w3_, hidden_, Ptr<T>(c->u));
   kernels::GluForward(act_, Ptr<T>(c->a), Ptr<T>(c->u), n * hidden_, Ptr<T>(c->h));
@@ -94,8 +94,8 @@ void GluMlp<T>::Forward(const T* x, int64_t n, T* y, Cache* c) const {
 
 template <typename T>
 void GluMlp<T>::Backward(const T* x, int64_t n, const Cache& c, const T* dy, T* dx) const {
-  Tensor dh = NewTensor<T>({n, hidden_}), da = NewTensor<T>({n, hidden_}),
-         du = NewTensor<T>({n, hidden_});
+  Tensor dh = NewTensor<T>({n, hidden_}), da = Uninit<T>({n, hidden_}),
+         du = Uninit<T>({n, hidden_});
   LinearBackward(Ptr<T>(c.h), n, hidden_, w2_, in_, dy, Ptr<T>(dh));
   kernels::GluBackward(act_, Ptr<T>(c.a), Ptr<T>(c.u), Ptr<T>(dh), n * hidden_, Ptr<T>(da),
                        Ptr<T>(du));

@@ -5,16 +5,14 @@
 
 #include <cmath>
 
+#include "kernels/cpu/fast_math.h"
 #include "kernels/rmsnorm.h"
 #include "model/layers.h"
 
 namespace orrery::model {
 namespace {
 
-template <typename T>
-T Sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
+using kernels::cpu::Sigmoid;
 
 // y[t, c] = SiLU(sum_j w[c, j] x[t - (W-1) + j, c]) within each document; pre stores the conv sum.
 template <typename T>
@@ -104,8 +102,8 @@ template <typename T>
 Status KdaLayer<T>::Gates(const T* x, int64_t n, Cache* c) const {
   ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(c->qc, 1e-6f, &c->q, &c->q_rstd));
   ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(c->kc, 1e-6f, &c->k, &c->k_rstd));
-  c->fa = NewTensor<T>({n, rank_});
-  c->z = NewTensor<T>({1, n, h_, kd_});
+  c->fa = Uninit<T>({n, rank_});
+  c->z = Uninit<T>({1, n, h_, kd_});
   LinearForward(x, n, d_, fa_, rank_, Ptr<T>(c->fa));
   LinearForward(Ptr<T>(c->fa), n, rank_, fb_, pk_, Ptr<T>(c->z));
   Tensor a_log = Tensor::Wrap({h_}, DTypeOf<T>::value, Device::Cpu(), a_log_.w, nullptr);
@@ -115,8 +113,8 @@ Status KdaLayer<T>::Gates(const T* x, int64_t n, Cache* c) const {
                                         : kernels::KdaGateKind::kOriginal;
   ORRERY_RETURN_IF_ERROR(kernels::KdaGateForward(
       c->z, a_log, dt_bias, kind, static_cast<float>(c_->kda.gate_lower_bound), &c->g));
-  c->beta_logit = NewTensor<T>({1, n, h_});
-  c->beta = NewTensor<T>({1, n, h_});
+  c->beta_logit = Uninit<T>({1, n, h_});
+  c->beta = Uninit<T>({1, n, h_});
   LinearForward(x, n, d_, wb_, h_, Ptr<T>(c->beta_logit));
   for (int64_t i = 0; i < n * h_; ++i) Ptr<T>(c->beta)[i] = Sigmoid(Ptr<T>(c->beta_logit)[i]);
   return Status::OK();
@@ -125,13 +123,13 @@ Status KdaLayer<T>::Gates(const T* x, int64_t n, Cache* c) const {
 template <typename T>
 void KdaLayer<T>::Output(const T* x, int64_t n, Cache* c, T* y) const {
   // Output RMSNorm over V per head (shared gain), times sigmoid of the output gate.
-  c->on = NewTensor<T>({n, pv_});
-  c->o_rstd = NewTensor<T>({n * h_});
+  c->on = Uninit<T>({n, pv_});
+  c->o_rstd = Uninit<T>({n * h_});
   kernels::RmsNormForward(Ptr<T>(c->o), onorm_.w, n * h_, vd_, c_->rms_norm_eps, Ptr<T>(c->on),
                           Ptr<T>(c->o_rstd));
-  c->gate = NewTensor<T>({n, pv_});
+  c->gate = Uninit<T>({n, pv_});
   if (grank_ > 0) {
-    c->gate_low = NewTensor<T>({n, grank_});
+    c->gate_low = Uninit<T>({n, grank_});
     LinearForward(x, n, d_, wga_, grank_, Ptr<T>(c->gate_low));
     LinearForward(Ptr<T>(c->gate_low), n, grank_, wgb_, pv_, Ptr<T>(c->gate));
     for (int64_t t = 0; t < n; ++t) {
@@ -140,7 +138,7 @@ void KdaLayer<T>::Output(const T* x, int64_t n, Cache* c, T* y) const {
   } else {
     LinearForward(x, n, d_, wg_, pv_, Ptr<T>(c->gate));
   }
-  c->og = NewTensor<T>({n, pv_});
+  c->og = Uninit<T>({n, pv_});
   for (int64_t i = 0; i < n * pv_; ++i) {
     Ptr<T>(c->og)[i] = Ptr<T>(c->on)[i] * Sigmoid(Ptr<T>(c->gate)[i]);
   }
@@ -160,18 +158,18 @@ kernels::KdaOptions KdaLayer<T>::CoreOptions(bool final_state) const {
 template <typename T>
 Status KdaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& cu, T* y,
                             Cache* c) const {
-  c->qh = NewTensor<T>({n, pk_});
-  c->kh = NewTensor<T>({n, pk_});
-  c->vh = NewTensor<T>({n, pv_});
+  c->qh = Uninit<T>({n, pk_});
+  c->kh = Uninit<T>({n, pk_});
+  c->vh = Uninit<T>({n, pv_});
   LinearForward(x, n, d_, wq_, pk_, Ptr<T>(c->qh));
   LinearForward(x, n, d_, wk_, pk_, Ptr<T>(c->kh));
   LinearForward(x, n, d_, wv_, pv_, Ptr<T>(c->vh));
-  Tensor qpre = NewTensor<T>({n, pk_}), kpre = NewTensor<T>({n, pk_});
-  c->qc = NewTensor<T>({1, n, h_, kd_});
-  c->kc = NewTensor<T>({1, n, h_, kd_});
-  c->v = NewTensor<T>({1, n, h_, vd_});
+  Tensor qpre = Uninit<T>({n, pk_}), kpre = Uninit<T>({n, pk_});
+  c->qc = Uninit<T>({1, n, h_, kd_});
+  c->kc = Uninit<T>({1, n, h_, kd_});
+  c->v = Uninit<T>({1, n, h_, vd_});
   // The conv pre-activations are recomputed in the backward (cheap), so only outputs are kept.
-  Tensor vpre = NewTensor<T>({n, pv_});
+  Tensor vpre = Uninit<T>({n, pv_});
   ConvSiluForward(Ptr<T>(c->qh), n, pk_, cq_.w, conv_, cu, Ptr<T>(qpre), Ptr<T>(c->qc));
   ConvSiluForward(Ptr<T>(c->kh), n, pk_, ck_.w, conv_, cu, Ptr<T>(kpre), Ptr<T>(c->kc));
   ConvSiluForward(Ptr<T>(c->vh), n, pv_, cv_.w, conv_, cu, Ptr<T>(vpre), Ptr<T>(c->v));
@@ -263,7 +261,7 @@ Status KdaLayer<T>::Backward(const T* x, int64_t n, const std::vector<int64_t>& 
                              const T* dy, T* dx) const {
   Tensor dog = NewTensor<T>({n, pv_});
   LinearBackward(Ptr<T>(c.og), n, pv_, wo_, d_, dy, Ptr<T>(dog));
-  Tensor don = NewTensor<T>({n, pv_}), dgate = NewTensor<T>({n, pv_});
+  Tensor don = Uninit<T>({n, pv_}), dgate = Uninit<T>({n, pv_});
   for (int64_t i = 0; i < n * pv_; ++i) {
     const T s = Sigmoid(Ptr<T>(c.gate)[i]);
     Ptr<T>(don)[i] = Ptr<T>(dog)[i] * s;
@@ -279,14 +277,14 @@ Status KdaLayer<T>::Backward(const T* x, int64_t n, const std::vector<int64_t>& 
   } else {
     LinearBackward(x, n, d_, wg_, pv_, Ptr<T>(dgate), dx);
   }
-  Tensor d_o = NewTensor<T>({1, n, h_, vd_});
+  Tensor d_o = Uninit<T>({1, n, h_, vd_});
   kernels::RmsNormBackward(Ptr<T>(c.o), onorm_.w, Ptr<T>(c.o_rstd), Ptr<T>(don), n * h_, vd_,
                            Ptr<T>(d_o), onorm_.g);
   kernels::KdaInputs in{c.q, c.k, c.v, c.g, c.beta, Tensor(), c.cu};
   kernels::KdaGrads grads;
   ORRERY_RETURN_IF_ERROR(kernels::KdaBackward(in, d_o, Tensor(), CoreOptions(false), &grads));
   // beta = sigmoid(W_b x).
-  Tensor dbl = NewTensor<T>({n, h_});
+  Tensor dbl = Uninit<T>({n, h_});
   for (int64_t i = 0; i < n * h_; ++i) {
     const T b = Ptr<T>(c.beta)[i];
     Ptr<T>(dbl)[i] = Ptr<T>(grads.dbeta)[i] * b * (T(1) - b);
@@ -322,7 +320,7 @@ Status KdaLayer<T>::Backward(const T* x, int64_t n, const std::vector<int64_t>& 
                              {c.kh, ck_, wk_, pk_, Ptr<T>(dkc)},
                              {c.vh, cv_, wv_, pv_, Ptr<T>(grads.dv)}};
   for (const Stream& s : streams) {
-    Tensor pre = NewTensor<T>({n, s.p}), tmp = NewTensor<T>({n, s.p}), dh = NewTensor<T>({n, s.p});
+    Tensor pre = Uninit<T>({n, s.p}), tmp = Uninit<T>({n, s.p}), dh = NewTensor<T>({n, s.p});
     ConvSiluForward(Ptr<T>(s.pre_in), n, s.p, s.conv.w, conv_, cu, Ptr<T>(pre), Ptr<T>(tmp));
     ConvSiluBackward(Ptr<T>(s.pre_in), s.p, s.conv.w, s.conv.g, conv_, cu, Ptr<T>(pre), s.dy,
                      Ptr<T>(dh));

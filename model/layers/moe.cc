@@ -46,8 +46,8 @@ MoeLayer<T>::MoeLayer(ParamStore& store, const ModelConfig& c, const std::string
 template <typename T>
 Status MoeLayer<T>::Forward(const T* x, int64_t n, const int32_t* forced, const float* bias, T* y,
                             Cache* c) const {
-  c->logits = NewTensor<T>({n, e_});
-  c->scores = NewTensor<T>({n, e_});
+  c->logits = Uninit<T>({n, e_});
+  c->scores = Uninit<T>({n, e_});
   LinearForward(x, n, d_, router_, e_, Ptr<T>(c->logits));
   T* s = Ptr<T>(c->scores);
   for (int64_t i = 0; i < n * e_; ++i) s[i] = T(1) / (T(1) + std::exp(-Ptr<T>(c->logits)[i]));
@@ -75,7 +75,7 @@ Status MoeLayer<T>::Forward(const T* x, int64_t n, const int32_t* forced, const 
     SelectTopK(s, bias, n, e_, k_, ids);
   }
   // Renormalised weights x routed scale (spec §5.1).
-  c->weights = NewTensor<T>({n, k_});
+  c->weights = Uninit<T>({n, k_});
   T* w = Ptr<T>(c->weights);
   const T rho = static_cast<T>(c_->moe.routed_scaling_factor);
   for (int64_t t = 0; t < n; ++t) {
@@ -88,7 +88,7 @@ Status MoeLayer<T>::Forward(const T* x, int64_t n, const int32_t* forced, const 
   // Latent dispatch.
   const T* xl = x;
   if (c_->moe.latent_dim > 0) {
-    c->xl = NewTensor<T>({n, l_});
+    c->xl = Uninit<T>({n, l_});
     LinearForward(x, n, d_, down_, l_, Ptr<T>(c->xl));
     xl = Ptr<T>(c->xl);
   }
@@ -108,13 +108,13 @@ Status MoeLayer<T>::Forward(const T* x, int64_t n, const int32_t* forced, const 
     const auto& rows = c->rows[e];
     const int64_t m = static_cast<int64_t>(rows.size());
     if (m == 0) continue;
-    c->xe[e] = NewTensor<T>({m, l_});
+    c->xe[e] = Uninit<T>({m, l_});
     T* xe = Ptr<T>(c->xe[e]);
     for (int64_t r = 0; r < m; ++r) std::copy_n(xl + (rows[r] / k_) * l_, l_, xe + r * l_);
-    c->a[e] = NewTensor<T>({m, f_});
-    c->u[e] = NewTensor<T>({m, f_});
-    c->h[e] = NewTensor<T>({m, f_});
-    c->oe[e] = NewTensor<T>({m, l_});
+    c->a[e] = Uninit<T>({m, f_});
+    c->u[e] = Uninit<T>({m, f_});
+    c->h[e] = Uninit<T>({m, f_});
+    c->oe[e] = Uninit<T>({m, l_});
     LinearForward(xe, m, l_, w1_[e], f_, Ptr<T>(c->a[e]));
     LinearForward(xe, m, l_, w3_[e], f_, Ptr<T>(c->u[e]));
     kernels::GluForward(act, Ptr<T>(c->a[e]), Ptr<T>(c->u[e]), m * f_, Ptr<T>(c->h[e]));
@@ -128,8 +128,8 @@ Status MoeLayer<T>::Forward(const T* x, int64_t n, const int32_t* forced, const 
   }
   const T* yn = yl;
   if (c_->moe.latent_norm) {
-    c->yl_rstd = NewTensor<T>({n});
-    c->yln = NewTensor<T>({n, l_});
+    c->yl_rstd = Uninit<T>({n});
+    c->yln = Uninit<T>({n, l_});
     kernels::RmsNormForward(yl, lnorm_.w, n, l_, c_->rms_norm_eps, Ptr<T>(c->yln),
                             Ptr<T>(c->yl_rstd));
     yn = Ptr<T>(c->yln);
@@ -140,7 +140,7 @@ Status MoeLayer<T>::Forward(const T* x, int64_t n, const int32_t* forced, const 
     std::copy_n(yn, n * d_, y);
   }
   if (has_shared_) {
-    Tensor ys = NewTensor<T>({n, d_});
+    Tensor ys = Uninit<T>({n, d_});
     shared_.Forward(x, n, Ptr<T>(ys), &c->shared);
     for (int64_t i = 0; i < n * d_; ++i) y[i] += Ptr<T>(ys)[i];
   }
@@ -157,7 +157,7 @@ void MoeLayer<T>::Backward(const T* x, int64_t n, const Cache& c, const T* dy, T
   } else {
     std::copy_n(dy, n * d_, dyn);
   }
-  Tensor dyl_t = NewTensor<T>({n, l_});
+  Tensor dyl_t = Uninit<T>({n, l_});
   T* dyl = Ptr<T>(dyl_t);
   if (c_->moe.latent_norm) {
     kernels::RmsNormBackward(Ptr<T>(c.yl), lnorm_.w, Ptr<T>(c.yl_rstd), dyn, n, l_, dyl, lnorm_.g);
@@ -175,7 +175,7 @@ void MoeLayer<T>::Backward(const T* x, int64_t n, const Cache& c, const T* dy, T
     const auto& rows = c.rows[e];
     const int64_t m = static_cast<int64_t>(rows.size());
     if (m == 0) continue;
-    Tensor doe = NewTensor<T>({m, l_});
+    Tensor doe = Uninit<T>({m, l_});
     const T* oe = Ptr<T>(c.oe[e]);
     for (int64_t r = 0; r < m; ++r) {
       const T* g = dyl + (rows[r] / k_) * l_;
@@ -186,7 +186,7 @@ void MoeLayer<T>::Backward(const T* x, int64_t n, const Cache& c, const T* dy, T
       }
       dw[rows[r]] = dot;
     }
-    Tensor dh = NewTensor<T>({m, f_}), da = NewTensor<T>({m, f_}), du = NewTensor<T>({m, f_});
+    Tensor dh = NewTensor<T>({m, f_}), da = Uninit<T>({m, f_}), du = Uninit<T>({m, f_});
     LinearBackward(Ptr<T>(c.h[e]), m, f_, w2_[e], l_, Ptr<T>(doe), Ptr<T>(dh));
     kernels::GluBackward(act, Ptr<T>(c.a[e]), Ptr<T>(c.u[e]), Ptr<T>(dh), m * f_, Ptr<T>(da),
                          Ptr<T>(du));
