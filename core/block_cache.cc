@@ -39,7 +39,8 @@ void* BlockCache::Allocate(size_t bytes) {
     ++stats_.fresh_allocs;
   }
   stats_.bytes_in_use += size;
-  if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  if (stats_.bytes_in_use > stats_.peak_bytes_in_use)
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
   return p;
 }
 

@@ -29,7 +29,8 @@ StatusOr<ChatMessage> FromJson(const nlohmann::json& j) {
   ChatMessage m;
   ORRERY_ASSIGN_OR_RETURN(m.role, ParseChatRole(j["role"].get<std::string>()));
   if (j.contains("content")) {
-    if (!j["content"].is_string()) return InvalidArgumentError("chat message 'content' must be a string");
+    if (!j["content"].is_string())
+      return InvalidArgumentError("chat message 'content' must be a string");
     m.content = j["content"].get<std::string>();
   }
   if (j.contains("tool_calls")) {
@@ -42,8 +43,8 @@ StatusOr<ChatMessage> FromJson(const nlohmann::json& j) {
       call.name = c["name"].get<std::string>();
       if (c.contains("id") && c["id"].is_string()) call.id = c["id"].get<std::string>();
       if (c.contains("arguments")) {
-        call.arguments_json = c["arguments"].is_string() ? c["arguments"].get<std::string>()
-                                                         : c["arguments"].dump();
+        call.arguments_json =
+            c["arguments"].is_string() ? c["arguments"].get<std::string>() : c["arguments"].dump();
       } else {
         call.arguments_json = "{}";
       }
@@ -61,10 +62,14 @@ StatusOr<ChatMessage> FromJson(const nlohmann::json& j) {
 
 std::string_view ChatRoleName(ChatRole role) {
   switch (role) {
-    case ChatRole::kSystem: return "system";
-    case ChatRole::kUser: return "user";
-    case ChatRole::kAssistant: return "assistant";
-    case ChatRole::kTool: return "tool";
+    case ChatRole::kSystem:
+      return "system";
+    case ChatRole::kUser:
+      return "user";
+    case ChatRole::kAssistant:
+      return "assistant";
+    case ChatRole::kTool:
+      return "tool";
   }
   return "user";
 }
@@ -94,7 +99,8 @@ std::string ChatMessagesToJson(const std::vector<ChatMessage>& messages) {
 
 StatusOr<std::vector<ChatMessage>> ChatMessagesFromJson(const std::string& json) {
   nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
-  if (j.is_discarded() || !j.is_array()) return InvalidArgumentError("chat messages must be a JSON array");
+  if (j.is_discarded() || !j.is_array())
+    return InvalidArgumentError("chat messages must be a JSON array");
   std::vector<ChatMessage> out;
   for (const auto& e : j) {
     ORRERY_ASSIGN_OR_RETURN(ChatMessage m, FromJson(e));

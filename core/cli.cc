@@ -17,12 +17,15 @@ std::string CliArgs::Get(const std::string& key, const std::string& def) const {
 
 int64_t CliArgs::Int(const std::string& key, int64_t def) const {
   auto it = values_.find(key);
-  return it == values_.end() || it->second.empty() ? def : std::strtoll(it->second[0].c_str(), nullptr, 10);
+  return it == values_.end() || it->second.empty()
+             ? def
+             : std::strtoll(it->second[0].c_str(), nullptr, 10);
 }
 
 double CliArgs::Float(const std::string& key, double def) const {
   auto it = values_.find(key);
-  return it == values_.end() || it->second.empty() ? def : std::strtod(it->second[0].c_str(), nullptr);
+  return it == values_.end() || it->second.empty() ? def
+                                                   : std::strtod(it->second[0].c_str(), nullptr);
 }
 
 std::vector<std::string> CliArgs::List(const std::string& key) const {

@@ -36,7 +36,9 @@ class CliArgs {
   int64_t Int(const std::string& key, int64_t def = 0) const;
   double Float(const std::string& key, double def = 0) const;
   std::vector<std::string> List(const std::string& key) const;
-  void Set(const std::string& key, std::vector<std::string> values) { values_[key] = std::move(values); }
+  void Set(const std::string& key, std::vector<std::string> values) {
+    values_[key] = std::move(values);
+  }
 
  private:
   std::map<std::string, std::vector<std::string>> values_;

@@ -29,17 +29,23 @@ std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 std::string Describe(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "the string " + Quote(*node.value<std::string>());
-    case toml::node_type::integer: return std::to_string(*node.value<int64_t>());
+    case toml::node_type::string:
+      return "the string " + Quote(*node.value<std::string>());
+    case toml::node_type::integer:
+      return std::to_string(*node.value<int64_t>());
     case toml::node_type::floating_point: {
       std::ostringstream os;
       os << *node.value<double>();
       return os.str();
     }
-    case toml::node_type::boolean: return *node.value<bool>() ? "true" : "false";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    default: return "a date/time";
+    case toml::node_type::boolean:
+      return *node.value<bool>() ? "true" : "false";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    default:
+      return "a date/time";
   }
 }
 
@@ -80,7 +86,8 @@ void ConfigTable::Fail(std::string_view key, std::string_view message) {
   }
   std::string where = state_->source_name;
   if (line > 0) where += ":" + std::to_string(line);
-  state_->first_error = InvalidArgumentError(where + ": " + KeyPath(key) + ": " + std::string(message));
+  state_->first_error =
+      InvalidArgumentError(where + ": " + KeyPath(key) + ": " + std::string(message));
 }
 
 void ConfigTable::TypeError(std::string_view key, const void* node, std::string_view expected) {
@@ -139,8 +146,10 @@ std::optional<double> ConfigTable::OptionalFloat(std::string_view key, double mi
   }
   const toml::node* node = AsNode(n);
   std::optional<double> v;
-  if (node->is_floating_point()) v = node->value<double>();
-  else if (node->is_integer()) v = static_cast<double>(*node->value<int64_t>());
+  if (node->is_floating_point())
+    v = node->value<double>();
+  else if (node->is_integer())
+    v = static_cast<double>(*node->value<int64_t>());
   if (!v || std::isnan(*v) || *v < min || *v > max) {
     TypeError(key, n, range);
     return std::nullopt;
@@ -262,8 +271,10 @@ std::vector<double> ConfigTable::FloatList(std::string_view key, std::vector<dou
   }
   std::vector<double> out;
   for (const toml::node& e : *arr) {
-    if (e.is_floating_point()) out.push_back(*e.value<double>());
-    else if (e.is_integer()) out.push_back(static_cast<double>(*e.value<int64_t>()));
+    if (e.is_floating_point())
+      out.push_back(*e.value<double>());
+    else if (e.is_integer())
+      out.push_back(static_cast<double>(*e.value<int64_t>()));
     else {
       Fail(key, "expected an array of numbers, got an element " + Describe(e));
       return def;
@@ -332,8 +343,7 @@ std::vector<ConfigTable> ConfigTable::TableArray(std::string_view key) {
 
 // ---------------------------------------------------------------------------------------------
 
-StatusOr<ConfigDocument> ConfigDocument::ParseString(std::string_view text,
-                                                     std::string source_name,
+StatusOr<ConfigDocument> ConfigDocument::ParseString(std::string_view text, std::string source_name,
                                                      std::string base_dir) {
   ConfigDocument doc;
   doc.state_ = std::make_unique<ConfigState>();
@@ -372,9 +382,7 @@ ConfigTable ConfigDocument::root() { return ConfigTable(state_.get(), &state_->r
 
 const std::string& ConfigDocument::source_name() const { return state_->source_name; }
 
-bool ConfigDocument::HasTopLevel(std::string_view key) const {
-  return state_->root.contains(key);
-}
+bool ConfigDocument::HasTopLevel(std::string_view key) const { return state_->root.contains(key); }
 
 namespace {
 

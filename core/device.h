@@ -48,11 +48,11 @@ Status DeviceZero(void* dst, Device device, size_t bytes);
 
 // Statistics of the CUDA caching allocator for one device (all zero on CPU-only builds).
 struct CachingAllocatorStats {
-  size_t bytes_in_use = 0;      // handed out and not yet freed
-  size_t bytes_cached = 0;      // freed, kept for reuse
+  size_t bytes_in_use = 0;  // handed out and not yet freed
+  size_t bytes_cached = 0;  // freed, kept for reuse
   size_t peak_bytes_in_use = 0;
-  int64_t device_allocs = 0;    // cudaMalloc calls
-  int64_t cache_hits = 0;       // allocations served from the cache
+  int64_t device_allocs = 0;  // cudaMalloc calls
+  int64_t cache_hits = 0;     // allocations served from the cache
 };
 CachingAllocatorStats GetCachingAllocatorStats(int device_index);
 // Returns every cached (free) block of a device to the driver.

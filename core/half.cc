@@ -6,7 +6,7 @@ Float16 FloatToFloat16(float f) {
   const uint32_t u = FloatBits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return Float16{static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+  if (abs > 0x7f800000u) return Float16{static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
   if (abs >= 0x47800000u) return Float16{static_cast<uint16_t>(sign | 0x7c00u)};  // >= 65536: Inf
   const int32_t exp = static_cast<int32_t>(abs >> 23) - 127;
   if (exp >= -14) {
@@ -41,7 +41,8 @@ float Float16ToFloat(Float16 h) {
       ++e;
       mant <<= 1;
     } while ((mant & 0x400u) == 0);
-    return BitsToFloat(sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13));
+    return BitsToFloat(sign | (static_cast<uint32_t>(127 - 15 - e) << 23) |
+                       ((mant & 0x3ffu) << 13));
   }
   return BitsToFloat(sign | ((exp + 127 - 15) << 23) | (mant << 13));
 }

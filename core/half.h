@@ -41,7 +41,9 @@ inline BFloat16 FloatToBFloat16(float f) {
   return BFloat16{static_cast<uint16_t>(u >> 16)};
 }
 
-inline float BFloat16ToFloat(BFloat16 h) { return BitsToFloat(static_cast<uint32_t>(h.bits) << 16); }
+inline float BFloat16ToFloat(BFloat16 h) {
+  return BitsToFloat(static_cast<uint32_t>(h.bits) << 16);
+}
 
 Float16 FloatToFloat16(float f);
 float Float16ToFloat(Float16 h);

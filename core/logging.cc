@@ -34,11 +34,16 @@ thread_local std::optional<std::string> t_prefix;
 
 char LevelLetter(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return 'D';
-    case LogLevel::kInfo: return 'I';
-    case LogLevel::kWarn: return 'W';
-    case LogLevel::kError: return 'E';
-    case LogLevel::kFatal: return 'F';
+    case LogLevel::kDebug:
+      return 'D';
+    case LogLevel::kInfo:
+      return 'I';
+    case LogLevel::kWarn:
+      return 'W';
+    case LogLevel::kError:
+      return 'E';
+    case LogLevel::kFatal:
+      return 'F';
   }
   return '?';
 }
@@ -49,11 +54,16 @@ void SetMinLogLevel(LogLevel level) { MinLevel().store(static_cast<int>(level));
 LogLevel MinLogLevel() { return static_cast<LogLevel>(MinLevel().load(std::memory_order_relaxed)); }
 
 bool ParseLogLevel(std::string_view text, LogLevel* level) {
-  if (text == "debug") *level = LogLevel::kDebug;
-  else if (text == "info") *level = LogLevel::kInfo;
-  else if (text == "warn") *level = LogLevel::kWarn;
-  else if (text == "error") *level = LogLevel::kError;
-  else return false;
+  if (text == "debug")
+    *level = LogLevel::kDebug;
+  else if (text == "info")
+    *level = LogLevel::kInfo;
+  else if (text == "warn")
+    *level = LogLevel::kWarn;
+  else if (text == "error")
+    *level = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 
@@ -68,8 +78,10 @@ ScopedLogPrefix::ScopedLogPrefix(std::string prefix)
 }
 
 ScopedLogPrefix::~ScopedLogPrefix() {
-  if (had_previous_) t_prefix = previous_;
-  else t_prefix.reset();
+  if (had_previous_)
+    t_prefix = previous_;
+  else
+    t_prefix.reset();
 }
 
 std::string FormatLogLine(LogLevel level, std::string_view prefix, std::string_view message,

@@ -66,10 +66,8 @@ struct Voidify {
 #define ORRERY_LOG_LEVEL_ERROR ::orrery::LogLevel::kError
 #define ORRERY_LOG_LEVEL_FATAL ::orrery::LogLevel::kFatal
 
-#define ORRERY_LOG(level)                                                     \
-  (ORRERY_LOG_LEVEL_##level < ::orrery::MinLogLevel())                        \
-      ? (void)0                                                               \
-      : ::orrery::internal::Voidify() &                                       \
-            ::orrery::internal::LogMessage(ORRERY_LOG_LEVEL_##level, __FILE__, \
-                                           __LINE__)                          \
-                .stream()
+#define ORRERY_LOG(level)                              \
+  (ORRERY_LOG_LEVEL_##level < ::orrery::MinLogLevel()) \
+      ? (void)0                                        \
+      : ::orrery::internal::Voidify() &                \
+            ::orrery::internal::LogMessage(ORRERY_LOG_LEVEL_##level, __FILE__, __LINE__).stream()

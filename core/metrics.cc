@@ -25,7 +25,8 @@ std::string MetricRecord::ToJson() const {
 
 StatusOr<MetricRecord> MetricRecord::FromJson(const std::string& line) {
   nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgumentError("metric record is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return InvalidArgumentError("metric record is not a JSON object");
   MetricRecord r;
   if (!j.contains("metrics") || !j["metrics"].is_object()) {
     return InvalidArgumentError("metric record lacks a 'metrics' object");
@@ -39,7 +40,8 @@ StatusOr<MetricRecord> MetricRecord::FromJson(const std::string& line) {
     } else if (it.value().is_array()) {
       std::vector<double> v;
       for (const auto& e : it.value()) {
-        if (!e.is_number()) return InvalidArgumentError("metric '" + it.key() + "' has a non-numeric element");
+        if (!e.is_number())
+          return InvalidArgumentError("metric '" + it.key() + "' has a non-numeric element");
         v.push_back(e.get<double>());
       }
       r.vectors[it.key()] = std::move(v);
@@ -76,8 +78,10 @@ StatusOr<std::vector<MetricRecord>> ReadMetricsFile(const std::string& path, int
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     StatusOr<MetricRecord> r = MetricRecord::FromJson(line);
-    if (r.ok()) out.push_back(std::move(r).value());
-    else ++bad;
+    if (r.ok())
+      out.push_back(std::move(r).value());
+    else
+      ++bad;
   }
   if (skipped) *skipped = bad;
   return out;

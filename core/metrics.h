@@ -50,6 +50,7 @@ class MetricsFileWriter {
 
 // Reads every well-formed record of a JSONL file (malformed lines, e.g. a torn last line, are
 // skipped and counted in *skipped when given).
-StatusOr<std::vector<MetricRecord>> ReadMetricsFile(const std::string& path, int* skipped = nullptr);
+StatusOr<std::vector<MetricRecord>> ReadMetricsFile(const std::string& path,
+                                                    int* skipped = nullptr);
 
 }  // namespace orrery

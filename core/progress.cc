@@ -10,17 +10,25 @@ std::string FormatDuration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   long s = std::lround(seconds);
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof(buf), "%ldh%02ldm", s / 3600, (s % 3600) / 60);
-  else if (s >= 60) std::snprintf(buf, sizeof(buf), "%ldm%02lds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof(buf), "%lds", s);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof(buf), "%ldm%02lds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%lds", s);
   return buf;
 }
 
 Progress::Progress(std::string label, int64_t total, std::string unit, std::FILE* out,
                    double plain_interval_s)
-    : label_(std::move(label)), total_(total), unit_(std::move(unit)), out_(out),
-      tty_(::isatty(::fileno(out)) != 0), plain_interval_s_(plain_interval_s),
-      start_(std::chrono::steady_clock::now()), last_print_(start_) {}
+    : label_(std::move(label)),
+      total_(total),
+      unit_(std::move(unit)),
+      out_(out),
+      tty_(::isatty(::fileno(out)) != 0),
+      plain_interval_s_(plain_interval_s),
+      start_(std::chrono::steady_clock::now()),
+      last_print_(start_) {}
 
 std::string Progress::FormatLine(const std::string& label, int64_t done, int64_t total,
                                  const std::string& unit, double elapsed_s,

@@ -14,8 +14,8 @@ struct RunConfig {
   std::string name = "run";
   std::string dir = "runs/run";  // outputs: checkpoints, metrics, logs
   uint64_t seed = 0;
-  bool deterministic = false;    // fixed reduction orders: bit-identical results across runs
-  int threads = 0;               // 0: all hardware threads
+  bool deterministic = false;  // fixed reduction orders: bit-identical results across runs
+  int threads = 0;             // 0: all hardware threads
   LogLevel log_level = LogLevel::kInfo;
 };
 

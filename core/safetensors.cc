@@ -49,7 +49,7 @@ Status FsyncDir(const std::string& path) {
 StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return ErrnoError("open " + path, errno);
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
@@ -58,7 +58,8 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {
     ::close(fd);
-    return Corrupt(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+    return Corrupt(
+        path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
   }
   void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   int err = errno;
@@ -69,7 +70,8 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   file.mapping_ = std::shared_ptr<void>(base, [size](void* p) { ::munmap(p, size); });
 
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<const uint8_t*>(base)[i];
+  for (int i = 7; i >= 0; --i)
+    header_len = (header_len << 8) | static_cast<const uint8_t*>(base)[i];
   if (header_len > kMaxHeaderBytes || header_len > size - 8) {
     return Corrupt(path, "header length " + std::to_string(header_len) + " exceeds the file (" +
                              std::to_string(size) + " bytes)");
@@ -91,7 +93,8 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     if (name == "__metadata__") {
       if (!v.is_object()) return Corrupt(path, "__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) return Corrupt(path, "__metadata__ value '" + m.key() + "' is not a string");
+        if (!m.value().is_string())
+          return Corrupt(path, "__metadata__ value '" + m.key() + "' is not a string");
         file.metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -107,9 +110,11 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     e.dtype = *dtype;
     uint64_t numel = 1;
     for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) return Corrupt(path, "tensor '" + name + "' has a non-integer or negative dimension");
+      if (!d.is_number_unsigned())
+        return Corrupt(path, "tensor '" + name + "' has a non-integer or negative dimension");
       uint64_t dim = d.get<uint64_t>();
-      if (dim != 0 && numel > (1ull << 50) / dim) return Corrupt(path, "tensor '" + name + "' shape is too large");
+      if (dim != 0 && numel > (1ull << 50) / dim)
+        return Corrupt(path, "tensor '" + name + "' shape is too large");
       numel *= dim;
       e.shape.push_back(static_cast<int64_t>(dim));
     }
@@ -137,14 +142,16 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   size_t expect = 0;
   for (const Range& r : ranges) {
     if (r.begin != expect) {
-      return Corrupt(path, "tensor '" + r.name + "' starts at byte " + std::to_string(r.begin) +
-                               (r.begin < expect ? ", overlapping the previous tensor" : ", leaving a hole") );
+      return Corrupt(
+          path, "tensor '" + r.name + "' starts at byte " + std::to_string(r.begin) +
+                    (r.begin < expect ? ", overlapping the previous tensor" : ", leaving a hole"));
     }
     expect = r.end;
     file.names_.push_back(r.name);
   }
   if (expect != buffer_size) {
-    return Corrupt(path, "data buffer has " + std::to_string(buffer_size - expect) + " trailing bytes that no tensor claims");
+    return Corrupt(path, "data buffer has " + std::to_string(buffer_size - expect) +
+                             " trailing bytes that no tensor claims");
   }
   return file;
 }
@@ -153,7 +160,8 @@ StatusOr<Tensor> SafetensorsFile::Get(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) return NotFoundError(path_ + ": no tensor named '" + name + "'");
   const Entry& e = it->second;
-  return Tensor::Wrap(e.shape, e.dtype, Device::Cpu(), const_cast<char*>(data_) + e.begin, mapping_);
+  return Tensor::Wrap(e.shape, e.dtype, Device::Cpu(), const_cast<char*>(data_) + e.begin,
+                      mapping_);
 }
 
 Status WriteFileAtomic(const std::string& path, const std::string& contents) {
@@ -182,9 +190,11 @@ Status WriteSafetensors(const std::string& path,
   std::vector<Tensor> cpu;
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__") return InvalidArgumentError("tensor name '__metadata__' is reserved");
+    if (name == "__metadata__")
+      return InvalidArgumentError("tensor name '__metadata__' is reserved");
     if (!t.defined()) return InvalidArgumentError("tensor '" + name + "' is undefined");
-    if (header.contains(name)) return InvalidArgumentError("tensor name '" + name + "' appears twice");
+    if (header.contains(name))
+      return InvalidArgumentError("tensor name '" + name + "' appears twice");
     Tensor c = t;
     if (!t.device().is_cpu()) {
       ORRERY_ASSIGN_OR_RETURN(c, t.To(Device::Cpu()));

@@ -17,19 +17,19 @@ namespace orrery {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,    // bad input from a user: config value, CLI flag, file contents
-  kNotFound,           // a named thing (file, table, tensor, actor) does not exist
+  kInvalidArgument,  // bad input from a user: config value, CLI flag, file contents
+  kNotFound,         // a named thing (file, table, tensor, actor) does not exist
   kAlreadyExists,
-  kOutOfRange,         // an index, size or value outside what is allowed
-  kFailedPrecondition, // the system is not in a state where the call can run
-  kDataLoss,           // corrupt or truncated data (checksums, headers that lie)
-  kIoError,            // the operating system refused (open, read, write, mmap)
+  kOutOfRange,          // an index, size or value outside what is allowed
+  kFailedPrecondition,  // the system is not in a state where the call can run
+  kDataLoss,            // corrupt or truncated data (checksums, headers that lie)
+  kIoError,             // the operating system refused (open, read, write, mmap)
   kDeadlineExceeded,
   kCancelled,
   kResourceExhausted,  // out of memory, queue full, rate limited
   kUnavailable,        // a peer cannot be reached right now; retrying may help
   kUnimplemented,
-  kInternal,           // a broken invariant inside Orrery: a bug
+  kInternal,  // a broken invariant inside Orrery: a bug
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -120,10 +120,10 @@ class [[nodiscard]] StatusOr {
 #define ORRERY_STATUS_CONCAT(a, b) ORRERY_STATUS_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function when `expr` (a Status) is not OK.
-#define ORRERY_RETURN_IF_ERROR(expr)                   \
-  do {                                                 \
-    ::orrery::Status orrery_status_ = (expr);          \
-    if (!orrery_status_.ok()) return orrery_status_;   \
+#define ORRERY_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::orrery::Status orrery_status_ = (expr);        \
+    if (!orrery_status_.ok()) return orrery_status_; \
   } while (0)
 
 // `lhs = value of expr` (a StatusOr), or returns its Status from the enclosing function.

@@ -133,30 +133,52 @@ namespace {
 
 double LoadAsDouble(const void* p, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(p)[i];
-    case DType::kF64: return static_cast<const double*>(p)[i];
-    case DType::kBF16: return BFloat16ToFloat(static_cast<const BFloat16*>(p)[i]);
-    case DType::kF16: return Float16ToFloat(static_cast<const Float16*>(p)[i]);
-    case DType::kI32: return static_cast<const int32_t*>(p)[i];
-    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DType::kU8: return static_cast<const uint8_t*>(p)[i];
-    case DType::kBool: return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
+    case DType::kF32:
+      return static_cast<const float*>(p)[i];
+    case DType::kF64:
+      return static_cast<const double*>(p)[i];
+    case DType::kBF16:
+      return BFloat16ToFloat(static_cast<const BFloat16*>(p)[i]);
+    case DType::kF16:
+      return Float16ToFloat(static_cast<const Float16*>(p)[i]);
+    case DType::kI32:
+      return static_cast<const int32_t*>(p)[i];
+    case DType::kI64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::kU8:
+      return static_cast<const uint8_t*>(p)[i];
+    case DType::kBool:
+      return static_cast<const bool*>(p)[i] ? 1.0 : 0.0;
   }
   return 0;
 }
 
 void StoreFromDouble(void* p, DType dtype, int64_t i, double v) {
   switch (dtype) {
-    case DType::kF32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DType::kF64: static_cast<double*>(p)[i] = v; break;
+    case DType::kF32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DType::kF64:
+      static_cast<double*>(p)[i] = v;
+      break;
     case DType::kBF16:
       static_cast<BFloat16*>(p)[i] = FloatToBFloat16(static_cast<float>(v));
       break;
-    case DType::kF16: static_cast<Float16*>(p)[i] = FloatToFloat16(static_cast<float>(v)); break;
-    case DType::kI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DType::kI64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DType::kU8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case DType::kBool: static_cast<bool*>(p)[i] = v != 0.0; break;
+    case DType::kF16:
+      static_cast<Float16*>(p)[i] = FloatToFloat16(static_cast<float>(v));
+      break;
+    case DType::kI32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kI64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kU8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
+    case DType::kBool:
+      static_cast<bool*>(p)[i] = v != 0.0;
+      break;
   }
 }
 
@@ -175,12 +197,15 @@ StatusOr<Tensor> Tensor::Cast(DType dtype) const {
       (dtype_ == DType::kI64 && dtype == DType::kI64)) {
     for (int64_t i = 0; i < n; ++i) {
       int64_t v = dtype_ == DType::kI64 ? data<int64_t>()[i] : data<int32_t>()[i];
-      if (dtype == DType::kI32) out.data<int32_t>()[i] = static_cast<int32_t>(v);
-      else out.data<int64_t>()[i] = v;
+      if (dtype == DType::kI32)
+        out.data<int32_t>()[i] = static_cast<int32_t>(v);
+      else
+        out.data<int64_t>()[i] = v;
     }
     return out;
   }
-  for (int64_t i = 0; i < n; ++i) StoreFromDouble(out.raw_data(), dtype, i, LoadAsDouble(raw_data(), dtype_, i));
+  for (int64_t i = 0; i < n; ++i)
+    StoreFromDouble(out.raw_data(), dtype, i, LoadAsDouble(raw_data(), dtype_, i));
   return out;
 }
 

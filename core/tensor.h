@@ -41,7 +41,10 @@ class Storage {
 
  private:
   Storage(void* data, size_t bytes, Device device, bool owned, std::shared_ptr<void> keep_alive)
-      : data_(data), bytes_(bytes), device_(device), owned_(owned),
+      : data_(data),
+        bytes_(bytes),
+        device_(device),
+        owned_(owned),
         keep_alive_(std::move(keep_alive)) {}
 
   void* data_;

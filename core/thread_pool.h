@@ -3,8 +3,8 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>

@@ -33,11 +33,12 @@ int Main(int argc, char** argv) {
   CliRegistry registry;
   RegisterAllCommands(registry);
 
-  CLI::App app{"Orrery: trains hybrid long-context MoE language models, staged pretraining then "
-               "asynchronous agentic RL",
-               "orrery"};
-  app.set_version_flag("--version", std::string("orrery ") + kOrreryVersion + " (" +
-                                        kOrreryGitRevision + ")");
+  CLI::App app{
+      "Orrery: trains hybrid long-context MoE language models, staged pretraining then "
+      "asynchronous agentic RL",
+      "orrery"};
+  app.set_version_flag("--version",
+                       std::string("orrery ") + kOrreryVersion + " (" + kOrreryGitRevision + ")");
   app.require_subcommand(1);
   app.failure_message(CLI::FailureMessage::simple);
 

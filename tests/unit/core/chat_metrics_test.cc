@@ -10,7 +10,8 @@ namespace orrery {
 namespace {
 
 TEST(ChatTest, JsonRoundTrip) {
-  ChatMessage a{ChatRole::kAssistant, "", {{"call_0", "calculate", R"({"expression":"2+3"})"}}, "", ""};
+  ChatMessage a{
+      ChatRole::kAssistant, "", {{"call_0", "calculate", R"({"expression":"2+3"})"}}, "", ""};
   ChatMessage t{ChatRole::kTool, "5", {}, "call_0", "calculate"};
   std::string json = ChatMessagesToJson({a, t});
   StatusOr<std::vector<ChatMessage>> back = ChatMessagesFromJson(json);

@@ -101,7 +101,8 @@ TEST_F(SafetensorsTest, RejectsLyingHeaders) {
 }
 
 TEST_F(SafetensorsTest, WriteRejectsBadInput) {
-  EXPECT_FALSE(WriteSafetensors(Path("x"), {{"__metadata__", Tensor::Zeros({1}, DType::kF32)}}).ok());
+  EXPECT_FALSE(
+      WriteSafetensors(Path("x"), {{"__metadata__", Tensor::Zeros({1}, DType::kF32)}}).ok());
   EXPECT_FALSE(WriteSafetensors(Path("x"), {{"a", Tensor()}}).ok());
   EXPECT_FALSE(WriteSafetensors(Path("x"), {{"a", Tensor::Zeros({1}, DType::kF32)},
                                             {"a", Tensor::Zeros({1}, DType::kF32)}})
