@@ -1,5 +1,7 @@
 #include "core/run_config.h"
 
+#include "core/thread_pool.h"
+
 namespace orrery {
 
 RunConfig ReadRunConfig(ConfigTable& root) {
@@ -13,6 +15,11 @@ RunConfig ReadRunConfig(ConfigTable& root) {
   const std::string level = t.Enum("log_level", "info", {"debug", "info", "warn", "error"});
   ParseLogLevel(level, &c.log_level);
   return c;
+}
+
+int ApplyRunConfig(const RunConfig& run) {
+  SetMinLogLevel(run.log_level);
+  return ThreadPool::SetDefaultThreads(run.threads);
 }
 
 }  // namespace orrery

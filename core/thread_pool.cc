@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <latch>
+#include <mutex>
 
 namespace orrery {
 namespace {
@@ -11,7 +12,7 @@ thread_local bool t_in_worker = false;
 }
 
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0)
+  if (num_threads < 0)
     num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
@@ -26,6 +27,10 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::Submit(std::function<void()> task) {
+  if (workers_.empty()) {
+    task();
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
@@ -71,15 +76,46 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_grain,
   done.wait();
 }
 
+namespace {
+
+std::mutex g_default_mu;
+int g_requested_threads = 0;                  // SetDefaultThreads; 0: not set
+std::atomic<ThreadPool*> g_default{nullptr};  // owned; replaced only by SetDefaultThreads
+
+// Threads doing ParallelFor work (workers + caller) the default pool should have now.
+int DefaultThreads() {
+  const char* env = std::getenv("ORRERY_NUM_THREADS");
+  const int from_env = env ? std::atoi(env) : 0;
+  if (from_env > 0) return from_env;
+  if (g_requested_threads > 0) return g_requested_threads;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
 ThreadPool& ThreadPool::Default() {
-  static ThreadPool pool([] {
-    const char* env = std::getenv("ORRERY_NUM_THREADS");
-    int n = env ? std::atoi(env) : 0;
-    // The caller of ParallelFor works too, so one worker fewer than the hardware threads.
-    if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return std::max(1, n - 1);
-  }());
-  return pool;
+  ThreadPool* pool = g_default.load(std::memory_order_acquire);
+  if (pool != nullptr) return *pool;
+  std::lock_guard<std::mutex> lock(g_default_mu);
+  pool = g_default.load(std::memory_order_relaxed);
+  if (pool == nullptr) {
+    // The caller of ParallelFor works too, so one worker fewer than the threads.
+    pool = new ThreadPool(DefaultThreads() - 1);
+    g_default.store(pool, std::memory_order_release);
+  }
+  return *pool;
+}
+
+int ThreadPool::SetDefaultThreads(int threads) {
+  std::lock_guard<std::mutex> lock(g_default_mu);
+  g_requested_threads = std::max(0, threads);
+  const int workers = DefaultThreads() - 1;
+  ThreadPool* pool = g_default.load(std::memory_order_relaxed);
+  if (pool != nullptr && pool->num_threads() != workers) {
+    g_default.store(new ThreadPool(workers), std::memory_order_release);
+    delete pool;  // finishes queued work, joins its workers
+  }
+  return workers + 1;
 }
 
 }  // namespace orrery

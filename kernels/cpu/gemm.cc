@@ -8,6 +8,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/thread_pool.h"
 
@@ -16,6 +17,10 @@ namespace {
 
 // Below this many multiply-adds a product runs on the calling thread (splitting costs more).
 constexpr double kParallelWork = 1 << 20;
+// Rows of C per OpenBLAS call in a split product: at least this many, and enough for about
+// kBlockWork multiply-adds (so per-call costs and the packing of B stay small).
+constexpr int64_t kMinBlockRows = 64;
+constexpr double kBlockWork = 1 << 22;
 
 void SingleThreadedBlas() {
   static const bool once = [] {
@@ -25,19 +30,24 @@ void SingleThreadedBlas() {
   (void)once;
 }
 
-// Runs block(r0, r1) over row blocks of C = op(A) op(B).
+// Runs block(r0, r1) over row blocks of C = op(A) op(B). The blocks are a function of the shape
+// alone, never of the pool's size: OpenBLAS's value for a row of C depends on how many rows the
+// call has (small-matrix kernels, edge tiles), so blocks fixed by the shape keep every product, and
+// with it training, bit-identical whatever the thread count.
 template <typename Block>
 void ByRows(int64_t m, int64_t n, int64_t k, const Block& block) {
   SingleThreadedBlas();
-  const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  if (work < kParallelWork || m < 2) {
+  const double row_work = static_cast<double>(n) * static_cast<double>(std::max<int64_t>(k, 1));
+  if (row_work * static_cast<double>(m) < kParallelWork || m <= kMinBlockRows) {
     block(0, m);
     return;
   }
-  const int64_t grain = std::max<int64_t>(
-      1,
-      static_cast<int64_t>(kParallelWork / 2 / (static_cast<double>(n) * std::max<int64_t>(k, 1))));
-  ThreadPool::Default().ParallelFor(m, grain, block);
+  const int64_t rows =
+      std::max<int64_t>(kMinBlockRows, static_cast<int64_t>(std::ceil(kBlockWork / row_work)));
+  const int64_t blocks = (m + rows - 1) / rows;
+  ThreadPool::Default().ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) block(b * rows, std::min(m, (b + 1) * rows));
+  });
 }
 
 }  // namespace
