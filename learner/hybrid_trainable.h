@@ -18,7 +18,8 @@ class HybridTrainable : public TrainableModel {
   // The balancing biases under the names Model::Save uses ("layers.L.moe.balancing_bias"), so a
   // checkpoint's model.safetensors loads with Model::Load.
   std::vector<std::pair<std::string, Tensor>> Buffers() override;
-  int64_t max_seq_len() const override { return 0; }  // NoPE: no positional limit
+  // The model config's max_seq_len (NoPE: a declared limit, not a positional one).
+  int64_t max_seq_len() const override { return model_->config().max_seq_len; }
   StatusOr<LossSum> ForwardBackward(const PackedBatch& batch, double grad_scale) override;
   StatusOr<LossSum> Evaluate(const PackedBatch& batch) override;
   StatusOr<std::vector<ExpertLoadReport>> UpdateBalancing() override;

@@ -82,6 +82,15 @@ PretrainConfig ReadPretrainConfig(ConfigTable& root) {
       p.Fail("model", m.status().message());
     } else {
       c.model = *m;
+      for (size_t i = 0; i < stages.size() && i < c.stages.size(); ++i) {
+        const StageConfig& st = c.stages[i];
+        if (st.seq_len > c.model.max_seq_len) {
+          stages[i].Fail("seq_len", "stage '" + st.name + "': seq_len " +
+                                        std::to_string(st.seq_len) + " exceeds the model's " +
+                                        "max_seq_len " + std::to_string(c.model.max_seq_len) +
+                                        " (" + c.model_path + ")");
+        }
+      }
     }
   }
   return c;

@@ -20,8 +20,8 @@
 //   name = "ctx256", seq_len = 256, tokens = 2_000_000, lr_scale = 1.0
 //
 // Every stage's seq_len must divide tokens_per_step and micro_batch_tokens (whole rows) and not
-// exceed what the model accepts (checked when the model is built); a stage's token budget must be
-// at least one step.
+// exceed the model's max_seq_len ([model] of the model file); a stage's token budget must be at
+// least one step.
 #pragma once
 
 #include <cstdint>

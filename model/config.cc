@@ -121,6 +121,7 @@ StatusOr<ModelConfig> ReadModelConfig(ConfigTable& root) {
     c.situ_linear_beta = act.Float("situ_linear_beta", c.situ_linear_beta, 0.0, 1e6);
   }
   c.attn_res_block_size = t.Table("attn_res").Int("block_size", 0, 0, 4096);
+  c.max_seq_len = t.Int("max_seq_len", c.max_seq_len, 1, int64_t{1} << 40);
   // Errors recorded by the getters surface here (Finish() repeats the first one).
   return c;
 }

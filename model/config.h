@@ -4,7 +4,7 @@
 //
 //   [model]                      vocab_size, hidden_size, num_layers, full_attn_layers (1-based
 //                                MLA positions; the others are KDA), rms_norm_eps,
-//                                first_k_dense, dense_intermediate
+//                                first_k_dense, dense_intermediate, max_seq_len
 //   [model.kda]                  heads, head_k_dim, head_v_dim, conv_size, gate, gate_lower_bound,
 //                                decay_rank, output_gate_rank, chunk_size, algorithm
 //   [model.mla]                  heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
@@ -88,6 +88,10 @@ struct ModelConfig {
   double situ_beta = 4.0;
   double situ_linear_beta = 25.0;   // <= 0: no cap on the up branch
   int64_t attn_res_block_size = 0;  // 0: standard residual stream
+  // The longest sequence the model is meant to see, in tokens: pretraining stages and decode
+  // contexts beyond it are refused. The architecture has no positional limit (NoPE MLA, recurrent
+  // KDA); this is the context the model is trained and served for. Default: 1M (K3's context).
+  int64_t max_seq_len = int64_t{1} << 20;
 
   bool is_moe_layer(int64_t l) const { return l >= first_k_dense; }
   int64_t num_moe_layers() const {

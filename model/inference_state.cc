@@ -49,8 +49,14 @@ StatusOr<std::unique_ptr<InferenceState>> InferenceState::Create(const Model& mo
                                 std::to_string(options.max_tokens_per_slot));
   }
   const ModelConfig& c = model.config();
+  if (options.max_tokens_per_slot > c.max_seq_len) {
+    return InvalidArgumentError(
+        "inference state: max_tokens_per_slot " + std::to_string(options.max_tokens_per_slot) +
+        " exceeds the model's max_seq_len " + std::to_string(c.max_seq_len));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  if (impl->options.max_tokens_per_slot == 0) impl->options.max_tokens_per_slot = c.max_seq_len;
   impl->dtype = model.dtype();
   const int64_t s = options.num_slots;
   impl->num_slots = s;

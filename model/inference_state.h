@@ -28,8 +28,9 @@ class Model;
 
 struct InferenceOptions {
   int64_t num_slots = 1;  // sequences held at once (>= 1)
-  // Most tokens one slot may hold (prompt + generated); 0: no limit (the MLA cache grows).
-  // Exceeding it is a ResourceExhausted error of the Prefill/DecodeStep call, before any change.
+  // Most tokens one slot may hold (prompt + generated), at most the model's max_seq_len; 0: the
+  // model's max_seq_len (the MLA cache grows up to it). Exceeding it is a ResourceExhausted error
+  // of the Prefill/DecodeStep call, before any change.
   int64_t max_tokens_per_slot = 0;
 };
 

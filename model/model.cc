@@ -496,10 +496,11 @@ class ModelImpl final : public Model::Impl {
       const int64_t total =
           st.length[static_cast<size_t>(slots[i])] + static_cast<int64_t>(segments[i].size());
       if (st.options.max_tokens_per_slot > 0 && total > st.options.max_tokens_per_slot) {
-        return ResourceExhaustedError("inference: slot " + std::to_string(slots[i]) +
-                                      " would hold " + std::to_string(total) +
-                                      " tokens, more than max_tokens_per_slot = " +
-                                      std::to_string(st.options.max_tokens_per_slot));
+        return ResourceExhaustedError(
+            "inference: slot " + std::to_string(slots[i]) + " would hold " + std::to_string(total) +
+            " tokens, more than max_tokens_per_slot = " +
+            std::to_string(st.options.max_tokens_per_slot) + " (the model's max_seq_len is " +
+            std::to_string(config.max_seq_len) + ")");
       }
     }
     return Status::OK();

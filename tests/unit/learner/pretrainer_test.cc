@@ -201,8 +201,10 @@ TEST(PretrainConfigTest, BadConfigsFailWithOneLine) {
   const std::string model = src + "/configs/model/tiny.toml";
   auto load = [&](const std::string& extra_pretrain, const std::string& stages) {
     std::ofstream(dir.path() + "/p.toml")
-        << "[pretrain]\nmodel = \"" << model << "\"\ndata = \"data\"\ntokens_per_step = 1024\n"
-        << "micro_batch_tokens = 512\n"
+        << "[pretrain]\nmodel = \"" << model << "\"\ndata = \"data\"\n"
+        << (extra_pretrain.find("tokens_per_step") == std::string::npos
+                ? "tokens_per_step = 1024\nmicro_batch_tokens = 512\n"
+                : "")
         << extra_pretrain << "\n[optimizer]\nlr = 0.001\n"
         << stages;
     return LoadPretrainConfig(dir.path() + "/p.toml");
@@ -224,6 +226,15 @@ TEST(PretrainConfigTest, BadConfigsFailWithOneLine) {
   EXPECT_NE(message("", "[[stages]]\nseq_len = 300\ntokens = 4096\n").find("does not divide"),
             std::string::npos);
   EXPECT_NE(message("", "").find("stages"), std::string::npos);
+  // tiny.toml declares max_seq_len = 4096: a stage of 8192 names the file, the stage and both.
+  const std::string longer =
+      message("tokens_per_step = 8192\nmicro_batch_tokens = 8192\n",
+              "[[stages]]\nname = \"ctx8k\"\nseq_len = 8192\ntokens = 8192\n");
+  for (const std::string& part :
+       {std::string("p.toml"), std::string("stages"), std::string("seq_len"),
+        std::string("'ctx8k'"), std::string("8192"), std::string("max_seq_len 4096"), model}) {
+    EXPECT_NE(longer.find(part), std::string::npos) << part << " not in: " << longer;
+  }
 }
 
 }  // namespace

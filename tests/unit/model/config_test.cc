@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 namespace orrery::model {
@@ -65,6 +66,32 @@ TEST(ModelConfigTest, RejectsInvalidCombinations) {
   EXPECT_NE(s.message().find("headz"), std::string::npos) << s.ToString();
   s = Parse("[modle]\nx = 1\n");
   EXPECT_FALSE(s.ok());
+}
+
+TEST(ModelConfigTest, MaxSeqLenIsReadPerConfigAndMustBePositive) {
+  const std::map<std::string, int64_t> declared = {{"tiny.toml", 4096},
+                                                   {"small.toml", 32768},
+                                                   {"k3.toml", int64_t{1} << 20},
+                                                   {"kimi-linear-48b.toml", int64_t{1} << 20}};
+  for (const auto& [name, want] : declared) {
+    StatusOr<ModelConfig> c = LoadModelConfig(ConfigPath(name));
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status().ToString();
+    EXPECT_EQ(c->max_seq_len, want) << name;
+  }
+  StatusOr<ConfigDocument> doc = ConfigDocument::ParseString(
+      std::string(kBase) + "full_attn_layers = [2]\nmax_seq_len = 512\n", "test.toml");
+  ASSERT_TRUE(doc.ok());
+  ConfigTable root = doc->root();
+  StatusOr<ModelConfig> c = ReadModelConfig(root);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(doc->Finish().ok());
+  EXPECT_EQ(c->max_seq_len, 512);
+  EXPECT_EQ(ModelConfig().max_seq_len, int64_t{1} << 20);  // absent: K3's 1M context
+  for (const char* bad : {"max_seq_len = 0\n", "max_seq_len = -4\n"}) {
+    Status s = Parse(std::string(kBase) + bad);
+    EXPECT_NE(s.message().find("model.max_seq_len"), std::string::npos) << bad << s.ToString();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  }
 }
 
 }  // namespace

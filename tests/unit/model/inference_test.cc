@@ -321,5 +321,28 @@ TEST(InferenceTest, BadCallsAreOneClearErrorAndChangeNothing) {
             std::string::npos);
 }
 
+TEST(InferenceTest, ContextsBeyondTheModelsMaxSeqLenAreRefused) {
+  StatusOr<ModelConfig> c = InferenceConfig("chunked");
+  ASSERT_TRUE(c.ok());
+  c->max_seq_len = 6;
+  auto created = Model::Create(*c, 4, DType::kF32);
+  ASSERT_TRUE(created.ok());
+  Model& m = **created;
+  Status too_long = InferenceState::Create(m, {1, 7}).status();
+  EXPECT_EQ(too_long.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.message().find("max_seq_len 6"), std::string::npos) << too_long.message();
+  auto st = InferenceState::Create(m, {1, 0});  // 0: up to the model's max_seq_len
+  ASSERT_TRUE(st.ok());
+  const int64_t s = *(*st)->Allocate();
+  StatusOr<StepOutput> r = m.Prefill(st->get(), {s}, {{1, 2, 3, 4, 5, 6, 7}});
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("max_seq_len is 6"), std::string::npos)
+      << r.status().message();
+  ASSERT_TRUE(m.Prefill(st->get(), {s}, {{1, 2, 3, 4, 5}}).ok());
+  ASSERT_TRUE(m.DecodeStep(st->get(), {s}, {1}).ok());  // the sixth token fits
+  EXPECT_EQ(m.DecodeStep(st->get(), {s}, {1}).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ((*st)->length(s), 6);
+}
+
 }  // namespace
 }  // namespace orrery::model
