@@ -9,17 +9,13 @@
 
 #include "actors/envserver/codec.h"
 #include "actors/runtime/payload.h"
-#include "actors/schema/actor.capnp.h"
 #include "actors/schema/env.capnp.h"
 #include "core/logging.h"
 
 namespace orrery::envserver {
 
-struct EnvServer::Request {
-  std::string identity;
-  Envelope envelope;
-  Payload body;
-};
+// A request as received: the caller's identity, its envelope and body.
+struct EnvServer::Request : WireMessage {};
 
 namespace {
 
@@ -34,51 +30,6 @@ std::string Hex(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
-}
-
-// Reads one message's frames; the identity is kept even when the rest is garbage, so the sender
-// gets an error reply.
-Status ReadRequest(zmq::socket_t& socket, std::string* identity, Envelope* envelope,
-                   Payload* body) {
-  std::vector<zmq::message_t> frames;
-  try {
-    while (true) {
-      zmq::message_t frame;
-      if (!socket.recv(frame, zmq::recv_flags::dontwait)) {
-        if (frames.empty()) return UnavailableError("no message");
-        break;
-      }
-      const bool more = frame.more();
-      frames.push_back(std::move(frame));
-      if (!more) break;
-    }
-  } catch (const zmq::error_t& e) {
-    return UnavailableError(std::string("receive failed: ") + e.what());
-  }
-  *identity = frames[0].to_string();
-  if (frames.size() != 3) {
-    return InvalidArgumentError("message with " + std::to_string(frames.size() - 1) +
-                                " frames, expected 2 (envelope, body)");
-  }
-  StatusOr<Payload> header = Payload::FromBytes(frames[1].data(), frames[1].size());
-  if (!header.ok()) return header.status().WithContext("envelope");
-  ORRERY_RETURN_IF_ERROR(CatchAll("envelope", [&] {
-    auto h = header->Root<schema::Envelope>();
-    envelope->method = h.getMethod().cStr();
-    envelope->request_id = h.getRequestId();
-    envelope->deadline_unix_ms = h.getDeadlineUnixMs();
-    envelope->sender = h.getSender().cStr();
-    envelope->is_reply = h.getIsReply();
-    return Status::OK();
-  }));
-  if (envelope->is_reply) return InvalidArgumentError("a reply sent to the env server");
-  if (frames[2].size() == 0) {
-    return InvalidArgumentError(envelope->method + ": request without a body");
-  }
-  StatusOr<Payload> parsed = Payload::FromBytes(frames[2].data(), frames[2].size());
-  if (!parsed.ok()) return parsed.status().WithContext(envelope->method + " body");
-  *body = std::move(parsed).value();
-  return Status::OK();
 }
 
 }  // namespace
@@ -309,8 +260,15 @@ Status EnvServer::CloseEpisode(Request& request, capnp::MallocMessageBuilder& re
 
 void EnvServer::ServeOne() {
   Request request;
-  Status read = ReadRequest(socket_, &request.identity, &request.envelope, &request.body);
+  // On a malformed request the identity (and the envelope, when sound) are still read, so the
+  // sender gets an error reply.
+  Status read = ReceiveWireMessage(socket_, /*with_identity=*/true, &request);
   if (read.code() == StatusCode::kUnavailable) return;
+  if (read.ok() && request.envelope.is_reply) {
+    read = InvalidArgumentError("a reply sent to the env server");
+  } else if (read.ok() && request.body.empty()) {
+    read = InvalidArgumentError(request.envelope.method + ": request without a body");
+  }
   Envelope reply_env;
   reply_env.method = request.envelope.method;
   reply_env.request_id = request.envelope.request_id;

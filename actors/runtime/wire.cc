@@ -48,7 +48,8 @@ Status SendWireMessage(zmq::socket_t& socket, const std::string* identity, const
   return Status::OK();
 }
 
-StatusOr<WireMessage> ReceiveWireMessage(zmq::socket_t& socket, bool with_identity) {
+Status ReceiveWireMessage(zmq::socket_t& socket, bool with_identity, WireMessage* message) {
+  *message = WireMessage();
   std::vector<zmq::message_t> frames;
   try {
     while (true) {
@@ -64,38 +65,45 @@ StatusOr<WireMessage> ReceiveWireMessage(zmq::socket_t& socket, bool with_identi
   } catch (const zmq::error_t& e) {
     return UnavailableError(std::string("receive failed: ") + e.what());
   }
-  const size_t expected = with_identity ? 3 : 2;
-  if (frames.size() != expected) {
-    return InvalidArgumentError("message with " + std::to_string(frames.size()) +
-                                " frames, expected " + std::to_string(expected));
-  }
-  WireMessage m;
   size_t i = 0;
-  if (with_identity) m.identity = frames[i++].to_string();
-  ORRERY_ASSIGN_OR_RETURN(Payload header, Payload::FromBytes(frames[i].data(), frames[i].size()));
+  if (with_identity) message->identity = frames[i++].to_string();
+  if (frames.size() - i != 2) {
+    return InvalidArgumentError("message with " + std::to_string(frames.size() - i) +
+                                " frames, expected 2 (envelope, body)");
+  }
+  StatusOr<Payload> header = Payload::FromBytes(frames[i].data(), frames[i].size());
+  if (!header.ok()) return header.status().WithContext("envelope");
   ++i;
-  Status s = CatchAll("envelope", [&] {
-    auto h = header.Root<schema::Envelope>();
-    m.envelope.method = h.getMethod().cStr();
-    m.envelope.request_id = h.getRequestId();
-    m.envelope.deadline_unix_ms = h.getDeadlineUnixMs();
-    m.envelope.sender = h.getSender().cStr();
-    m.envelope.is_reply = h.getIsReply();
+  Envelope& env = message->envelope;
+  ORRERY_RETURN_IF_ERROR(CatchAll("envelope", [&] {
+    auto h = header->Root<schema::Envelope>();
+    env.method = h.getMethod().cStr();
+    env.request_id = h.getRequestId();
+    env.deadline_unix_ms = h.getDeadlineUnixMs();
+    env.sender = h.getSender().cStr();
+    env.is_reply = h.getIsReply();
     const uint16_t code = h.getStatusCode();
     if (code != 0) {
       if (code > static_cast<uint16_t>(StatusCode::kInternal)) {
-        m.envelope.status = InternalError("unknown status code " + std::to_string(code) + ": " +
-                                          std::string(h.getStatusMessage().cStr()));
+        env.status = InternalError("unknown status code " + std::to_string(code) + ": " +
+                                   std::string(h.getStatusMessage().cStr()));
       } else {
-        m.envelope.status = Status(static_cast<StatusCode>(code), h.getStatusMessage().cStr());
+        env.status = Status(static_cast<StatusCode>(code), h.getStatusMessage().cStr());
       }
     }
     return Status::OK();
-  });
-  ORRERY_RETURN_IF_ERROR(s);
+  }));
   if (frames[i].size() != 0) {
-    ORRERY_ASSIGN_OR_RETURN(m.body, Payload::FromBytes(frames[i].data(), frames[i].size()));
+    StatusOr<Payload> body = Payload::FromBytes(frames[i].data(), frames[i].size());
+    if (!body.ok()) return body.status().WithContext(env.method + " body");
+    message->body = std::move(body).value();
   }
+  return Status::OK();
+}
+
+StatusOr<WireMessage> ReceiveWireMessage(zmq::socket_t& socket, bool with_identity) {
+  WireMessage m;
+  ORRERY_RETURN_IF_ERROR(ReceiveWireMessage(socket, with_identity, &m));
   return m;
 }
 

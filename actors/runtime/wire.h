@@ -35,8 +35,13 @@ struct WireMessage {
 Status SendWireMessage(zmq::socket_t& socket, const std::string* identity, const Envelope& envelope,
                        capnp::MessageBuilder* body);
 
-// Receives one message without blocking (call after poll says readable). InvalidArgument for a
-// malformed message (its frames are consumed so the next one can be read).
+// Receives one message without blocking (call after poll says readable); Unavailable when none is
+// waiting. A malformed message is consumed whole (so the next one can be read) and gives
+// InvalidArgument, with `*message` holding what was read before the fault: the sender's identity
+// (ROUTER side), then the envelope. So a server can still address an error reply to the sender,
+// with the request id when the envelope was sound.
+Status ReceiveWireMessage(zmq::socket_t& socket, bool with_identity, WireMessage* message);
+// The same for callers that drop malformed messages.
 StatusOr<WireMessage> ReceiveWireMessage(zmq::socket_t& socket, bool with_identity);
 
 int64_t UnixMillis();
