@@ -36,4 +36,25 @@ struct KdaForwardSweep {
 Status LaunchKdaForward(const KdaProblem& p, const KdaInputs& in, const int64_t* seq_start,
                         KdaOutputs* out, const KdaForwardSweep& sweep);
 
+// The tensor-core forward (kda_forward_tc.cu): 64-token chunks prepared all at once on bf16 MMAs,
+// then a state pass per (segment, head, 64-wide V slice). KdaForwardCuda takes it whenever
+// KdaTcSupported; the SIMT kernel above serves f32 inputs (reference-grade fp32 arithmetic) and
+// other K, V.
+struct KdaTcTuning {
+  // Segments each sequence's chunks are split into for the state pass (spec §2.5); 0 = chosen
+  // from the number of blocks the unsplit pass would have against the multiprocessor count.
+  int segments_per_sequence = 0;
+  // Benchmarks only: run the chunk preparation (stage 1) and skip the state pass, to time the
+  // stages apart (o and final_state are left unwritten).
+  bool prep_only = false;
+};
+
+// bf16 q, k, v, beta (g f32 or bf16), K and V each 64 or 128.
+bool KdaTcSupported(const KdaProblem& p, const KdaInputs& in);
+
+// out->o must be allocated ([B, T, H, V] bf16); out->final_state may be undefined. Waits for
+// the kernels before returning (its scratch is freed on return).
+Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
+                          KdaOutputs* out);
+
 }  // namespace orrery::kernels::cuda

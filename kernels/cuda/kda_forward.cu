@@ -266,6 +266,7 @@ Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_fina
                             Tensor::Allocate({p.num_sequences(), p.heads, p.key_dim, p.value_dim},
                                              DType::kF32, p.device));
   }
+  if (KdaTcSupported(p, in)) return LaunchKdaForwardTc(p, in, KdaTcTuning(), out);
   Tensor starts = Tensor::FromVector<int64_t>({p.num_sequences() + 1}, p.seq_start);
   ORRERY_ASSIGN_OR_RETURN(Tensor starts_dev, starts.To(p.device));
   ORRERY_RETURN_IF_ERROR(

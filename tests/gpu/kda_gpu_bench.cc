@@ -13,7 +13,9 @@
 
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "kernels/cuda/kda_cuda.h"
 #include "kernels/kda.h"
+#include "kernels/kda_problem.h"
 
 namespace orrery::kernels {
 namespace {
@@ -107,10 +109,34 @@ int Main() {
     in.beta = Fill({b, t, h}, DType::kBF16, 5, false, 0.05f, 0.95f);
     KdaOutputs out;
     KdaOptions options;
-    const double ms = MedianMs([&] { Check(KdaForward(in, options, &out)); }, 5);
+    const double ms = MedianMs([&] { Check(KdaForward(in, options, &out)); }, 10);
     const double tflops = 182e3 * b * t * h / ms / 1e9;  // spec §2.7 F_fwd(64) per token-head
     std::printf("orrery fwd B=%lld T=%lld H=%lld K=V=%lld ms=%.3f (%.1f TFLOP/s by spec 2.7)\n",
                 (long long)b, (long long)t, (long long)h, (long long)d, ms, tflops);
+    // The tensor-core forward's parts: stage 1 alone (chunk preparation), and the state pass
+    // with 1 (unsplit) or a fixed number of segments per sequence.
+    {
+      const KdaProblem p = ValidateKdaInputs(in, options).value();
+      auto tc = [&](int segments, bool prep_only) {
+        cuda::KdaTcTuning tuning;
+        tuning.segments_per_sequence = segments;
+        tuning.prep_only = prep_only;
+        return MedianMs([&] { Check(cuda::LaunchKdaForwardTc(p, in, tuning, &out)); }, 10);
+      };
+      std::printf("orrery fwd-parts B=%lld T=%lld H=%lld prep_ms=%.3f", (long long)b, (long long)t,
+                  (long long)h, tc(0, true));
+      for (int segs : {1, 4, 8, 16, 32}) std::printf(" segs%d_ms=%.3f", segs, tc(segs, false));
+      std::printf("\n");
+    }
+    // Original gate with strong decays, g in (-20, 0): every diagonal 16-token tile spans more
+    // than the tensor-core bound and is formed pairwise (what the bounded gate saves).
+    {
+      KdaInputs orig = in;
+      orig.g = Fill({b, t, h, d}, DType::kF32, 7, false, -20, 0);
+      const double oms = MedianMs([&] { Check(KdaForward(orig, options, &out)); }, 10);
+      std::printf("orrery fwd-original-gate B=%lld T=%lld H=%lld ms=%.3f\n", (long long)b,
+                  (long long)t, (long long)h, oms);
+    }
     // Forward + backward as training runs it: the layer keeps nothing but the inputs, so the
     // backward's own forward sweep (chunk-start states, Vnew) is part of its cost.
     Tensor d_o = Fill({b, t, h, d}, DType::kBF16, 6, false, -1, 1);

@@ -8,7 +8,9 @@
 #include <cstring>
 
 #include "core/device.h"
+#include "kernels/cuda/kda_cuda.h"
 #include "kernels/kda.h"
+#include "kernels/kda_problem.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::kernels {
@@ -32,10 +34,18 @@ struct Case {
   bool with_state;
   double g_lo;                    // -5: bounded gate range; -40: original (unbounded) gate
   std::vector<int64_t> seq_lens;  // packed when not empty (shape.b must be 1)
+  double g_hi = 0.0;              // g uniform in (g_lo, g_hi)
 };
 
-void CheckForward(const Case& c, uint64_t seed) {
+// Forward on the GPU against the f64 CPU chunked forward. segments > 0 calls the tensor-core
+// forward directly with that many segments per sequence (the long-sequence split, spec §2.5);
+// 0 goes through KdaForward's dispatch.
+void CheckForward(const Case& c, uint64_t seed, int segments = 0) {
   KdaInputs ref_in = RandomKdaInputs(c.shape, DType::kF64, seed, false, c.g_lo);
+  if (c.g_hi != 0.0) {
+    PhiloxGenerator grng(seed + 7, 0);
+    ref_in.g = testing::RandomUniform(ref_in.g.shape(), DType::kF64, grng, c.g_lo, c.g_hi);
+  }
   for (Tensor* t : {&ref_in.q, &ref_in.k, &ref_in.v, &ref_in.g, &ref_in.beta})
     *t = Round(*t, c.dtype);
   const int64_t n = c.seq_lens.empty() ? c.shape.b : static_cast<int64_t>(c.seq_lens.size());
@@ -63,8 +73,22 @@ void CheckForward(const Case& c, uint64_t seed) {
   if (c.with_state) gpu_in.initial_state = ToGpu(ref_in.initial_state, DType::kF32);
   gpu_in.cu_seqlens = ref_in.cu_seqlens;
   KdaOutputs got;
-  const Status s = KdaForward(gpu_in, options, &got);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  if (segments > 0) {
+    const StatusOr<KdaProblem> p = ValidateKdaInputs(gpu_in, options);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE(cuda::KdaTcSupported(*p, gpu_in));
+    got.o = Tensor::Allocate(gpu_in.v.shape(), gpu_in.v.dtype(), Device::Cuda(0)).value();
+    got.final_state =
+        Tensor::Allocate({n, c.shape.h, c.shape.k, c.shape.v}, DType::kF32, Device::Cuda(0))
+            .value();
+    cuda::KdaTcTuning tuning;
+    tuning.segments_per_sequence = segments;
+    const Status s = cuda::LaunchKdaForwardTc(*p, gpu_in, tuning, &got);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  } else {
+    const Status s = KdaForward(gpu_in, options, &got);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
   const double o_err = RelRmsError(got.o, ref.o),
                s_err = RelRmsError(got.final_state, ref.final_state);
   // bf16: fla's tolerance for o and ht (0.005). f32: fp32 arithmetic with __expf over a few
@@ -73,10 +97,12 @@ void CheckForward(const Case& c, uint64_t seed) {
   const double tol = c.dtype == DType::kBF16 ? 5e-3 : 1e-4;
   EXPECT_LT(o_err, tol) << "o";
   EXPECT_LT(s_err, tol) << "final_state";
-  std::printf("  %s B=%lld T=%lld H=%lld K=%lld V=%lld g_lo=%g packed=%zu: o %.2e, state %.2e\n",
-              std::string(DTypeName(c.dtype)).c_str(), (long long)c.shape.b, (long long)c.shape.t,
-              (long long)c.shape.h, (long long)c.shape.k, (long long)c.shape.v, c.g_lo,
-              c.seq_lens.size(), o_err, s_err);
+  std::printf(
+      "  %s B=%lld T=%lld H=%lld K=%lld V=%lld g in (%g, %g) packed=%zu segments=%d: o %.2e, "
+      "state %.2e\n",
+      std::string(DTypeName(c.dtype)).c_str(), (long long)c.shape.b, (long long)c.shape.t,
+      (long long)c.shape.h, (long long)c.shape.k, (long long)c.shape.v, c.g_lo, c.g_hi,
+      c.seq_lens.size(), segments, o_err, s_err);
 }
 
 TEST(KdaGpu, ForwardMatchesCpuReference) {
@@ -93,6 +119,32 @@ TEST(KdaGpu, ForwardMatchesCpuReference) {
   };
   uint64_t seed = 100;
   for (const Case& c : cases) CheckForward(c, seed++);
+}
+
+// bf16 with K, V in {64, 128} takes the tensor-core forward: 64-token chunks, 16x16 MMA tiles,
+// the pairwise diagonal tiles where the decay across a tile is too strong (g_lo = -40), the
+// state pass per 64-wide V slice; the long single sequence splits itself into segments.
+TEST(KdaGpu, TensorCoreForwardMatchesCpuReference) {
+  SKIP_WITHOUT_GPU();
+  const Case cases[] = {
+      {{2, 200, 3, 128, 64}, DType::kBF16, true, -5.0, {}},
+      {{1, 130, 2, 64, 128}, DType::kBF16, false, -5.0, {}},
+      // Every step near the bound: diagonal tiles span ~107 (log2), Y up to 2^107 in bf16.
+      {{1, 256, 2, 128, 128}, DType::kBF16, true, -5.0, {}, -4.95},
+      {{2, 257, 2, 128, 128}, DType::kBF16, true, -40.0, {}},
+      {{1, 4096, 2, 128, 128}, DType::kBF16, true, -5.0, {}},  // auto split at B = 1
+      {{1, 1, 1, 64, 64}, DType::kBF16, true, -5.0, {}},
+  };
+  uint64_t seed = 300;
+  for (const Case& c : cases) CheckForward(c, seed++);
+}
+
+TEST(KdaGpu, TensorCoreForwardSegmentsMatchCpuReference) {
+  SKIP_WITHOUT_GPU();
+  CheckForward({{1, 2000, 2, 128, 128}, DType::kBF16, true, -5.0, {}}, 400, 5);
+  CheckForward({{1, 2000, 2, 64, 64}, DType::kBF16, false, -5.0, {}}, 401, 7);
+  CheckForward({{1, 2000, 3, 128, 128}, DType::kBF16, true, -40.0, {700, 0, 65, 1235}}, 402, 3);
+  CheckForward({{2, 1000, 2, 128, 64}, DType::kBF16, true, -1.0, {}}, 403, 16);  // 16 chunks
 }
 
 // K = 128, V = 80 takes the wide (float4) kernel; K = 48, V = 30 the general one.

@@ -1,0 +1,853 @@
+// KDA chunked forward on tensor cores (spec §2.4-§2.6): bf16 operands, fp32 accumulation and
+// fp32 state. Three stages, every product a bf16 `mma.sync.m16n8k16` except the 64x64
+// triangular solve:
+//
+// 1. KdaChunkPrepKernel, one block per (64-token chunk, head), all chunks at once: the gate's
+//    chunk-local cumsum G (log2), the intra-chunk A_qk and A_kk in 16x16 tiles, T = (I + A_kk)^-1
+//    (fp32 forward substitution on the 16-blocks, then the off-diagonal blocks level by level),
+//    W = T (beta K e^G), U = T (beta V), Q~ = s Q e^G, Kbar^T = (K e^{G_C - G})^T, gamma = e^{G_C}.
+//    Tile (a, b) of A_qk / A_kk (row sub-tile a >= column sub-tile b) is X_a Y_b^T with the
+//    reference row n_a = the first row of sub-tile a: X_a = Q_a e^{G_a - G_{n_a}} (exponent <= 0)
+//    and Y_b = K_b e^{G_{n_a} - G_b}. Off the diagonal (b < a) Y's exponent is <= 0 too, safe
+//    for every gate. On the diagonal Y reaches e^{span} where span is the tile's decay from its
+//    first to its last row: under the bounded gate (g >= -5) span <= 15 * 5 / ln 2 = 108 (log2),
+//    so Y fits bf16 (max 2^128) and the masked upper-triangle products stay finite (spec §2.6).
+//    The kernel checks the span of every diagonal tile and forms the tiles whose span exceeds
+//    kMaxTileSpan (the original, unbounded gate with strong decays) pairwise in fp32 with
+//    exponents <= 0, so the result is right for any gate.
+// 2. KdaStatePassKernel, one block per (segment of chunks, head, 64-wide V slice): the state S
+//    (K x 64 slice) in fp32 registers as MMA accumulators; per chunk Vnew = U - W S,
+//    O = Q~ S + A_qk Vnew, S <- Diag(gamma) S + Kbar^T Vnew, with S rounded to bf16 in shared
+//    memory as the B operand (as fla does). In "transition" slices (V columns >= V) it carries
+//    the K x K transition M = prod_n (Diag(gamma_n) - Kbar_n^T W_n) from the identity instead.
+// 3. Long sequences (few blocks in stage 2): the chunks of a sequence are split into segments.
+//    A first state pass runs every segment but the last from a zero state, giving the segment's
+//    end state S_ext and its transition M; KdaSegmentCombineKernel chains
+//    S_start(j + 1) = M_j S_start(j) + S_ext_j (fp32, spec §2.5); a second state pass runs every
+//    segment from its start state and writes the output.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda/kda_cuda.h"
+#include "kernels/cuda/kda_cuda_util.cuh"
+#include "kernels/cuda/kda_mma.cuh"
+
+namespace orrery::kernels::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kChunk = 64;
+constexpr int kPrepThreads = 256;  // 8 warps
+constexpr int kPassThreads = 128;  // 4 warps, one 16-row sub-tile each
+constexpr int kSliceV = 64;
+constexpr float kLog2e = 1.4426950408889634f;
+// Largest log2 decay across one diagonal 16-token tile for which X Y^T runs on tensor cores
+// (bounded gate: <= 108.2). Y <= 2^112 fits bf16, and the masked products, <= K * 2^112 =
+// 2^119 for K = 128, stay finite in fp32.
+constexpr float kMaxTileSpan = 112.0f;
+constexpr int kTileStrideA = 72;  // bf16 row stride of 64-wide tiles (+8 against bank conflicts)
+
+struct ChunkDesc {
+  int64_t row_start;  // first flattened token row
+  int64_t len;        // valid rows, 1..64
+};
+
+struct SegmentDesc {
+  int64_t chunk_begin, chunk_end;  // global chunk indices
+  const float* state_in;           // [H, K, in_ld] or null (zeros; identity in transition slices)
+  float* state_out;                // [H, K, out_ld] or null
+};
+
+// ---------------------------------------------------------------------------------------------
+// Stage 1: per (chunk, head).
+
+template <typename GIn>
+struct PrepParams {
+  const bf16 *q, *k, *v, *beta;
+  const GIn* g;
+  const ChunkDesc* chunks;
+  bf16* w;       // [chunks, H, 64, K]
+  bf16* u;       // [chunks, H, 64, V]
+  bf16* qg;      // [chunks, H, 64, K]   s Q e^G
+  bf16* kbar_t;  // [chunks, H, K, 64]   (K e^{G_C - G})^T
+  bf16* aqk;     // [chunks, H, 64, 64]  lower triangle incl. the diagonal, zeros above
+  float* gamma;  // [chunks, H, K]       e^{G_C}
+  int heads;
+  float scale;
+};
+
+template <int KD, int VD>
+struct PrepSmem {
+  static constexpr int kSG = KD + 4;  // floats per G row
+  static constexpr int kSK = KD + 8;  // bf16 per q/k row
+  static constexpr int kSV = VD + 8;
+  static constexpr int kSA = kChunk + 1;  // floats per A/T row
+  static constexpr size_t kG = 0;
+  static constexpr size_t kQ = kG + sizeof(float) * kChunk * kSG;
+  static constexpr size_t kK = kQ + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kV = kK + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kAkk = kV + sizeof(bf16) * kChunk * kSV;
+  static constexpr size_t kT = kAkk + sizeof(float) * kChunk * kSA;
+  static constexpr size_t kTb = kT + sizeof(float) * kChunk * kSA;
+  static constexpr size_t kBeta = kTb + sizeof(bf16) * kChunk * kTileStrideA;
+  static constexpr size_t kBytes = kBeta + sizeof(float) * kChunk;
+  static_assert(kQ % 16 == 0 && kK % 16 == 0 && kV % 16 == 0 && kAkk % 16 == 0 && kT % 16 == 0 &&
+                    kTb % 16 == 0 && kBeta % 16 == 0,
+                "16-byte aligned regions");
+};
+
+template <int KD, int VD, typename GIn>
+__global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GIn> p) {
+  using L = PrepSmem<KD, VD>;
+  constexpr int SG = L::kSG, SK = L::kSK, SV = L::kSV, SA = L::kSA, ST = kTileStrideA;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* G = reinterpret_cast<float*>(smem + L::kG);      // [64][SG] cumsum of g, log2
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);       // q, then beta k e^G
+  bf16* ks = reinterpret_cast<bf16*>(smem + L::kK);       // k
+  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);       // v, then beta v
+  float* akk = reinterpret_cast<float*>(smem + L::kAkk);  // A_kk (strictly lower), fp32
+  float* tm = reinterpret_cast<float*>(smem + L::kT);     // T, fp32
+  bf16* tb = reinterpret_cast<bf16*>(smem + L::kTb);      // T, bf16 (scratch during the solve)
+  float* bs = reinterpret_cast<float*>(smem + L::kBeta);  // beta
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, heads = p.heads;
+  const ChunkDesc cd = p.chunks[blockIdx.x];
+  const int len = static_cast<int>(cd.len);
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
+
+  // 1. Load the chunk (rows past the end: zeros, so G stays flat there).
+  for (int i = tid; i < kChunk * KD / 8; i += kPrepThreads) {
+    const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+    uint4 qv = make_uint4(0, 0, 0, 0), kv = qv;
+    if (r < len) {
+      const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
+      qv = *reinterpret_cast<const uint4*>(p.q + off);
+      kv = *reinterpret_cast<const uint4*>(p.k + off);
+    }
+    *reinterpret_cast<uint4*>(qs + r * SK + c) = qv;
+    *reinterpret_cast<uint4*>(ks + r * SK + c) = kv;
+  }
+  for (int i = tid; i < kChunk * VD / 8; i += kPrepThreads) {
+    const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+    uint4 vv = make_uint4(0, 0, 0, 0);
+    if (r < len)
+      vv = *reinterpret_cast<const uint4*>(p.v + ((cd.row_start + r) * heads + h) * VD + c);
+    *reinterpret_cast<uint4*>(vs + r * SV + c) = vv;
+  }
+  for (int i = tid; i < kChunk * KD; i += kPrepThreads) {
+    const int r = i / KD, d = i % KD;
+    G[r * SG + d] = r < len ? LoadF(p.g + ((cd.row_start + r) * heads + h) * KD + d) : 0.0f;
+  }
+  if (tid < kChunk) bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
+  __syncthreads();
+  if (tid < KD) {
+    float acc = 0.0f;
+    for (int r = 0; r < kChunk; ++r) {
+      acc += G[r * SG + tid] * kLog2e;
+      G[r * SG + tid] = acc;
+    }
+  }
+  __syncthreads();
+
+  // 2. A_qk and A_kk, tile pairs (a, b), b <= a: pair i of 10 on warp i % 8.
+  for (int pair = warp; pair < 10; pair += kPrepThreads / 32) {
+    const int a = pair < 1 ? 0 : pair < 3 ? 1 : pair < 6 ? 2 : 3;
+    const int b = pair - a * (a + 1) / 2;
+    const int ref = 16 * a;
+    bool use_mma = true;
+    if (a == b) {
+      float span = 0.0f;
+      for (int d = lane; d < KD; d += 32)
+        span = fmaxf(span, G[ref * SG + d] - G[(ref + 15) * SG + d]);
+      for (int o = 16; o > 0; o >>= 1) span = fmaxf(span, __shfl_xor_sync(0xffffffffu, span, o));
+      use_mma = span <= kMaxTileSpan;
+    }
+    float aq[2][4] = {}, ak[2][4] = {};
+    if (use_mma) {
+      for (int k0 = 0; k0 < KD; k0 += 16) {
+        uint32_t xq[4], xk[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int r = ref + g8 + (j & 1) * 8, d = k0 + 2 * t4 + (j >> 1) * 8;
+          const float e0 = exp2f(G[r * SG + d] - G[ref * SG + d]);
+          const float e1 = exp2f(G[r * SG + d + 1] - G[ref * SG + d + 1]);
+          xq[j] = PackBf16(__bfloat162float(qs[r * SK + d]) * e0,
+                           __bfloat162float(qs[r * SK + d + 1]) * e1);
+          xk[j] = PackBf16(__bfloat162float(ks[r * SK + d]) * e0,
+                           __bfloat162float(ks[r * SK + d + 1]) * e1);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int c = 16 * b + 8 * nt + g8;
+          uint32_t y[2];
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int d = k0 + 2 * t4 + 8 * j;
+            y[j] =
+                PackBf16(__bfloat162float(ks[c * SK + d]) * exp2f(G[ref * SG + d] - G[c * SG + d]),
+                         __bfloat162float(ks[c * SK + d + 1]) *
+                             exp2f(G[ref * SG + d + 1] - G[c * SG + d + 1]));
+          }
+          MmaBf16(aq[nt], xq, y);
+          MmaBf16(ak[nt], xk, y);
+        }
+      }
+    } else {
+      // Pairwise, exponents <= 0: entry (r, c) of the 16x16 tile on lane (r * 16 + c) % 32,
+      // scattered into the accumulator layout afterwards through shared memory would cost a
+      // round trip; instead each lane computes exactly the entries its accumulators hold.
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = ref + g8 + (e >> 1) * 8, c = 16 * b + 8 * nt + 2 * t4 + (e & 1);
+          float sq = 0.0f, sk = 0.0f;
+          if (c <= r) {
+            for (int d = 0; d < KD; ++d) {
+              const float kc =
+                  __bfloat162float(ks[c * SK + d]) * exp2f(G[r * SG + d] - G[c * SG + d]);
+              sq += __bfloat162float(qs[r * SK + d]) * kc;
+              sk += __bfloat162float(ks[r * SK + d]) * kc;
+            }
+          }
+          aq[nt][e] = sq;
+          ak[nt][e] = sk;
+        }
+      }
+    }
+    bf16* aqk_out = p.aqk + tile * kChunk * kChunk;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = ref + g8 + (e >> 1) * 8, c = 16 * b + 8 * nt + 2 * t4;
+        const float q0 = c <= r ? p.scale * aq[nt][e] : 0.0f;
+        const float q1 = c + 1 <= r ? p.scale * aq[nt][e + 1] : 0.0f;
+        *reinterpret_cast<uint32_t*>(aqk_out + r * kChunk + c) = PackBf16(q0, q1);
+        akk[r * SA + c] = c < r ? bs[r] * ak[nt][e] : 0.0f;
+        akk[r * SA + c + 1] = c + 1 < r ? bs[r] * ak[nt][e + 1] : 0.0f;
+      }
+    }
+  }
+  // Zeros above the diagonal tiles of A_qk (the state pass reads whole tiles).
+  for (int i = tid; i < kChunk * kChunk / 2; i += kPrepThreads) {
+    const int r = i / (kChunk / 2), c = (i % (kChunk / 2)) * 2;
+    if (c / 16 > r / 16) {
+      *reinterpret_cast<uint32_t*>(p.aqk + tile * kChunk * kChunk + r * kChunk + c) = 0u;
+    }
+  }
+  __syncthreads();
+
+  // 3. Element-wise: Q~ = s q e^G, beta k e^G (over q), Kbar^T, gamma, beta v (over v).
+  for (int i = tid; i < kChunk * KD / 2; i += kPrepThreads) {
+    const int r = i / (KD / 2), d = (i % (KD / 2)) * 2;
+    const float e0 = exp2f(G[r * SG + d]), e1 = exp2f(G[r * SG + d + 1]);
+    const float q0 = __bfloat162float(qs[r * SK + d]), q1 = __bfloat162float(qs[r * SK + d + 1]);
+    *reinterpret_cast<uint32_t*>(p.qg + (tile * kChunk + r) * KD + d) =
+        PackBf16(p.scale * q0 * e0, p.scale * q1 * e1);
+    *reinterpret_cast<uint32_t*>(qs + r * SK + d) =
+        PackBf16(bs[r] * __bfloat162float(ks[r * SK + d]) * e0,
+                 bs[r] * __bfloat162float(ks[r * SK + d + 1]) * e1);
+  }
+  for (int i = tid; i < KD * kChunk / 2; i += kPrepThreads) {
+    const int d = i / (kChunk / 2), r = (i % (kChunk / 2)) * 2;
+    const float gl = G[(kChunk - 1) * SG + d];
+    *reinterpret_cast<uint32_t*>(p.kbar_t + (tile * KD + d) * kChunk + r) =
+        PackBf16(__bfloat162float(ks[r * SK + d]) * exp2f(gl - G[r * SG + d]),
+                 __bfloat162float(ks[(r + 1) * SK + d]) * exp2f(gl - G[(r + 1) * SG + d]));
+  }
+  if (tid < KD) p.gamma[tile * KD + tid] = exp2f(G[(kChunk - 1) * SG + tid]);
+  for (int i = tid; i < kChunk * VD; i += kPrepThreads) {
+    const int r = i / VD, c = i % VD;
+    vs[r * SV + c] = __float2bfloat16(bs[r] * __bfloat162float(vs[r * SV + c]));
+  }
+
+  // 4. T = (I + A_kk)^-1. Diagonal 16-blocks by forward substitution (warps 0-3, lane = column).
+  if (warp < 4) {
+    const int base = 16 * warp, j = lane;
+    for (int i = 0; i < 16; ++i) {
+      if (j < 16) {
+        float val = i == j ? 1.0f : 0.0f;
+        if (j < i) {
+          float acc = 0.0f;
+          for (int m = j; m < i; ++m)
+            acc += akk[(base + i) * SA + base + m] * tm[(base + m) * SA + base + j];
+          val = -acc;
+        }
+        tm[(base + i) * SA + base + j] = val;
+      }
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  // Off-diagonal blocks by distance: T_ab = -T_aa sum_{b <= c < a} A_ac T_cb.
+  float* scratch = reinterpret_cast<float*>(tb);  // 3 x 16 x 16 floats, before tb is written
+  for (int dist = 1; dist < 4; ++dist) {
+    const int a = dist + warp, b = warp;
+    if (a < 4) {
+      float* tmp = scratch + warp * 256;
+      for (int e = lane; e < 256; e += 32) {
+        const int i = e / 16, j = e % 16;
+        float acc = 0.0f;
+        for (int m = 16 * b; m < 16 * a; ++m)
+          acc += akk[(16 * a + i) * SA + m] * tm[m * SA + 16 * b + j];
+        tmp[e] = acc;
+      }
+      __syncwarp();
+      for (int e = lane; e < 256; e += 32) {
+        const int i = e / 16, j = e % 16;
+        float acc = 0.0f;
+        for (int m = 0; m <= i; ++m) acc += tm[(16 * a + i) * SA + 16 * a + m] * tmp[m * 16 + j];
+        tm[(16 * a + i) * SA + 16 * b + j] = -acc;
+      }
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < kChunk * kChunk; i += kPrepThreads) {
+    const int r = i / kChunk, c = i % kChunk;
+    tb[r * ST + c] = __float2bfloat16(c <= r ? tm[r * SA + c] : 0.0f);
+  }
+  __syncthreads();
+
+  // 5. W = T (beta k e^G), U = T (beta v): warp w owns rows 16 (w / 2) and half the columns.
+  {
+    const int a = warp >> 1, half = warp & 1;
+    constexpr int kNW = KD / 16, kNU = VD / 16;  // n8 tiles per warp
+    float acc_w[kNW][4] = {}, acc_u[kNU][4] = {};
+    for (int kt = 0; kt <= a; ++kt) {
+      uint32_t fa[4];
+      LoadFragA(fa, tb + 16 * a * ST, ST, 16 * kt);
+#pragma unroll
+      for (int nt = 0; nt < kNW; ++nt) {
+        uint32_t fb[2];
+        LoadFragB(fb, qs, SK, 16 * kt, half * (KD / 2) + 8 * nt);
+        MmaBf16(acc_w[nt], fa, fb);
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNU; ++nt) {
+        uint32_t fb[2];
+        LoadFragB(fb, vs, SV, 16 * kt, half * (VD / 2) + 8 * nt);
+        MmaBf16(acc_u[nt], fa, fb);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNW; ++nt) {
+      const int c = half * (KD / 2) + 8 * nt + 2 * t4;
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = 16 * a + g8 + (e >> 1) * 8;
+        *reinterpret_cast<uint32_t*>(p.w + (tile * kChunk + r) * KD + c) =
+            PackBf16(acc_w[nt][e], acc_w[nt][e + 1]);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNU; ++nt) {
+      const int c = half * (VD / 2) + 8 * nt + 2 * t4;
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = 16 * a + g8 + (e >> 1) * 8;
+        *reinterpret_cast<uint32_t*>(p.u + (tile * kChunk + r) * VD + c) =
+            PackBf16(acc_u[nt][e], acc_u[nt][e + 1]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 2: the state pass.
+
+struct PassParams {
+  const bf16 *w, *u, *qg, *kbar_t, *aqk;
+  const float* gamma;
+  const ChunkDesc* chunks;
+  const SegmentDesc* segments;
+  bf16* o;  // [rows, H, V] or null (no output)
+  int heads, vd, in_ld, out_ld;
+};
+
+template <int KD>
+struct PassSmem {
+  static constexpr int kSK = KD + 8;
+  static constexpr int kSU = kSliceV + 8;
+  static constexpr size_t kW = 0;
+  static constexpr size_t kQ = kW + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kKb = kQ + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kU = kKb + sizeof(bf16) * KD * kTileStrideA;
+  static constexpr size_t kA = kU + sizeof(bf16) * kChunk * kSU;
+  static constexpr size_t kS = kA + sizeof(bf16) * kChunk * kTileStrideA;
+  static constexpr size_t kVt = kS + sizeof(bf16) * kSliceV * kSK;
+  static constexpr size_t kGam = kVt + sizeof(bf16) * kSliceV * kTileStrideA;
+  static constexpr size_t kBytes = kGam + sizeof(float) * KD;
+  static_assert(kQ % 16 == 0 && kKb % 16 == 0 && kU % 16 == 0 && kA % 16 == 0 && kS % 16 == 0 &&
+                    kVt % 16 == 0 && kGam % 16 == 0,
+                "16-byte aligned regions");
+};
+
+template <int KD>
+__global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p) {
+  using L = PassSmem<KD>;
+  constexpr int SK = L::kSK, SU = L::kSU, ST = kTileStrideA;
+  constexpr int kMT = KD / 64;      // 16-row tiles of S per warp
+  constexpr int kNT = kSliceV / 8;  // 8-column tiles of the slice
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);   // W        [64][SK]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);   // Q~       [64][SK]
+  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);  // Kbar^T   [K][ST]
+  bf16* us = reinterpret_cast<bf16*>(smem + L::kU);   // U slice  [64][SU]
+  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);   // A_qk     [64][ST]
+  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);   // S^T bf16 [64 cols][SK]
+  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);  // Vnew^T   [64 cols][ST]
+  float* gam = reinterpret_cast<float*>(smem + L::kGam);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, heads = p.heads, vd = p.vd;
+  const int v0 = blockIdx.z * kSliceV;
+  const bool transition = v0 >= vd;  // carries M (columns v0 - vd of the K x K transition)
+  const bool write_o = p.o != nullptr && !transition;
+  const SegmentDesc seg = p.segments[blockIdx.x];
+
+  // S: warp w owns rows d = w * KD / 4 + 16 mi + {g8, g8 + 8}, columns 8 nt + 2 t4 + {0, 1}.
+  float S[kMT][kNT][4];
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4 + (e & 1);
+        float x = 0.0f;
+        if (transition) {
+          x = d == v0 - vd + c ? 1.0f : 0.0f;
+        } else if (seg.state_in != nullptr) {
+          x = seg.state_in[(static_cast<int64_t>(h) * KD + d) * p.in_ld + v0 + c];
+        }
+        S[mi][nt][e] = x;
+      }
+    }
+  }
+  auto store_s = [&] {
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8,
+                    c = 8 * nt + 2 * t4 + (e & 1);
+          ss[c * SK + d] = __float2bfloat16(S[mi][nt][e]);
+        }
+      }
+    }
+  };
+  store_s();
+
+  for (int64_t ch = seg.chunk_begin; ch < seg.chunk_end; ++ch) {
+    const int64_t tile = ch * heads + h;
+    // Load the chunk's operands (the previous iteration ended with a barrier).
+    for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
+      const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+      CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
+      if (write_o) CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
+    }
+    for (int i = tid; i < KD * kChunk / 8; i += kPassThreads) {
+      const int d = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+      CpAsync16(kb + d * ST + c, p.kbar_t + (tile * KD + d) * kChunk + c);
+    }
+    for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
+      const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
+      if (!transition) CpAsync16(us + r * SU + c, p.u + (tile * kChunk + r) * vd + v0 + c);
+      if (write_o) CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
+    }
+    for (int i = tid; i < KD / 4; i += kPassThreads)
+      CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
+    CpAsyncWaitAll();
+    __syncthreads();
+
+    // Vnew = U - W S for rows 16 warp .. 16 warp + 15, stored transposed in bf16.
+    {
+      float acc[kNT][4] = {};
+#pragma unroll
+      for (int k0 = 0; k0 < KD; k0 += 16) {
+        uint32_t fa[4];
+        LoadFragA(fa, ws + 16 * warp * SK, SK, k0);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          uint32_t fb[2];
+          LoadFragBT(fb, ss + 8 * nt * SK, SK, k0);
+          MmaBf16(acc[nt], fa, fb);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4 + (e & 1);
+          const float uu = transition ? 0.0f : __bfloat162float(us[r * SU + c]);
+          vt[c * ST + r] = __float2bfloat16(uu - acc[nt][e]);
+        }
+      }
+    }
+    __syncthreads();
+
+    // O = Q~ S + A_qk Vnew (Q~ carries the scale).
+    if (write_o) {
+      float acc[kNT][4] = {};
+#pragma unroll
+      for (int k0 = 0; k0 < KD; k0 += 16) {
+        uint32_t fa[4];
+        LoadFragA(fa, qs + 16 * warp * SK, SK, k0);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          uint32_t fb[2];
+          LoadFragBT(fb, ss + 8 * nt * SK, SK, k0);
+          MmaBf16(acc[nt], fa, fb);
+        }
+      }
+      for (int kt = 0; kt <= warp; ++kt) {
+        uint32_t fa[4];
+        LoadFragA(fa, as + 16 * warp * ST, ST, 16 * kt);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          uint32_t fb[2];
+          LoadFragBT(fb, vt + 8 * nt * ST, ST, 16 * kt);
+          MmaBf16(acc[nt], fa, fb);
+        }
+      }
+      const ChunkDesc cd = p.chunks[ch];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
+          if (r < cd.len) {
+            *reinterpret_cast<uint32_t*>(p.o + ((cd.row_start + r) * heads + h) * vd + v0 + c) =
+                PackBf16(acc[nt][e], acc[nt][e + 1]);
+          }
+        }
+      }
+    }
+
+    // S <- Diag(gamma) S + Kbar^T Vnew.
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+      const int d0 = warp * (KD / 4) + 16 * mi;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[mi][nt][e] *= gam[d0 + g8 + (e >> 1) * 8];
+      }
+#pragma unroll
+      for (int kt = 0; kt < kChunk / 16; ++kt) {
+        uint32_t fa[4];
+        LoadFragA(fa, kb + d0 * ST, ST, 16 * kt);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          uint32_t fb[2];
+          LoadFragBT(fb, vt + 8 * nt * ST, ST, 16 * kt);
+          MmaBf16(S[mi][nt], fa, fb);
+        }
+      }
+    }
+    __syncthreads();
+    store_s();
+  }
+
+  if (seg.state_out != nullptr) {
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8,
+                    c = 8 * nt + 2 * t4 + (e & 1);
+          seg.state_out[(static_cast<int64_t>(h) * KD + d) * p.out_ld + v0 + c] = S[mi][nt][e];
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 3: chaining the segments of each sequence, one block per (sequence, head, 32 columns).
+
+constexpr int kCombineCols = 32;
+constexpr int kCombineThreads = 256;
+
+struct CombineParams {
+  const int64_t* seq_segment_first;  // [N + 1]
+  const float* ext;                  // [segments, H, K, V + K]: S_ext | M
+  const float* h0;                   // [N, H, K, V] or null
+  float* seg_start;                  // [segments, H, K, V]
+  int heads, vd;
+};
+
+template <int KD>
+__global__ void __launch_bounds__(kCombineThreads) KdaSegmentCombineKernel(CombineParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* m = reinterpret_cast<float*>(smem);  // [K][K]
+  float* s = m + KD * KD;                     // [K][32]
+  const int n = blockIdx.x / p.heads, h = blockIdx.x % p.heads, v0 = blockIdx.y * kCombineCols;
+  const int tid = threadIdx.x, c = tid % kCombineCols, dg = tid / kCombineCols;
+  constexpr int kRows = KD / (kCombineThreads / kCombineCols);
+  const int vd = p.vd, ld = vd + KD;
+  for (int i = tid; i < KD * kCombineCols; i += kCombineThreads) {
+    const int d = i / kCombineCols, j = i % kCombineCols;
+    s[i] = p.h0 != nullptr ? p.h0[((static_cast<int64_t>(n) * p.heads + h) * KD + d) * vd + v0 + j]
+                           : 0.0f;
+  }
+  __syncthreads();
+  const int64_t first = p.seq_segment_first[n], last = p.seq_segment_first[n + 1];
+  for (int64_t j = first; j < last; ++j) {
+    float* dst = p.seg_start + (j * p.heads + h) * KD * vd;
+    for (int i = tid; i < KD * kCombineCols; i += kCombineThreads) {
+      dst[(i / kCombineCols) * vd + v0 + i % kCombineCols] = s[i];
+    }
+    if (j + 1 == last) break;
+    const float* e = p.ext + (j * p.heads + h) * KD * ld;
+    for (int i = tid; i < KD * KD; i += kCombineThreads) m[i] = e[(i / KD) * ld + vd + i % KD];
+    __syncthreads();
+    float acc[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) acc[i] = e[(dg + i * (KD / kRows)) * ld + v0 + c];
+    for (int x = 0; x < KD; ++x) {
+      const float sx = s[x * kCombineCols + c];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) acc[i] += m[(dg + i * (KD / kRows)) * KD + x] * sx;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) s[(dg + i * (KD / kRows)) * kCombineCols + c] = acc[i];
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& device) {
+  Tensor t = Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v);
+  return t.To(device);
+}
+
+template <int KD, int VD, typename GIn>
+Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning, KdaOutputs* out) {
+  const int64_t n_seq = p.num_sequences(), heads = p.heads;
+  // Chunk table and segments.
+  std::vector<int64_t> chunk_table;  // (row_start, len) pairs
+  std::vector<int64_t> seq_chunk_first = {0};
+  int64_t max_chunks = 0;
+  for (int64_t n = 0; n < n_seq; ++n) {
+    const int64_t bos = p.seq_start[n], len = p.seq_start[n + 1] - bos;
+    for (int64_t t0 = 0; t0 < len; t0 += kChunk) {
+      chunk_table.push_back(bos + t0);
+      chunk_table.push_back(std::min<int64_t>(kChunk, len - t0));
+    }
+    seq_chunk_first.push_back(static_cast<int64_t>(chunk_table.size() / 2));
+    max_chunks = std::max(max_chunks, seq_chunk_first[n + 1] - seq_chunk_first[n]);
+  }
+  const int64_t chunks = static_cast<int64_t>(chunk_table.size() / 2);
+  int64_t segs_per_seq = tuning.segments_per_sequence;
+  if (segs_per_seq <= 0) {
+    int sms = 132;
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) {
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    }
+    // Split when the plain pass would leave most of the chip idle: aim for 4 blocks per SM in
+    // the output pass, with segments of at least 16 chunks.
+    const int64_t blocks = n_seq * heads * (VD / kSliceV);
+    segs_per_seq = 1;
+    if (blocks < 2 * sms) {
+      segs_per_seq = std::min<int64_t>((4 * sms + blocks - 1) / blocks, max_chunks / 16);
+      segs_per_seq = std::max<int64_t>(segs_per_seq, 1);
+    }
+  }
+  segs_per_seq = std::min<int64_t>(segs_per_seq, std::max<int64_t>(max_chunks, 1));
+  const bool split = segs_per_seq > 1;
+
+  const Device dev = p.device;
+  const int64_t kd = KD, vd = VD, ck = kChunk;
+  ORRERY_ASSIGN_OR_RETURN(Tensor w, Tensor::Allocate({chunks, heads, ck, kd}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor u, Tensor::Allocate({chunks, heads, ck, vd}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor qg, Tensor::Allocate({chunks, heads, ck, kd}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor kbt, Tensor::Allocate({chunks, heads, kd, ck}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor aqk, Tensor::Allocate({chunks, heads, ck, ck}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor gamma, Tensor::Allocate({chunks, heads, kd}, DType::kF32, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor chunk_dev, Upload(chunk_table, dev));
+
+  const float* h0 = in.initial_state.defined() ? in.initial_state.data<float>() : nullptr;
+  float* ht = out->final_state.defined() ? out->final_state.data<float>() : nullptr;
+  const int64_t state_elems = heads * kd * vd;
+  // Segment tables (SegmentDesc as 4 int64 each): pass 1 (every segment but the last of its
+  // sequence, into ext) and the output pass.
+  std::vector<int64_t> pass1, pass2, seq_seg_first = {0};
+  Tensor ext, seg_start;
+  int64_t total_segs = 0;
+  std::vector<std::pair<int64_t, int64_t>> seg_ranges;  // (chunk_begin, chunk_end)
+  std::vector<int64_t> seg_seq;
+  for (int64_t n = 0; n < n_seq; ++n) {
+    const int64_t c0 = seq_chunk_first[n], nc = seq_chunk_first[n + 1] - c0;
+    const int64_t segs = split ? std::max<int64_t>(1, std::min(segs_per_seq, nc)) : 1;
+    for (int64_t j = 0; j < segs; ++j) {
+      seg_ranges.push_back({c0 + nc * j / segs, c0 + nc * (j + 1) / segs});
+      seg_seq.push_back(n);
+    }
+    total_segs += segs;
+    seq_seg_first.push_back(total_segs);
+  }
+  if (split) {
+    ORRERY_ASSIGN_OR_RETURN(ext,
+                            Tensor::Allocate({total_segs, heads, kd, vd + kd}, DType::kF32, dev));
+    ORRERY_ASSIGN_OR_RETURN(seg_start,
+                            Tensor::Allocate({total_segs, heads, kd, vd}, DType::kF32, dev));
+  }
+  for (int64_t s = 0; s < total_segs; ++s) {
+    const int64_t n = seg_seq[s];
+    const bool last = s + 1 == seq_seg_first[n + 1];
+    auto push = [](std::vector<int64_t>* v, int64_t b, int64_t e, const float* i, float* o) {
+      v->push_back(b);
+      v->push_back(e);
+      v->push_back(reinterpret_cast<int64_t>(i));
+      v->push_back(reinterpret_cast<int64_t>(o));
+    };
+    if (split) {
+      if (!last) {
+        push(&pass1, seg_ranges[s].first, seg_ranges[s].second, nullptr,
+             ext.data<float>() + s * heads * kd * (vd + kd));
+      }
+      push(&pass2, seg_ranges[s].first, seg_ranges[s].second,
+           seg_start.data<float>() + s * state_elems,
+           last && ht != nullptr ? ht + n * state_elems : nullptr);
+    } else {
+      push(&pass2, seg_ranges[s].first, seg_ranges[s].second,
+           h0 != nullptr ? h0 + n * state_elems : nullptr,
+           ht != nullptr ? ht + n * state_elems : nullptr);
+    }
+  }
+
+  // Stage 1.
+  if (chunks > 0) {
+    PrepParams<GIn> pp;
+    pp.q = static_cast<const bf16*>(in.q.raw_data());
+    pp.k = static_cast<const bf16*>(in.k.raw_data());
+    pp.v = static_cast<const bf16*>(in.v.raw_data());
+    pp.beta = static_cast<const bf16*>(in.beta.raw_data());
+    pp.g = static_cast<const GIn*>(in.g.raw_data());
+    pp.chunks = reinterpret_cast<const ChunkDesc*>(chunk_dev.data<int64_t>());
+    pp.w = static_cast<bf16*>(w.raw_data());
+    pp.u = static_cast<bf16*>(u.raw_data());
+    pp.qg = static_cast<bf16*>(qg.raw_data());
+    pp.kbar_t = static_cast<bf16*>(kbt.raw_data());
+    pp.aqk = static_cast<bf16*>(aqk.raw_data());
+    pp.gamma = gamma.data<float>();
+    pp.heads = static_cast<int>(heads);
+    pp.scale = p.scale;
+    const size_t smem = PrepSmem<KD, VD>::kBytes;
+    ORRERY_RETURN_IF_ERROR(CudaCheck(
+        cudaFuncSetAttribute(KdaChunkPrepKernel<KD, VD, GIn>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        "cudaFuncSetAttribute"));
+    KdaChunkPrepKernel<KD, VD, GIn>
+        <<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads)), kPrepThreads, smem>>>(
+            pp);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "chunk prep kernel launch"));
+  }
+
+  if (tuning.prep_only) return CudaCheck(cudaDeviceSynchronize(), "tensor-core forward");
+  PassParams pass;
+  pass.w = static_cast<const bf16*>(w.raw_data());
+  pass.u = static_cast<const bf16*>(u.raw_data());
+  pass.qg = static_cast<const bf16*>(qg.raw_data());
+  pass.kbar_t = static_cast<const bf16*>(kbt.raw_data());
+  pass.aqk = static_cast<const bf16*>(aqk.raw_data());
+  pass.gamma = gamma.data<float>();
+  pass.chunks = reinterpret_cast<const ChunkDesc*>(chunk_dev.data<int64_t>());
+  pass.heads = static_cast<int>(heads);
+  pass.vd = VD;
+  const size_t pass_smem = PassSmem<KD>::kBytes;
+  ORRERY_RETURN_IF_ERROR(CudaCheck(
+      cudaFuncSetAttribute(KdaStatePassKernel<KD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(pass_smem)),
+      "cudaFuncSetAttribute"));
+  Tensor pass1_dev, seq_seg_dev;
+  if (split && !pass1.empty()) {
+    ORRERY_ASSIGN_OR_RETURN(pass1_dev, Upload(pass1, dev));
+    PassParams p1 = pass;
+    p1.segments = reinterpret_cast<const SegmentDesc*>(pass1_dev.data<int64_t>());
+    p1.o = nullptr;
+    p1.in_ld = VD;
+    p1.out_ld = VD + KD;
+    const dim3 grid(static_cast<unsigned>(pass1.size() / 4), static_cast<unsigned>(heads),
+                    (VD + KD) / kSliceV);
+    KdaStatePassKernel<KD><<<grid, kPassThreads, pass_smem>>>(p1);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "state pass 1 launch"));
+  }
+  if (split) {
+    ORRERY_ASSIGN_OR_RETURN(seq_seg_dev, Upload(seq_seg_first, dev));
+    CombineParams cp;
+    cp.seq_segment_first = seq_seg_dev.data<int64_t>();
+    cp.ext = ext.data<float>();
+    cp.h0 = h0;
+    cp.seg_start = seg_start.data<float>();
+    cp.heads = static_cast<int>(heads);
+    cp.vd = VD;
+    const size_t smem = sizeof(float) * (KD * KD + KD * kCombineCols);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(
+        cudaFuncSetAttribute(KdaSegmentCombineKernel<KD>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        "cudaFuncSetAttribute"));
+    KdaSegmentCombineKernel<KD>
+        <<<dim3(static_cast<unsigned>(n_seq * heads), VD / kCombineCols), kCombineThreads, smem>>>(
+            cp);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "segment combine launch"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor pass2_dev, Upload(pass2, dev));
+  PassParams p2 = pass;
+  p2.segments = reinterpret_cast<const SegmentDesc*>(pass2_dev.data<int64_t>());
+  p2.o = static_cast<bf16*>(out->o.raw_data());
+  p2.in_ld = VD;
+  p2.out_ld = VD;
+  const dim3 grid(static_cast<unsigned>(pass2.size() / 4), static_cast<unsigned>(heads),
+                  VD / kSliceV);
+  KdaStatePassKernel<KD><<<grid, kPassThreads, pass_smem>>>(p2);
+  ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "state pass launch"));
+  // The scratch tensors and tables are freed when this returns; wait for the kernels first.
+  return CudaCheck(cudaDeviceSynchronize(), "tensor-core forward");
+}
+
+template <typename GIn>
+Status DispatchTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
+                  KdaOutputs* out) {
+  if (p.key_dim == 128 && p.value_dim == 128) return RunTc<128, 128, GIn>(p, in, tuning, out);
+  if (p.key_dim == 128 && p.value_dim == 64) return RunTc<128, 64, GIn>(p, in, tuning, out);
+  if (p.key_dim == 64 && p.value_dim == 128) return RunTc<64, 128, GIn>(p, in, tuning, out);
+  return RunTc<64, 64, GIn>(p, in, tuning, out);
+}
+
+}  // namespace
+
+bool KdaTcSupported(const KdaProblem& p, const KdaInputs& in) {
+  return p.dtype == DType::kBF16 && (p.key_dim == 64 || p.key_dim == 128) &&
+         (p.value_dim == 64 || p.value_dim == 128) &&
+         (in.g.dtype() == DType::kF32 || in.g.dtype() == DType::kBF16);
+}
+
+Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
+                          KdaOutputs* out) {
+  if (!KdaTcSupported(p, in)) {
+    return UnimplementedError(
+        "kda cuda: the tensor-core forward needs bf16 q/k/v/beta and "
+        "K, V in {64, 128}; got " +
+        std::string(DTypeName(p.dtype)) + " K = " + std::to_string(p.key_dim) +
+        " V = " + std::to_string(p.value_dim));
+  }
+  if (in.g.dtype() == DType::kF32) return DispatchTc<float>(p, in, tuning, out);
+  return DispatchTc<bf16>(p, in, tuning, out);
+}
+
+}  // namespace orrery::kernels::cuda

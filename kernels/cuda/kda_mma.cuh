@@ -1,0 +1,82 @@
+// Warp-level bf16 tensor-core helpers for the KDA kernels (sm_80+ `mma.sync`, used on sm_90a).
+//
+// One `mma.sync.m16n8k16` multiplies a 16x16 bf16 tile A (row-major, rows = M) by a 16x8 bf16
+// tile B and accumulates into a 16x8 fp32 tile. Lane l of the warp holds, with g = l / 4 and
+// t = l % 4 (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
+//   A: a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..2t+1], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]
+//   B: b[0] = B[2t..2t+1][g],  b[1] = B[2t+8..2t+9][g]
+//   C: c[0..1] = C[g][2t..2t+1], c[2..3] = C[g+8][2t..2t+1]
+// Each 32-bit register packs two bf16, the lower k (or column) index in the low half.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace orrery::kernels::cuda {
+
+__device__ __forceinline__ void MmaBf16(float (&c)[4], const uint32_t (&a)[4],
+                                        const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t PackBf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  __nv_bfloat162 v;
+  v.x = lo;
+  v.y = hi;
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// A fragment of the 16x16 tile at column k0 of a row-major bf16 matrix (`stride` elements per
+// row, even; k0 even), rows 0..15 from `base`.
+__device__ __forceinline__ void LoadFragA(uint32_t (&a)[4], const __nv_bfloat16* base, int stride,
+                                          int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const __nv_bfloat16* p0 = base + g * stride + k0 + 2 * t;
+  const __nv_bfloat16* p1 = p0 + 8 * stride;
+  a[0] = *reinterpret_cast<const uint32_t*>(p0);
+  a[1] = *reinterpret_cast<const uint32_t*>(p1);
+  a[2] = *reinterpret_cast<const uint32_t*>(p0 + 8);
+  a[3] = *reinterpret_cast<const uint32_t*>(p1 + 8);
+}
+
+// B fragment of the 16x8 tile B[k0..k0+15][0..7] where B is stored transposed ("col"): row n of
+// `base` holds B[.][n] along k (`stride` elements per row).
+__device__ __forceinline__ void LoadFragBT(uint32_t (&b)[2], const __nv_bfloat16* base, int stride,
+                                           int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const __nv_bfloat16* p = base + g * stride + k0 + 2 * t;
+  b[0] = *reinterpret_cast<const uint32_t*>(p);
+  b[1] = *reinterpret_cast<const uint32_t*>(p + 8);
+}
+
+// B fragment of the 16x8 tile B[k0..k0+15][n0..n0+7] of a row-major B ([k][n], `stride`
+// elements per row): two 16-bit loads per register.
+__device__ __forceinline__ void LoadFragB(uint32_t (&b)[2], const __nv_bfloat16* base, int stride,
+                                          int k0, int n0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const __nv_bfloat16* p = base + (k0 + 2 * t) * stride + n0 + g;
+  b[0] = PackBf16(p[0], p[stride]);
+  b[1] = PackBf16(p[8 * stride], p[9 * stride]);
+}
+
+// 16-byte global -> shared copy that bypasses the registers (and L1).
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+}  // namespace orrery::kernels::cuda
