@@ -188,6 +188,12 @@ StatusOr<PretrainSummary> Pretrainer::Run() {
   const std::string source = "learner:0";
 
   for (; state_.stage < static_cast<int64_t>(c.stages.size()); ++state_.stage) {
+    if (options_.max_steps >= 0 && state_.step >= options_.max_steps) {
+      // Stopped at a stage boundary: the next stage starts (and is evaluated and logged) when
+      // the run resumes, not twice.
+      stopped = true;
+      break;
+    }
     const StageConfig& stage = c.stages[state_.stage];
     const int64_t stage_steps = stage.steps(c.tokens_per_step);
     const int64_t rows_per_step = c.tokens_per_step / stage.seq_len;

@@ -155,11 +155,15 @@ TEST(HybridResumeTest, ResumedHybridRunMatchesAnUninterruptedOneBitForBit) {
   StatusOr<PretrainSummary> a = RunHybrid(c, *data, dir.path() + "/a", -1, false);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(a->finished);
-  // Stop in the middle of the first stage, then just after the stage transition, then finish.
+  // Stop in the middle of the first stage, exactly at its end, in the middle of the second, then
+  // finish: every stop resumes into a freshly created model.
   ASSERT_TRUE(RunHybrid(c, *data, dir.path() + "/b", 3, false).ok());
-  StatusOr<PretrainSummary> mid = RunHybrid(c, *data, dir.path() + "/b", 5, true);
-  ASSERT_TRUE(mid.ok()) << mid.status().ToString();
-  EXPECT_FALSE(mid->finished);
+  for (int64_t stop : {4, 6}) {
+    StatusOr<PretrainSummary> part = RunHybrid(c, *data, dir.path() + "/b", stop, true);
+    ASSERT_TRUE(part.ok()) << part.status().ToString();
+    EXPECT_FALSE(part->finished);
+    EXPECT_EQ(part->steps, stop);
+  }
   StatusOr<PretrainSummary> end = RunHybrid(c, *data, dir.path() + "/b", -1, true);
   ASSERT_TRUE(end.ok()) << end.status().ToString();
   EXPECT_TRUE(end->finished);
@@ -171,6 +175,13 @@ TEST(HybridResumeTest, ResumedHybridRunMatchesAnUninterruptedOneBitForBit) {
     EXPECT_EQ(loss.first, lb[step].first) << "loss at step " << step;  // exact, not approximate
     EXPECT_EQ(loss.second, lb[step].second) << "held-out loss at step " << step;
   }
+  // Each stage starts (held-out loss at its length, a stage_start record) once, even when a stop
+  // falls on the stage boundary.
+  StatusOr<std::vector<MetricRecord>> records = ReadMetricsFile(dir.path() + "/b/metrics.jsonl");
+  ASSERT_TRUE(records.ok());
+  int stage_starts = 0;
+  for (const MetricRecord& r : *records) stage_starts += r.scalars.count("stage_start");
+  EXPECT_EQ(stage_starts, 2);
   // The model learns something (so equal losses are not equal by being constant).
   EXPECT_LT(la.rbegin()->second.first, la.begin()->second.first);
 
