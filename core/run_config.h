@@ -14,9 +14,12 @@ struct RunConfig {
   std::string name = "run";
   std::string dir = "runs/run";  // outputs: checkpoints, metrics, logs
   uint64_t seed = 0;
-  bool deterministic = false;  // fixed reduction orders: bit-identical results across runs
-  int threads =
-      0;  // threads of the default pool (ORRERY_NUM_THREADS wins); 0: all hardware threads
+  // Fixed reduction orders: bit-identical results across runs, resumes and thread counts. The CPU
+  // kernels always work this way (docs/pretraining.md, "Determinism"), so on CPU the flag changes
+  // nothing there; it is meant for GPU kernels with a faster, order-dependent mode.
+  bool deterministic = false;
+  // Threads of the default pool (ApplyRunConfig; ORRERY_NUM_THREADS wins); 0: the hardware's.
+  int threads = 0;
   LogLevel log_level = LogLevel::kInfo;
 };
 
