@@ -85,18 +85,25 @@ struct PrepSmem {
   static constexpr int kSK = KD + 8;  // bf16 per q/k row
   static constexpr int kSV = VD + 8;
   static constexpr int kSA = kChunk + 1;  // floats per A/T row
+  // Regions are reused once their first content is dead, so that two blocks fit on one SM:
+  // beta v goes where G was (after the element-wise stage), T in bf16 where A_kk was (after
+  // the solve).
   static constexpr size_t kG = 0;
+  static constexpr size_t kV = kG;
   static constexpr size_t kQ = kG + sizeof(float) * kChunk * kSG;
   static constexpr size_t kK = kQ + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kV = kK + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kAkk = kV + sizeof(bf16) * kChunk * kSV;
+  static constexpr size_t kAkk = kK + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kTb = kAkk;
   static constexpr size_t kT = kAkk + sizeof(float) * kChunk * kSA;
-  static constexpr size_t kTb = kT + sizeof(float) * kChunk * kSA;
-  static constexpr size_t kBeta = kTb + sizeof(bf16) * kChunk * kTileStrideA;
+  static constexpr size_t kScratch = kT + sizeof(float) * kChunk * kSA;
+  static constexpr size_t kBeta = kScratch + sizeof(float) * 3 * 256;
   static constexpr size_t kBytes = kBeta + sizeof(float) * kChunk;
-  static_assert(kQ % 16 == 0 && kK % 16 == 0 && kV % 16 == 0 && kAkk % 16 == 0 && kT % 16 == 0 &&
-                    kTb % 16 == 0 && kBeta % 16 == 0,
+  static_assert(kQ % 16 == 0 && kK % 16 == 0 && kAkk % 16 == 0 && kT % 16 == 0 &&
+                    kScratch % 16 == 0 && kBeta % 16 == 0,
                 "16-byte aligned regions");
+  static_assert(sizeof(bf16) * kChunk * kSV <= sizeof(float) * kChunk * kSG, "v fits over G");
+  static_assert(sizeof(bf16) * kChunk * kTileStrideA <= sizeof(float) * kChunk * kSA,
+                "T in bf16 fits over A_kk");
 };
 
 template <int KD, int VD, typename GIn>
@@ -107,11 +114,12 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   float* G = reinterpret_cast<float*>(smem + L::kG);      // [64][SG] cumsum of g, log2
   bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);       // q, then beta k e^G
   bf16* ks = reinterpret_cast<bf16*>(smem + L::kK);       // k
-  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);       // v, then beta v
+  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);       // beta v (over G, stage 4 on)
   float* akk = reinterpret_cast<float*>(smem + L::kAkk);  // A_kk (strictly lower), fp32
   float* tm = reinterpret_cast<float*>(smem + L::kT);     // T, fp32
-  bf16* tb = reinterpret_cast<bf16*>(smem + L::kTb);      // T, bf16 (scratch during the solve)
-  float* bs = reinterpret_cast<float*>(smem + L::kBeta);  // beta
+  bf16* tb = reinterpret_cast<bf16*>(smem + L::kTb);      // T, bf16 (over A_kk, after the solve)
+  float* scratch = reinterpret_cast<float*>(smem + L::kScratch);  // 3 x 16 x 16
+  float* bs = reinterpret_cast<float*>(smem + L::kBeta);          // beta
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, heads = p.heads;
@@ -131,25 +139,26 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
     *reinterpret_cast<uint4*>(qs + r * SK + c) = qv;
     *reinterpret_cast<uint4*>(ks + r * SK + c) = kv;
   }
-  for (int i = tid; i < kChunk * VD / 8; i += kPrepThreads) {
-    const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
-    uint4 vv = make_uint4(0, 0, 0, 0);
-    if (r < len)
-      vv = *reinterpret_cast<const uint4*>(p.v + ((cd.row_start + r) * heads + h) * VD + c);
-    *reinterpret_cast<uint4*>(vs + r * SV + c) = vv;
-  }
   for (int i = tid; i < kChunk * KD; i += kPrepThreads) {
     const int r = i / KD, d = i % KD;
     G[r * SG + d] = r < len ? LoadF(p.g + ((cd.row_start + r) * heads + h) * KD + d) : 0.0f;
   }
   if (tid < kChunk) bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
   __syncthreads();
-  if (tid < KD) {
+  // Cumsum in two halves of 32 rows (threads d and KD + d), then the second half gets the first
+  // half's total.
+  if (tid < 2 * KD) {
+    const int d = tid % KD, r0 = (tid / KD) * (kChunk / 2);
     float acc = 0.0f;
-    for (int r = 0; r < kChunk; ++r) {
-      acc += G[r * SG + tid] * kLog2e;
-      G[r * SG + tid] = acc;
+    for (int r = r0; r < r0 + kChunk / 2; ++r) {
+      acc += G[r * SG + d] * kLog2e;
+      G[r * SG + d] = acc;
     }
+  }
+  __syncthreads();
+  for (int i = tid; i < kChunk / 2 * KD; i += kPrepThreads) {
+    const int r = kChunk / 2 + i / KD, d = i % KD;
+    G[r * SG + d] += G[(kChunk / 2 - 1) * SG + d];
   }
   __syncthreads();
 
@@ -261,13 +270,23 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
                  __bfloat162float(ks[(r + 1) * SK + d]) * exp2f(gl - G[(r + 1) * SG + d]));
   }
   if (tid < KD) p.gamma[tile * KD + tid] = exp2f(G[(kChunk - 1) * SG + tid]);
-  for (int i = tid; i < kChunk * VD; i += kPrepThreads) {
-    const int r = i / VD, c = i % VD;
-    vs[r * SV + c] = __float2bfloat16(bs[r] * __bfloat162float(vs[r * SV + c]));
-  }
+  __syncthreads();  // G is dead from here on; beta v takes its place
 
-  // 4. T = (I + A_kk)^-1. Diagonal 16-blocks by forward substitution (warps 0-3, lane = column).
-  if (warp < 4) {
+  // 4. T = (I + A_kk)^-1. Diagonal 16-blocks by forward substitution (warps 0-3, lane = column)
+  // while warps 4-7 load beta v.
+  if (warp >= 4) {
+    for (int i = tid - 128; i < kChunk * VD / 8; i += kPrepThreads - 128) {
+      const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+      uint4 vv = make_uint4(0, 0, 0, 0);
+      if (r < len) {
+        vv = *reinterpret_cast<const uint4*>(p.v + ((cd.row_start + r) * heads + h) * VD + c);
+      }
+      bf16* x = reinterpret_cast<bf16*>(&vv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = __float2bfloat16(bs[r] * __bfloat162float(x[j]));
+      *reinterpret_cast<uint4*>(vs + r * SV + c) = vv;
+    }
+  } else {
     const int base = 16 * warp, j = lane;
     for (int i = 0; i < 16; ++i) {
       if (j < 16) {
@@ -285,7 +304,6 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   }
   __syncthreads();
   // Off-diagonal blocks by distance: T_ab = -T_aa sum_{b <= c < a} A_ac T_cb.
-  float* scratch = reinterpret_cast<float*>(tb);  // 3 x 16 x 16 floats, before tb is written
   for (int dist = 1; dist < 4; ++dist) {
     const int a = dist + warp, b = warp;
     if (a < 4) {
@@ -307,7 +325,7 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
     }
     __syncthreads();
   }
-  for (int i = tid; i < kChunk * kChunk; i += kPrepThreads) {
+  for (int i = tid; i < kChunk * kChunk; i += kPrepThreads) {  // A_kk is dead: T over it
     const int r = i / kChunk, c = i % kChunk;
     tb[r * ST + c] = __float2bfloat16(c <= r ? tm[r * SA + c] : 0.0f);
   }
@@ -658,12 +676,14 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     if (cudaGetDevice(&dev) == cudaSuccess) {
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     }
-    // Split when the plain pass would leave most of the chip idle: aim for 4 blocks per SM in
-    // the output pass, with segments of at least 16 chunks.
+    // Split when the plain pass would leave most of the chip idle (fewer blocks than SMs):
+    // aim for 2 blocks per SM in the output pass, with segments of at least 16 chunks. Measured
+    // on the H200 (docs/benchmarks.md): 32 blocks gain from 8-9 segments, 192 and 256 blocks
+    // lose from any split (the first pass costs more than the idle SMs).
     const int64_t blocks = n_seq * heads * (VD / kSliceV);
     segs_per_seq = 1;
-    if (blocks < 2 * sms) {
-      segs_per_seq = std::min<int64_t>((4 * sms + blocks - 1) / blocks, max_chunks / 16);
+    if (blocks < sms) {
+      segs_per_seq = std::min<int64_t>((2 * sms + blocks - 1) / blocks, max_chunks / 16);
       segs_per_seq = std::max<int64_t>(segs_per_seq, 1);
     }
   }
