@@ -1,5 +1,6 @@
 #include "learner/pretrain_commands.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -8,6 +9,8 @@
 #include "learner/checkpoint.h"
 #include "learner/data_prepare.h"
 #include "learner/hybrid_trainable.h"
+#include "learner/policy_checkpoint.h"
+#include "learner/pretrain_job.h"
 #include "learner/pretrainer.h"
 #include "learner/sampling.h"
 #include "model/chat_format.h"
@@ -18,100 +21,34 @@ namespace orrery {
 namespace {
 
 int Pretrain(const CliArgs& args) {
-  const std::string config_path = args.Get("config");
-  StatusOr<PretrainConfig> config = LoadPretrainConfig(config_path);
+  StatusOr<PretrainConfig> config = LoadPretrainConfig(args.Get("config"));
   if (!config.ok()) return ReportError(config.status());
   if (args.Has("data")) config->data_dir = args.Get("data");
-  SetMinLogLevel(config->run.log_level);
-  const std::string run_dir = args.Has("out") ? args.Get("out") : config->run.dir;
-
-  StatusOr<TokenDataset> data = TokenDataset::Open(config->data_dir);
-  if (!data.ok()) return ReportError(data.status().WithContext("pretrain.data"));
-  StatusOr<Tokenizer> tokenizer = Tokenizer::Load(config->data_dir + "/tokenizer.json");
-  if (!tokenizer.ok()) return ReportError(tokenizer.status());
-  StatusOr<ChatFormat> format = ChatFormat::Create(&*tokenizer);
-  if (!format.ok()) return ReportError(format.status());
-  StatusOr<std::string> model_text = ReadInput(config->model_path);
-  if (!model_text.ok()) return ReportError(model_text.status());
-  StatusOr<std::string> tokenizer_text = ReadInput(config->data_dir + "/tokenizer.json");
-  if (!tokenizer_text.ok()) return ReportError(tokenizer_text.status());
-
-  StatusOr<std::unique_ptr<model::Model>> model =
-      model::Model::Create(config->model, config->run.seed);
-  if (!model.ok()) return ReportError(model.status());
-  HybridTrainable trainable(model->get());
-
-  PretrainerOptions o;
+  PretrainJobOptions o;
   o.config = *config;
-  o.run_dir = run_dir;
+  o.run_dir = args.Has("out") ? args.Get("out") : config->run.dir;
   o.max_steps = args.Int("max-steps", -1);
   o.resume = args.Flag("resume");
-  o.pad_id = format->pad_id();
-  o.checkpoint_files = {{"model.toml", *model_text}, {"tokenizer.json", *tokenizer_text}};
-  int64_t params = 0;
-  for (const ParamRef& p : trainable.Parameters()) params += p.value.numel();
-  std::printf(
-      "pretrain: model %s (%lld parameters), data %s (%lld documents, %lld tokens), "
-      "%zu stages, %lld steps, run dir %s\n",
-      config->model.name.c_str(), static_cast<long long>(params), config->data_dir.c_str(),
-      static_cast<long long>(data->num_documents()), static_cast<long long>(data->num_tokens()),
-      config->stages.size(), static_cast<long long>(config->total_steps()), run_dir.c_str());
-  std::fflush(stdout);
-  StatusOr<std::unique_ptr<Pretrainer>> trainer = Pretrainer::Create(o, &trainable, &*data);
-  if (!trainer.ok()) return ReportError(trainer.status());
-  StatusOr<PretrainSummary> s = (*trainer)->Run();
-  if (!s.ok()) return ReportError(s.status());
-
-  std::printf("\npretrain summary: %s after %lld steps, %lld tokens in %.0f s (%.0f tokens/s)\n",
-              s->finished ? "finished" : "stopped", static_cast<long long>(s->steps),
-              static_cast<long long>(s->tokens), s->seconds, s->tokens_per_second);
-  std::printf("  %-12s %8s %6s %14s %14s %12s\n", "stage", "seq_len", "steps", "held-out start",
-              "held-out end", "train loss");
-  for (const StageSummary& st : s->stages) {
-    auto fmt = [](double v) {
-      char b[32];
-      if (v < 0) return std::string("-");
-      std::snprintf(b, sizeof(b), "%.4f", v);
-      return std::string(b);
-    };
-    std::printf("  %-12s %8lld %6lld %14s %14s %12s\n", st.name.c_str(),
-                static_cast<long long>(st.seq_len), static_cast<long long>(st.steps),
-                fmt(st.first_eval_loss).c_str(), fmt(st.last_eval_loss).c_str(),
-                fmt(st.last_train_loss).c_str());
-  }
-  std::printf("  checkpoint: %s\n  metrics: %s/metrics.jsonl\n", s->last_checkpoint.c_str(),
-              run_dir.c_str());
-  return 0;
-}
-
-// A model restored from a checkpoint directory, with its tokenizer and chat format.
-struct LoadedModel {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<ChatFormat> format;
-};
-
-StatusOr<LoadedModel> LoadFromCheckpoint(const std::string& path) {
-  ORRERY_ASSIGN_OR_RETURN(LoadedCheckpoint ck, ReadCheckpoint(path));  // verifies hashes
-  LoadedModel m;
-  ORRERY_ASSIGN_OR_RETURN(model::ModelConfig config,
-                          model::LoadModelConfig(ck.path + "/model.toml"));
-  ORRERY_ASSIGN_OR_RETURN(m.model, model::Model::Create(config, 0));
-  Status s = m.model->Load(ck.path + "/model.safetensors");
-  if (!s.ok()) return s.WithContext("checkpoint " + ck.path);
-  ORRERY_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(ck.path + "/tokenizer.json"));
-  m.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
-  ORRERY_ASSIGN_OR_RETURN(ChatFormat f, ChatFormat::Create(m.tokenizer.get()));
-  m.format = std::make_unique<ChatFormat>(f);
-  return m;
+  StatusOr<PretrainSummary> s = RunPretrainJob(o);
+  return s.ok() ? 0 : ReportError(s.status());
 }
 
 // Continues `prompt` in `slot` of `state` (emptied first) until <|end|>/<|endoftext|> or
-// max_tokens, with the model's decode state: one Prefill, then one DecodeStep per token.
+// max_tokens, with the model's decode state: one Prefill, then one DecodeStep per token. The prompt
+// and what is generated stay within the model's max_seq_len: a prompt that leaves no room is
+// refused, and generation stops at the limit.
 StatusOr<std::vector<int32_t>> Generate(model::Model& model, model::InferenceState& state,
                                         int64_t slot, const ChatFormat& format,
                                         const std::vector<int32_t>& prompt, int64_t max_tokens,
                                         const SamplingOptions& sampling, PhiloxGenerator& rng) {
+  const int64_t max_seq_len = model.config().max_seq_len;
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  if (prompt_len >= max_seq_len) {
+    return InvalidArgumentError("the prompt is " + std::to_string(prompt_len) +
+                                " tokens; the model's max_seq_len is " +
+                                std::to_string(max_seq_len) + ", leaving no room to generate");
+  }
+  max_tokens = std::min(max_tokens, max_seq_len - prompt_len);
   ORRERY_RETURN_IF_ERROR(state.Reset(slot));
   ORRERY_ASSIGN_OR_RETURN(model::StepOutput step, model.Prefill(&state, {slot}, {prompt}));
   const int64_t vocab = model.config().vocab_size;
@@ -128,7 +65,7 @@ StatusOr<std::vector<int32_t>> Generate(model::Model& model, model::InferenceSta
 }
 
 int GenerateCommand(const CliArgs& args) {
-  StatusOr<LoadedModel> m = LoadFromCheckpoint(args.Get("checkpoint"));
+  StatusOr<PolicyCheckpoint> m = LoadPolicyCheckpoint(args.Get("checkpoint"));
   if (!m.ok()) return ReportError(m.status());
   SamplingOptions sampling{args.Float("temperature", 0.0), args.Float("top-p", 1.0)};
   if (sampling.temperature < 0 || sampling.top_p <= 0 || sampling.top_p > 1) {

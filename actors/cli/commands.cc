@@ -4,6 +4,7 @@
 #include "actors/launch/commands.h"
 #include "actors/metrics/commands.h"
 #include "actors/replay/commands.h"
+#include "actors/rl/commands.h"
 #include "core/commands.h"
 #include "env/commands.h"
 #include "learner/commands.h"
@@ -21,6 +22,7 @@ void RegisterAllCommands(CliRegistry& registry) {
   envserver::RegisterEnvServerCommands(registry);
   model::RegisterModelCommands(registry);
   RegisterLearnerCommands(registry);
+  rl_actors::RegisterRlCommands(registry);
 }
 
 }  // namespace orrery

@@ -14,6 +14,8 @@
 #include "actors/launch/emit.h"
 #include "actors/launch/fleet_config.h"
 #include "actors/launch/plan.h"
+#include "actors/launch/run_phases.h"
+#include "actors/metrics/metrics_hub.h"
 #include "actors/runtime/client.h"
 #include "actors/runtime/coordinator_protocol.h"
 #include "actors/runtime/echo_role.h"
@@ -145,15 +147,40 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   SetProcessLogPrefix("launch");
   Cancellation stop;
   InstallStopSignals(&stop);
+  StatusOr<RunPhases> phases = RunPhases::Load({path, loaded->run, args.Flag("sync")});
+  if (!phases.ok()) return ReportError(phases.status());
+  if (external && (phases->pretrain() || phases->rl())) {
+    return ReportError(InvalidArgumentError(
+        path +
+        ": --external runs only the coordinator; run the pretraining and RL phases with a "
+        "local launch"));
+  }
+  if (Status s = phases->BeforeFleet(); !s.ok()) return ReportError(s);
+  if (stop.cancelled()) return ReportError(CancelledError("stopped before the fleet started"));
   zmq::context_t zmq;
   FleetState state;
   StatusOr<std::unique_ptr<CoordinatorServer>> server =
       CoordinatorServer::Start(zmq, plan->coordinator, state);
   if (!server.ok()) return ReportError(server.status());
   ORRERY_LOG(INFO) << "coordinator at " << (*server)->endpoint() << "; run dir " << plan->run_dir;
+  std::unique_ptr<MetricsHub> hub;
+  if (fleet.dashboard) {
+    MetricsHubOptions o;
+    o.store_dir = plan->run_dir + "/metrics_db";
+    o.listen = {fleet.metrics_endpoint};
+    o.http.port = fleet.dashboard_port;
+    o.http.title = loaded->run.name;
+    StatusOr<std::unique_ptr<MetricsHub>> started = MetricsHub::Start(o);
+    if (!started.ok()) return ReportError(started.status().WithContext("dashboard"));
+    hub = std::move(started).value();
+    std::printf("dashboard: %s (metrics hub at %s)\n", hub->url().c_str(),
+                fleet.metrics_endpoint.c_str());
+    std::fflush(stdout);
+  }
   FleetReporter reporter(zmq, state, plan->run_dir, fleet.metrics_endpoint);
 
   Status result;
+  bool rl_done = false;
   if (external) {
     ORRERY_LOG(INFO) << "external mode: actors are started by the cluster; Ctrl-C stops the fleet";
     while (!stop.WaitFor(std::chrono::milliseconds(fleet.metrics_interval_ms))) reporter.Report();
@@ -171,7 +198,14 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
     options.restart_window = std::chrono::seconds(fleet.restart_window_s);
     options.shutdown_grace = std::chrono::milliseconds(fleet.shutdown_grace_ms);
     options.report_interval = std::chrono::milliseconds(fleet.metrics_interval_ms);
-    options.report = [&reporter] { reporter.Report(); };
+    options.report = [&] {
+      reporter.Report();
+      if (phases->rl() && RunPhases::FleetDone(state.run_state().phase) && !stop.cancelled()) {
+        ORRERY_LOG(INFO) << "the learner reached its last version: stopping the fleet";
+        rl_done = true;
+        stop.Cancel();
+      }
+    };
     Supervisor supervisor(state, options, plan->processes);
     result = supervisor.Run(stop);
   }
@@ -179,6 +213,9 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   g_stop = nullptr;
   if (!result.ok()) return ReportError(result);
   ORRERY_LOG(INFO) << "fleet stopped";
+  if (rl_done) {
+    if (Status s = phases->AfterFleet(hub ? hub->url() : ""); !s.ok()) return ReportError(s);
+  }
   return 0;
 }
 
@@ -277,7 +314,9 @@ void RegisterFleetCommands(CliRegistry& registry) {
        {"--external", "run only the coordinator; the actors are started by a cluster scheduler",
         CliKind::kFlag, false, ""},
        {"--coordinator", "bind the coordinator here instead of fleet.coordinator", CliKind::kString,
-        false, ""}},
+        false, ""},
+       {"--sync", "RL phase: rollouts wait for every policy update (on-policy baseline)",
+        CliKind::kFlag, false, ""}},
       [sections](const CliArgs& args) { return RunLaunch(*sections, args); }});
 
   std::string roles_help = "the role to run";

@@ -42,6 +42,13 @@ FleetConfig ReadFleetConfig(ConfigTable& root, const RunConfig& run, bool check_
   c.metrics_endpoint = t.String("metrics_endpoint", "");
   c.metrics_interval_ms =
       static_cast<int>(t.Int("metrics_interval_ms", c.metrics_interval_ms, 100, 3600000));
+  c.dashboard = t.Bool("dashboard", c.dashboard);
+  c.dashboard_port = static_cast<int>(t.Int("dashboard_port", c.dashboard_port, 0, 65535));
+  if (c.dashboard && c.metrics_endpoint.empty()) {
+    t.Fail("dashboard",
+           "the launcher's metrics hub needs fleet.metrics_endpoint (where actors "
+           "publish, e.g. \"ipc://runs/x/fleet/metrics.sock\")");
+  }
 
   std::set<std::string> seen;
   std::vector<ConfigTable> roles = t.TableArray("roles");

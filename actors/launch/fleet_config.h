@@ -16,6 +16,9 @@
 //   shutdown_grace_ms = 5000     # SIGTERM -> SIGKILL
 //   metrics_endpoint = ""        # the metrics hub's SUB endpoint ("" none); records also go to
 //   metrics_interval_ms = 1000   #   <run.dir>/fleet_metrics.jsonl
+//   dashboard = false            # true: `orrery launch` runs the metrics hub (bound at
+//   dashboard_port = 0           #   metrics_endpoint) and serves the dashboard on
+//                                #   127.0.0.1:dashboard_port (0: any free port), printing its URL
 //
 //   [[fleet.roles]]
 //   role = "replay"              # a registered role (`orrery actor --help` lists them)
@@ -72,6 +75,8 @@ struct FleetConfig {
   int shutdown_grace_ms = 5000;
   std::string metrics_endpoint;
   int metrics_interval_ms = 1000;
+  bool dashboard = false;
+  int dashboard_port = 0;
   std::vector<FleetRoleConfig> roles;
 
   std::string slurm_partition, slurm_account, slurm_time = "24:00:00", slurm_orrery = "orrery";

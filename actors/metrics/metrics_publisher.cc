@@ -1,5 +1,6 @@
 #include "actors/metrics/metrics_publisher.h"
 
+#include <filesystem>
 #include <zmq.hpp>
 
 namespace orrery {
@@ -8,6 +9,12 @@ StatusOr<std::unique_ptr<MetricsPublisher>> MetricsPublisher::Open(
     const MetricsPublisherOptions& options) {
   std::unique_ptr<MetricsPublisher> self(new MetricsPublisher());
   if (!options.file.empty()) {
+    if (const std::filesystem::path parent = std::filesystem::path(options.file).parent_path();
+        !parent.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(parent, ec);
+      if (ec) return IoError("metrics: creating " + parent.string() + ": " + ec.message());
+    }
     ORRERY_ASSIGN_OR_RETURN(self->file_, MetricsFileWriter::Open(options.file));
   }
   if (!options.endpoint.empty()) {

@@ -63,6 +63,12 @@ StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) 
     ORRERY_LOG(INFO) << "replay: restored " << options.path << " from checkpoint "
                      << options.restore_from;
   }
+  if (const std::filesystem::path parent = std::filesystem::path(options.path).parent_path();
+      !parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec) return IoError("replay storage: creating " + parent.string() + ": " + ec.message());
+  }
   std::unique_ptr<Storage> storage(new Storage(options));
   rocksdb::Options db_options;
   db_options.create_if_missing = true;

@@ -235,6 +235,7 @@ Status RunActor(zmq::context_t& zmq, const ActorHostOptions& options, Cancellati
   fields.index = options.index;
   fields.endpoint = options.endpoint;
   fields.config_path = options.config_path;
+  fields.run_dir = options.run_dir;
   fields.state_dir = (std::filesystem::path(options.run_dir) / "actors" /
                       (options.role + "-" + std::to_string(options.index)))
                          .string();

@@ -72,6 +72,7 @@ class ActorContext {
     std::string endpoint;
     std::string config_path;  // "" when started without a config file
     std::string state_dir;    // <run.dir>/actors/<role>-<index>
+    std::string run_dir;      // <run.dir>: shared by every actor of the run
   };
   ActorContext(Fields fields, zmq::context_t& zmq, Cancellation& stop, FleetLink& fleet,
                ConfigDocument* config);
@@ -83,6 +84,8 @@ class ActorContext {
   const std::string& endpoint() const { return fields_.endpoint; }
   // A directory for durable state, the same across restarts of this instance (created).
   const std::string& state_dir() const { return fields_.state_dir; }
+  // The run directory every actor of the fleet shares (published weights, checkpoints, metrics).
+  const std::string& run_dir() const { return fields_.run_dir; }
   const std::string& config_path() const { return fields_.config_path; }
   // The parsed config file (every section was validated before launch). An absent root when the
   // actor runs without a config: every getter then returns its default.

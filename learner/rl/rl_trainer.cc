@@ -238,8 +238,10 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
   return stats;
 }
 
-StatusOr<std::string> RlTrainer::SaveCheckpoint(const std::string& checkpoints_dir, int64_t keep) {
+StatusOr<std::string> RlTrainer::SaveCheckpoint(const std::string& checkpoints_dir, int64_t keep,
+                                                const std::map<std::string, std::string>& files) {
   CheckpointContents c;
+  c.files = files;
   c.state.step = version_;
   c.state.optimizer_step = adamw_->step();
   for (model::Parameter& p : model_->parameters()) c.model.emplace_back(p.name, p.value);
@@ -252,6 +254,10 @@ StatusOr<std::string> RlTrainer::SaveCheckpoint(const std::string& checkpoints_d
 
 Status RlTrainer::RestoreLatest(const std::string& checkpoints_dir) {
   ORRERY_ASSIGN_OR_RETURN(std::string dir, LatestCheckpoint(checkpoints_dir));
+  return Restore(dir);
+}
+
+Status RlTrainer::Restore(const std::string& dir) {
   ORRERY_ASSIGN_OR_RETURN(LoadedCheckpoint ck, ReadCheckpoint(dir));
   for (model::Parameter& p : model_->parameters()) {
     auto it = ck.model.find(p.name);

@@ -91,10 +91,15 @@ class RlTrainer {
   const RlTrainerOptions& options() const { return options_; }
   AdamW& optimizer() { return *adamw_; }
 
-  // RUN/checkpoints/step-<version>: weights, AdamW state, version; keeps the newest `keep`.
-  StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir, int64_t keep);
+  // RUN/checkpoints/step-<version>: weights, AdamW state, version and `files` (name -> contents:
+  // model.toml and tokenizer.json make it loadable by LoadPolicyCheckpoint and `orrery generate`);
+  // keeps the newest `keep`.
+  StatusOr<std::string> SaveCheckpoint(const std::string& checkpoints_dir, int64_t keep,
+                                       const std::map<std::string, std::string>& files = {});
   // Restores the newest checkpoint under `checkpoints_dir`; NotFound when there is none.
   Status RestoreLatest(const std::string& checkpoints_dir);
+  // Restores one checkpoint directory (RUN/checkpoints/step-N).
+  Status Restore(const std::string& checkpoint_dir);
 
  private:
   RlTrainer(model::Model* model, comm::Communicator* comm, RlTrainerOptions options,

@@ -1,0 +1,168 @@
+#include "actors/launch/run_phases.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "actors/rl/rl_config.h"
+#include "actors/rl/rl_run.h"
+#include "core/logging.h"
+#include "core/safetensors.h"
+#include "env/registry.h"
+#include "learner/checkpoint.h"
+#include "learner/policy_checkpoint.h"
+#include "learner/pretrain_job.h"
+
+namespace orrery {
+namespace {
+
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+StatusOr<rl_actors::PolicyEvalResult> ReadEvalJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    nlohmann::json j = nlohmann::json::parse(text.str());
+    rl_actors::PolicyEvalResult r;
+    r.episodes = j.at("episodes").get<int>();
+    r.passed = j.at("passed").get<int>();
+    r.mean_reward = j.at("mean_reward").get<double>();
+    r.tool_call_episode_ratio = j.at("tool_call_episode_ratio").get<double>();
+    r.format_error_ratio = j.at("format_error_ratio").get<double>();
+    r.mean_generated_tokens = j.at("mean_generated_tokens").get<double>();
+    r.seconds = j.at("seconds").get<double>();
+    return r;
+  } catch (const std::exception& e) {
+    return DataLossError(path + ": " + e.what());
+  }
+}
+
+std::string Percent(const rl_actors::PolicyEvalResult& r) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.1f%% (%d/%d)", 100.0 * r.pass_rate(), r.passed, r.episodes);
+  return b;
+}
+
+}  // namespace
+
+StatusOr<RunPhases> RunPhases::Load(const RunPhaseOptions& options) {
+  RunPhases p;
+  p.options_ = options;
+  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(options.config_path));
+  p.pretrain_ = doc.HasTopLevel("pretrain");
+  p.rl_ = doc.HasTopLevel("rl");
+  if (p.rl_) {
+    ConfigTable root = doc.root();
+    const rl_actors::RlConfig rl = rl_actors::ReadRlConfig(root);
+    p.init_ =
+        !rl.init.empty() ? rl.init : (p.pretrain_ ? options.run.dir + "/pretrain" : std::string());
+    if (p.init_.empty()) {
+      return InvalidArgumentError(options.config_path +
+                                  ": [rl] init is not set and the config does not pretrain: "
+                                  "expected the initial policy's checkpoint or run directory");
+    }
+    p.init_ = Absolute(p.init_);
+  }
+  return p;
+}
+
+Status RunPhases::BeforeFleet() {
+  const std::string run_dir = options_.run.dir;
+  if (pretrain_) {
+    ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(options_.config_path));
+    ConfigTable root = doc.root();
+    PretrainJobOptions job;
+    job.config = ReadPretrainConfig(root);
+    job.run_dir = run_dir + "/pretrain";
+    job.resume = LatestCheckpoint(job.run_dir + "/checkpoints").ok();
+    std::printf("== pretraining phase: %s%s\n", job.run_dir.c_str(),
+                job.resume ? " (resuming)" : "");
+    std::fflush(stdout);
+    const auto start = std::chrono::steady_clock::now();
+    ORRERY_ASSIGN_OR_RETURN(PretrainSummary summary, RunPretrainJob(job));
+    pretrain_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!summary.finished)
+      return FailedPreconditionError("pretraining stopped before its last stage ended");
+  }
+  if (!rl_) return Status::OK();
+
+  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(options_.config_path));
+  ConfigTable root = doc.root();
+  const rl_actors::RlConfig rl = rl_actors::ReadRlConfig(root);
+  const rl_actors::RlRunPaths paths(run_dir);
+  rl_actors::RlLaunchManifest manifest;
+  manifest.init = init_;
+  manifest.sync = rl.sync || options_.sync;
+  manifest.steps = rl.steps;
+  ORRERY_RETURN_IF_ERROR(rl_actors::WriteLaunchManifest(paths, manifest));
+
+  StatusOr<rl_actors::PolicyEvalResult> before = ReadEvalJson(paths.eval_before);
+  if (!before.ok()) {
+    std::printf("== RL phase: scoring the initial policy %s on %d test tasks\n", init_.c_str(),
+                rl.eval_tasks);
+    std::fflush(stdout);
+    before = Evaluate(init_, paths.eval_before);
+    if (!before.ok()) return before.status();
+  }
+  before_ = *before;
+  std::printf("== RL phase: initial pass rate %s; %lld updates of %d groups x %d (%s)\n",
+              Percent(before_).c_str(), static_cast<long long>(rl.steps), rl.groups_per_step,
+              rl.group_size, manifest.sync ? "sync" : "async");
+  std::fflush(stdout);
+  rl_start_ = std::chrono::steady_clock::now();
+  return Status::OK();
+}
+
+StatusOr<rl_actors::PolicyEvalResult> RunPhases::Evaluate(const std::string& checkpoint,
+                                                          const std::string& json_path) {
+  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(options_.config_path));
+  ConfigTable root = doc.root();
+  const rl_actors::RlConfig rl = rl_actors::ReadRlConfig(root);
+  env::EnvRegistry registry;
+  env::RegisterBuiltinEnvs(registry);
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Env> env, env::CreateEnvFromConfig(root, registry));
+  ORRERY_ASSIGN_OR_RETURN(PolicyCheckpoint policy, LoadPolicyCheckpoint(checkpoint));
+  rl_actors::PolicyEvalOptions o;
+  o.tasks = rl.eval_tasks;
+  o.slots = rl.slots;
+  o.agent = rl.agent;
+  o.agent.sampling.temperature = rl.eval_temperature;
+  ORRERY_ASSIGN_OR_RETURN(rl_actors::PolicyEvalResult r,
+                          rl_actors::EvaluatePolicy(*policy.model, *policy.format, *env, o));
+  ORRERY_RETURN_IF_ERROR(WriteFileAtomic(json_path, r.ToJson() + "\n"));
+  return r;
+}
+
+Status RunPhases::AfterFleet(const std::string& dashboard_url) {
+  const rl_actors::RlRunPaths paths(options_.run.dir);
+  const double rl_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - rl_start_).count();
+  ORRERY_ASSIGN_OR_RETURN(std::string final_checkpoint, LatestCheckpoint(paths.checkpoints));
+  std::printf("== RL phase done: scoring the final policy %s\n", final_checkpoint.c_str());
+  std::fflush(stdout);
+  ORRERY_ASSIGN_OR_RETURN(rl_actors::PolicyEvalResult after,
+                          Evaluate(final_checkpoint, paths.eval_after));
+  std::printf("\nrun summary (%s)\n", options_.run.name.c_str());
+  if (pretrain_) std::printf("  pretraining     %.0f s this launch\n", pretrain_seconds_);
+  std::printf("  RL phase        %.0f s this launch (wall)\n", rl_seconds);
+  std::printf("  pass rate       before %s -> after %s  (%+.1f points)\n", Percent(before_).c_str(),
+              Percent(after).c_str(), 100.0 * (after.pass_rate() - before_.pass_rate()));
+  std::printf("  tool use        before %.0f%% -> after %.0f%% of episodes\n",
+              100.0 * before_.tool_call_episode_ratio, 100.0 * after.tool_call_episode_ratio);
+  std::printf("  run directory   %s\n", Absolute(options_.run.dir).c_str());
+  std::printf("  final policy    %s\n", final_checkpoint.c_str());
+  if (!dashboard_url.empty()) std::printf("  dashboard       %s\n", dashboard_url.c_str());
+  std::fflush(stdout);
+  return Status::OK();
+}
+
+}  // namespace orrery

@@ -1,0 +1,260 @@
+// The "learner" role (rl_roles.h): one data-parallel rank of the RL learner.
+//
+// Start: rank 0 picks the newest checkpoint in RUN/rl/checkpoints (or the initial policy) and
+// writes a new start (learner_rendezvous.h); the other ranks restore the same checkpoint; all
+// join a fresh Gloo generation (a single rank uses the local communicator).
+// Each update: this rank's share of groups_per_step groups is taken from its BatchLog when the
+// killed predecessor already sampled them, else sampled from the replay table (advancing the
+// table's learner version, logged as this update's batch) and logged; RlTrainer::Step; rank 0
+// publishes the new version to RUN/rl/weights, announces it in the run state, writes metrics, and
+// checkpoints every checkpoint_every versions. After the last version rank 0 sets the run phase
+// to "rl-done" and every rank waits for the fleet to stop.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "actors/metrics/metrics_publisher.h"
+#include "actors/replay/client.h"
+#include "actors/rl/batch_log.h"
+#include "actors/rl/fleet_counts.h"
+#include "actors/rl/learner_rendezvous.h"
+#include "actors/rl/rl_config.h"
+#include "actors/rl/rl_metrics.h"
+#include "actors/rl/rl_roles.h"
+#include "actors/rl/rl_run.h"
+#include "actors/rl/trajectory_convert.h"
+#include "actors/runtime/role.h"
+#include "core/logging.h"
+#include "core/safetensors.h"
+#include "learner/checkpoint.h"
+#include "learner/comm/gloo_communicator.h"
+#include "learner/policy_checkpoint.h"
+#include "learner/rl/weight_store.h"
+#include "rollout/model_backend.h"
+
+namespace orrery::rl_actors {
+namespace {
+
+StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError(path + ": cannot read");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class LearnerRank {
+ public:
+  LearnerRank(ActorContext& ctx, RlConfig config, PolicyCheckpoint policy, int world)
+      : ctx_(ctx),
+        config_(std::move(config)),
+        policy_(std::move(policy)),
+        rank_(ctx.index()),
+        world_(world),
+        paths_(ctx.run_dir()),
+        weights_(paths_.weights, config_.keep_weights),
+        batches_(ctx.state_dir() + "/batches") {}
+
+  Status Run(const std::string& metrics_endpoint) {
+    for (const char* name : {"model.toml", "tokenizer.json"}) {
+      ORRERY_ASSIGN_OR_RETURN(checkpoint_files_[name], ReadText(policy_.path + "/" + name));
+    }
+    ORRERY_RETURN_IF_ERROR(Start());
+    if (rank_ == 0) {
+      ORRERY_ASSIGN_OR_RETURN(
+          metrics_, MetricsPublisher::Open(
+                        {ActorMetricsFile(ctx_.run_dir(), "learner", 0), metrics_endpoint}));
+      ORRERY_RETURN_IF_ERROR(Publish());
+    }
+    ORRERY_ASSIGN_OR_RETURN(std::string replay,
+                            ctx_.fleet().Lookup("replay", std::chrono::seconds(60)));
+    ORRERY_ASSIGN_OR_RETURN(replay_, replay::ReplayClient::Connect(replay, &ctx_.zmq()));
+    ctx_.SetReady();
+    ORRERY_LOG(INFO) << "rank " << rank_ << "/" << world_ << " at version " << trainer_->version()
+                     << " of " << config_.steps << " (" << (config_.sync ? "sync" : "async") << ")";
+
+    while (trainer_->version() < config_.steps && !ctx_.stop().cancelled()) {
+      const int64_t next = trainer_->version() + 1;
+      StatusOr<std::vector<EncodedGroup>> batch = batches_.Load(next);
+      if (!batch.ok()) {
+        if (batch.status().code() != StatusCode::kNotFound) return batch.status();
+        batch = Sample(next);
+        if (!batch.ok()) return batch.status();
+        if (ctx_.stop().cancelled()) break;
+        ORRERY_RETURN_IF_ERROR(batches_.Save(next, *batch));
+      } else {
+        ORRERY_LOG(INFO) << "update " << next << ": re-using the " << batch->size()
+                         << " logged groups";
+      }
+      std::vector<rl::PolicyGroup> groups;
+      for (const EncodedGroup& g : *batch) {
+        ORRERY_ASSIGN_OR_RETURN(rl::PolicyGroup pg, DecodeGroup(g.group_id, g.trajectories));
+        groups.push_back(std::move(pg));
+      }
+      ORRERY_ASSIGN_OR_RETURN(rl::RlStepStats stats, trainer_->Step(groups));
+      if (!stats.updated) {  // no rank had a usable token: the batch is spent, sample anew
+        ORRERY_RETURN_IF_ERROR(batches_.DropThrough(next));
+        continue;
+      }
+      tokens_total_ += stats.tokens;
+      if (rank_ == 0) ORRERY_RETURN_IF_ERROR(AfterUpdate(stats));
+      ORRERY_RETURN_IF_ERROR(DropCheckpointedBatches());
+    }
+    if (trainer_->version() >= config_.steps) {
+      if (rank_ == 0) {
+        ORRERY_RETURN_IF_ERROR(ctx_.fleet().SetRunState("rl-done", -1, trainer_->version()));
+        ORRERY_LOG(INFO) << "reached version " << trainer_->version() << ": RL phase done";
+      }
+      while (!ctx_.stop().WaitFor(std::chrono::milliseconds(500))) {
+      }
+    }
+    return Status::OK();
+  }
+
+ private:
+  // Agrees on the checkpoint to resume from and builds the communicator and the trainer.
+  Status Start() {
+    LearnerStart start;
+    const std::string last_path = ctx_.state_dir() + "/last_generation";
+    if (rank_ == 0) {
+      StatusOr<std::string> latest = LatestCheckpoint(paths_.checkpoints);
+      if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
+      ORRERY_ASSIGN_OR_RETURN(start, PublishLearnerStart(paths_.gloo, latest.ok() ? *latest : ""));
+    } else {
+      std::string last;
+      if (StatusOr<std::string> text = ReadText(last_path); text.ok()) last = *text;
+      ORRERY_ASSIGN_OR_RETURN(
+          start, AwaitLearnerStart(paths_.gloo, last, ctx_.stop(),
+                                   std::chrono::milliseconds(config_.gloo_timeout_ms)));
+      ORRERY_RETURN_IF_ERROR(WriteFileAtomic(last_path, start.generation));
+    }
+    if (world_ == 1) {
+      comm_ = comm::MakeLocalCommunicator();
+    } else {
+      comm::GlooOptions o;
+      o.rank = rank_;
+      o.world_size = world_;
+      o.store_dir = paths_.gloo + "/store";
+      o.generation = start.generation;
+      o.timeout_ms = config_.gloo_timeout_ms;
+      ORRERY_ASSIGN_OR_RETURN(comm_, comm::CreateGlooCommunicator(o));
+    }
+    ORRERY_ASSIGN_OR_RETURN(
+        trainer_, rl::RlTrainer::Create(policy_.model.get(), comm_.get(), config_.trainer));
+    if (!start.checkpoint.empty()) {
+      ORRERY_RETURN_IF_ERROR(trainer_->Restore(start.checkpoint));
+      ORRERY_LOG(INFO) << "restored " << start.checkpoint;
+    }
+    return Status::OK();
+  }
+
+  // This rank's share of the update's groups, from the replay table. With skip_uniform_groups
+  // (DAPO dynamic sampling) groups whose rewards are all equal carry no signal: they are counted
+  // and replaced by further samples, so every update trains on a full batch.
+  StatusOr<std::vector<EncodedGroup>> Sample(int64_t next) {
+    const int n = config_.groups_per_step;
+    const int share = n / world_ + (rank_ < n % world_ ? 1 : 0);
+    std::vector<EncodedGroup> out;
+    while (static_cast<int>(out.size()) < share && !ctx_.stop().cancelled()) {
+      replay::SampleOptions o;
+      o.max_items = share - static_cast<int>(out.size());
+      o.learner_version = trainer_->version();
+      o.batch_step = next;
+      StatusOr<std::vector<replay::SampledItem>> items = replay_->Sample(config_.table, o, 500);
+      if (!items.ok()) {
+        if (items.status().code() == StatusCode::kDeadlineExceeded ||
+            items.status().code() == StatusCode::kUnavailable) {
+          continue;
+        }
+        return items.status().WithContext("replay sample");
+      }
+      for (const replay::SampledItem& item : *items) {
+        EncodedGroup g;
+        g.group_id = item.key;
+        g.trajectories = *item.trajectories;
+        if (config_.trainer.skip_uniform_groups) {
+          ORRERY_ASSIGN_OR_RETURN(rl::PolicyGroup pg, DecodeGroup(g.group_id, g.trajectories));
+          bool uniform = true;
+          for (const rl::PolicySample& p : pg.samples) {
+            uniform = uniform && p.reward == pg.samples.front().reward;
+          }
+          if (uniform) {
+            ++uniform_skipped_;
+            continue;
+          }
+        }
+        out.push_back(std::move(g));
+      }
+    }
+    return out;
+  }
+
+  Status Publish() {
+    ORRERY_ASSIGN_OR_RETURN(
+        rl::PublishTimings t,
+        weights_.Publish(rollout::NamedWeights(*policy_.model), trainer_->version()));
+    sync_.snapshot_seconds = t.snapshot_seconds;
+    sync_.write_seconds = t.write_seconds;
+    return ctx_.fleet().SetRunState("rl", -1, trainer_->version());
+  }
+
+  Status AfterUpdate(const rl::RlStepStats& stats) {
+    ORRERY_RETURN_IF_ERROR(Publish());
+    const int64_t v = trainer_->version();
+    if (v % config_.checkpoint_every == 0 || v >= config_.steps) {
+      ORRERY_ASSIGN_OR_RETURN(std::string dir,
+                              trainer_->SaveCheckpoint(paths_.checkpoints, config_.keep_checkpoints,
+                                                       checkpoint_files_));
+      ORRERY_LOG(INFO) << "checkpoint " << dir;
+    }
+    MetricRecord r = LearnerRecord(ctx_.name(), stats, *policy_.model, tokens_total_,
+                                   config_.trainer.max_staleness, sync_);
+    r.scalars["learner/uniform_groups_skipped_total"] = static_cast<double>(uniform_skipped_);
+    ORRERY_LOG(INFO) << "version " << v << ": loss " << r.scalars["learner/loss"] << ", groups "
+                     << stats.groups << " (" << uniform_skipped_
+                     << " uniform ones skipped so far), grad norm " << stats.grad_norm;
+    return metrics_->Publish(r);
+  }
+
+  // Batches of versions a checkpoint now covers are no longer needed.
+  Status DropCheckpointedBatches() {
+    StatusOr<std::string> latest = LatestCheckpoint(paths_.checkpoints);
+    if (!latest.ok()) return Status::OK();
+    long long v = -1;
+    const std::string name = std::filesystem::path(*latest).filename().string();
+    if (std::sscanf(name.c_str(), "step-%lld", &v) != 1) return Status::OK();
+    return batches_.DropThrough(v);
+  }
+
+  ActorContext& ctx_;
+  RlConfig config_;
+  PolicyCheckpoint policy_;
+  int rank_, world_;
+  RlRunPaths paths_;
+  rl::WeightStore weights_;
+  BatchLog batches_;
+  std::map<std::string, std::string> checkpoint_files_;
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<rl::RlTrainer> trainer_;
+  std::unique_ptr<replay::ReplayClient> replay_;
+  std::unique_ptr<MetricsPublisher> metrics_;
+  WeightSyncTimes sync_;
+  int64_t tokens_total_ = 0;
+  int64_t uniform_skipped_ = 0;
+};
+
+}  // namespace
+
+Status LearnerMain(ActorContext& ctx) {
+  ConfigTable root = ctx.config_root();
+  ORRERY_ASSIGN_OR_RETURN(RlConfig config,
+                          ResolveRlConfig(ReadRlConfig(root), RlRunPaths(ctx.run_dir())));
+  ORRERY_ASSIGN_OR_RETURN(PolicyCheckpoint policy, LoadPolicyCheckpoint(config.init));
+  const int world = FleetRoleCount(root, "learner");
+  const std::string metrics_endpoint = root.Table("fleet").String("metrics_endpoint", "");
+  LearnerRank rank(ctx, std::move(config), std::move(policy), world);
+  return rank.Run(metrics_endpoint);
+}
+
+}  // namespace orrery::rl_actors

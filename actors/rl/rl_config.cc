@@ -1,0 +1,61 @@
+#include "actors/rl/rl_config.h"
+
+namespace orrery::rl_actors {
+
+RlConfig ReadRlConfig(ConfigTable& root) {
+  RlConfig c;
+  ConfigTable t = root.Table("rl");
+  c.init = t.Path("init", "");
+  c.steps = t.Int("steps", c.steps, 1);
+  c.groups_per_step = static_cast<int>(t.Int("groups_per_step", c.groups_per_step, 1, 1 << 16));
+  c.group_size = static_cast<int>(t.Int("group_size", c.group_size, 1, 1 << 12));
+  c.sync = t.Bool("sync", c.sync);
+  c.table = t.String("table", c.table);
+  c.checkpoint_every = t.Int("checkpoint_every", c.checkpoint_every, 1);
+  c.keep_checkpoints = t.Int("keep_checkpoints", c.keep_checkpoints, 1);
+  c.keep_weights = t.Int("keep_weights", c.keep_weights, 1);
+  c.eval_tasks = static_cast<int>(t.Int("eval_tasks", c.eval_tasks, 0, 1 << 20));
+  c.eval_temperature = t.Float("eval_temperature", c.eval_temperature, 0.0, 100.0);
+  c.gloo_timeout_ms = t.Int("gloo_timeout_ms", c.gloo_timeout_ms, 100);
+  if (c.table.empty()) t.Fail("table", "expected a table name");
+
+  ConfigTable r = t.Table("rollout");
+  c.slots = static_cast<int>(r.Int("slots", c.slots, 1, 4096));
+  c.agent.sampling.temperature = r.Float("temperature", 1.0, 0.0, 100.0);
+  c.agent.sampling.top_p = r.Float("top_p", 1.0, 1e-6, 1.0);
+  c.agent.max_turns = static_cast<int>(r.Int("max_turns", 3, 1, 1000));
+  c.agent.max_turn_tokens = static_cast<int>(r.Int("max_turn_tokens", 64, 1, 1 << 20));
+  c.agent.max_episode_tokens = static_cast<int>(r.Int("max_episode_tokens", 320, 2, 1 << 24));
+  c.agent.env_timeout_seconds = r.Float("env_timeout_s", 30.0, 0.001, 86400.0);
+  c.weight_poll_ms = r.Int("weight_poll_ms", c.weight_poll_ms, 1, 3600 * 1000);
+
+  ConfigTable l = t.Table("learner");
+  rl::RlTrainerOptions& o = c.trainer;
+  o.lr = l.Float("lr", 1e-4, 0.0, 10.0);
+  o.adamw.beta1 = l.Float("beta1", o.adamw.beta1, 0.0, 0.999999);
+  o.adamw.beta2 = l.Float("beta2", o.adamw.beta2, 0.0, 0.999999);
+  o.adamw.eps = l.Float("eps", o.adamw.eps, 0.0, 1.0);
+  o.adamw.weight_decay = l.Float("weight_decay", 0.0, 0.0, 10.0);
+  o.max_grad_norm = l.Float("max_grad_norm", o.max_grad_norm);
+  const std::string advantage = l.Enum("advantage", "grpo", {"grpo", "dr_grpo", "rloo"});
+  if (StatusOr<rl::AdvantageKind> k = rl::ParseAdvantageKind(advantage); k.ok()) o.advantage = *k;
+  o.max_staleness = l.Int("max_staleness", o.max_staleness, -1);
+  o.routing_replay = l.Bool("routing_replay", o.routing_replay);
+  o.skip_uniform_groups = l.Bool("skip_uniform_groups", o.skip_uniform_groups);
+  o.micro_batch_tokens = l.Int("micro_batch_tokens", o.micro_batch_tokens, 16);
+  o.loss.clip_low = l.Float("clip_low", o.loss.clip_low, 0.0, 1.0);
+  o.loss.clip_high = l.Float("clip_high", o.loss.clip_high, 0.0, 10.0);
+  const std::string correction = l.Enum("correction", "truncate", {"none", "truncate", "mask"});
+  if (auto v = rl::ParseIsCorrection(correction); v.ok()) o.loss.correction = *v;
+  const std::string level = l.Enum("level", "token", {"token", "sequence", "geometric"});
+  if (auto v = rl::ParseIsLevel(level); v.ok()) o.loss.level = *v;
+  o.loss.is_cap = l.Float("is_cap", o.loss.is_cap, 1.0 + 1e-9, 1e6);
+  o.loss.entropy_coef = l.Float("entropy_coef", o.loss.entropy_coef, -10.0, 10.0);
+  o.loss.kl_coef = l.Float("kl_coef", o.loss.kl_coef, 0.0, 10.0);
+  o.temperature = c.agent.sampling.temperature > 0 ? c.agent.sampling.temperature : 1.0;
+  if (o.loss.kl_coef > 0)
+    l.Fail("kl_coef", "needs a reference policy, which the RL phase does not keep yet: expected 0");
+  return c;
+}
+
+}  // namespace orrery::rl_actors

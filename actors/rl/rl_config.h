@@ -1,0 +1,73 @@
+// The [rl] section: what the RL phase trains, from which policy, with which fleet settings.
+//
+//   [rl]
+//   init = "runs/demo/pretrain"   # the policy to start from: a checkpoint, checkpoints or run
+//                                 #   directory (relative to the config file)
+//   steps = 120                   # learner updates (policy versions) of the phase
+//   groups_per_step = 8           # groups per update, over all learner ranks
+//   group_size = 8                # G: episodes per task
+//   sync = false                  # true: rollouts wait for every update (`orrery launch --sync`)
+//   table = "trajectories"        # the replay table rollouts insert into and learners sample
+//   checkpoint_every = 10         # learner checkpoints (RUN/rl/checkpoints), newest kept
+//   keep_checkpoints = 2
+//   keep_weights = 3              # published versions kept in RUN/rl/weights
+//   eval_tasks = 50               # test-split tasks scored before and after the phase
+//   eval_temperature = 0.0        # 0: greedy
+//   gloo_timeout_ms = 60000       # learner-rank rendezvous and collectives
+//
+//   [rl.rollout]
+//   slots = 16                    # episodes decoded together (continuous batching)
+//   temperature = 1.0  top_p = 1.0
+//   max_turns = 3  max_turn_tokens = 64  max_episode_tokens = 320
+//   env_timeout_s = 30
+//   weight_poll_ms = 200          # how often a rollout actor looks for a newer version
+//
+//   [rl.learner]
+//   lr = 1e-4  beta1 = 0.9  beta2 = 0.95  eps = 1e-8  weight_decay = 0.0  max_grad_norm = 1.0
+//   advantage = "grpo"            # grpo | dr_grpo | rloo
+//   max_staleness = 4             # η (also the replay table's window)
+//   routing_replay = true         # R3
+//   skip_uniform_groups = true    # DAPO dynamic sampling
+//   micro_batch_tokens = 2048
+//   clip_low = 0.2  clip_high = 0.28  correction = "truncate"  level = "token"  is_cap = 5.0
+//   entropy_coef = 0.0  kl_coef = 0.0
+//
+// The environment comes from [env] (env/registry.h), the replay store from [replay], the actors
+// from [fleet] (roles "replay", "rollout", "learner"). Read strictly: unknown keys, wrong types and
+// out-of-range values fail naming the file, line and key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+#include "learner/rl/rl_trainer.h"
+#include "rollout/agent_loop.h"
+
+namespace orrery::rl_actors {
+
+struct RlConfig {
+  std::string init;
+  int64_t steps = 120;
+  int groups_per_step = 8;
+  int group_size = 8;
+  bool sync = false;
+  std::string table = "trajectories";
+  int64_t checkpoint_every = 10;
+  int64_t keep_checkpoints = 2;
+  int64_t keep_weights = 3;
+  int eval_tasks = 50;
+  double eval_temperature = 0.0;
+  int64_t gloo_timeout_ms = 60000;
+
+  int slots = 16;
+  rollout::AgentOptions agent;
+  int64_t weight_poll_ms = 200;
+
+  rl::RlTrainerOptions trainer;
+};
+
+// Reads root.[rl]; problems are recorded in the document (see ConfigDocument::Finish).
+RlConfig ReadRlConfig(ConfigTable& root);
+
+}  // namespace orrery::rl_actors

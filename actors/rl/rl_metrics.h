@@ -1,0 +1,31 @@
+// The RL actors' metric records, named as docs/dashboard.md lists them (the contract with the
+// dashboard and Prometheus): reward and rollout series from finished groups, learner and routing
+// series from an update.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/metrics.h"
+#include "learner/rl/rl_trainer.h"
+#include "model/model.h"
+#include "rollout/agent_loop.h"
+
+namespace orrery::rl_actors {
+
+// reward/* (overall and per environment) and rollout/* over `groups`; `generation_seconds` is the
+// engine time that produced them (for rollout/generation_tokens_per_second; <= 0 leaves it out).
+MetricRecord RolloutRecord(const std::string& source, int64_t step,
+                           const std::vector<rollout::TrajectoryGroup>& groups,
+                           int64_t generated_tokens, double generation_seconds);
+
+struct WeightSyncTimes {
+  double snapshot_seconds = 0, write_seconds = 0;
+};
+
+// learner/* and routing/* of one update. `model` supplies the Quantile Balancing biases.
+MetricRecord LearnerRecord(const std::string& source, const rl::RlStepStats& stats,
+                           model::Model& model, int64_t tokens_total, int64_t max_staleness,
+                           const WeightSyncTimes& sync);
+
+}  // namespace orrery::rl_actors

@@ -1,0 +1,265 @@
+// The "rollout" role (rl_roles.h): an agent loop on the newest published policy, feeding the
+// replay store.
+//
+// Tasks: instance i of N takes train-split task indices i, i + N, i + 2N, ... Its cursor (the
+// first task whose group the store has not acknowledged) is kept in its state directory, so a
+// restarted instance re-issues exactly the groups that were in flight when it died.
+// Weights: every weight_poll_ms it looks for a newer version in RUN/rl/weights and applies it
+// between engine steps (episodes in flight continue: partial rollouts).
+// Async mode keeps every slot busy; sync mode generates this instance's share of one update's
+// groups with version v, then waits for version v + 1.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "actors/metrics/metrics_publisher.h"
+#include "actors/replay/client.h"
+#include "actors/rl/fleet_counts.h"
+#include "actors/rl/rl_config.h"
+#include "actors/rl/rl_metrics.h"
+#include "actors/rl/rl_roles.h"
+#include "actors/rl/rl_run.h"
+#include "actors/rl/trajectory_convert.h"
+#include "actors/runtime/role.h"
+#include "core/logging.h"
+#include "core/run_config.h"
+#include "core/safetensors.h"
+#include "env/registry.h"
+#include "learner/policy_checkpoint.h"
+#include "learner/rl/weight_store.h"
+#include "rollout/model_backend.h"
+
+namespace orrery::rl_actors {
+namespace {
+
+// The persisted task cursor of one rollout instance (see above).
+class TaskCursor {
+ public:
+  TaskCursor(std::string path, int index, int count)
+      : path_(std::move(path)), index_(index), count_(count) {}
+
+  Status Load() {
+    std::ifstream in(path_);
+    if (in && !(in >> committed_)) return DataLossError(path_ + ": damaged task cursor");
+    next_ = committed_;
+    return Status::OK();
+  }
+  // The next task index to issue.
+  uint64_t Issue() { return TaskIndex(next_++); }
+  // Marks a task's group acknowledged; persists the cursor when it moves.
+  Status Acknowledge(uint64_t task_index) {
+    done_.insert((task_index - static_cast<uint64_t>(index_)) / static_cast<uint64_t>(count_));
+    const uint64_t before = committed_;
+    while (done_.count(committed_)) done_.erase(committed_++);
+    if (committed_ == before) return Status::OK();
+    return WriteFileAtomic(path_, std::to_string(committed_) + "\n");
+  }
+  uint64_t committed() const { return committed_; }
+
+ private:
+  uint64_t TaskIndex(uint64_t k) const {
+    return static_cast<uint64_t>(index_) + k * static_cast<uint64_t>(count_);
+  }
+  std::string path_;
+  int index_, count_;
+  uint64_t committed_ = 0, next_ = 0;
+  std::set<uint64_t> done_;
+};
+
+class RolloutActor {
+ public:
+  RolloutActor(ActorContext& ctx, RlConfig config, std::unique_ptr<env::Env> env,
+               PolicyCheckpoint policy, int count)
+      : ctx_(ctx),
+        config_(std::move(config)),
+        env_(std::move(env)),
+        policy_(std::move(policy)),
+        count_(count),
+        paths_(ctx.run_dir()),
+        weights_(paths_.weights, config_.keep_weights),
+        cursor_(ctx.state_dir() + "/task_cursor", ctx.index(), count) {}
+
+  Status Run(const std::string& metrics_endpoint, uint64_t seed) {
+    ORRERY_RETURN_IF_ERROR(cursor_.Load());
+    ORRERY_ASSIGN_OR_RETURN(backend_,
+                            rollout::ModelBackend::Create(policy_.model.get(), config_.slots,
+                                                          config_.agent.max_episode_tokens));
+    rollout::AgentOptions agent = config_.agent;
+    agent.seed = seed;
+    loop_ = std::make_unique<rollout::AgentLoop>(backend_.get(), policy_.format.get(), env_.get(),
+                                                 agent);
+    ORRERY_RETURN_IF_ERROR(PollWeights());
+    ORRERY_ASSIGN_OR_RETURN(std::string replay,
+                            ctx_.fleet().Lookup("replay", std::chrono::seconds(60)));
+    ORRERY_ASSIGN_OR_RETURN(replay_, replay::ReplayClient::Connect(replay, &ctx_.zmq()));
+    ORRERY_ASSIGN_OR_RETURN(
+        metrics_, MetricsPublisher::Open({ActorMetricsFile(ctx_.run_dir(), "rollout", ctx_.index()),
+                                          metrics_endpoint}));
+    ctx_.SetReady();
+    ORRERY_LOG(INFO) << "policy version " << loop_->version() << ", task cursor "
+                     << cursor_.committed() << ", " << (config_.sync ? "sync" : "async")
+                     << " mode, " << config_.slots << " slots";
+
+    auto last_poll = std::chrono::steady_clock::now();
+    while (!ctx_.stop().cancelled()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_poll >= std::chrono::milliseconds(config_.weight_poll_ms)) {
+        ORRERY_RETURN_IF_ERROR(PollWeights());
+        last_poll = now;
+      }
+      if (loop_->version() >= config_.steps) {  // the learner is done: nothing left to feed
+        ctx_.stop().WaitFor(std::chrono::milliseconds(200));
+        continue;
+      }
+      Refill();
+      if (loop_->idle()) {
+        ctx_.stop().WaitFor(std::chrono::milliseconds(config_.sync ? 20 : 50));
+        continue;
+      }
+      const auto step_start = std::chrono::steady_clock::now();
+      const int64_t generated_before = loop_->stats().tokens_generated;
+      ORRERY_ASSIGN_OR_RETURN(std::vector<rollout::TrajectoryGroup> done, loop_->Step());
+      generation_seconds_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      generated_tokens_ += loop_->stats().tokens_generated - generated_before;
+      for (const rollout::TrajectoryGroup& g : done) ORRERY_RETURN_IF_ERROR(Insert(g));
+      if (!done.empty()) Report(done);
+    }
+    return Status::OK();
+  }
+
+ private:
+  int Share() const {
+    const int n = config_.groups_per_step;
+    return n / count_ + (ctx_.index() < n % count_ ? 1 : 0);
+  }
+
+  // Queues new groups: enough to keep every slot busy (async), or this instance's share of the
+  // current version's update (sync).
+  void Refill() {
+    if (config_.sync) {
+      if (sync_version_ != loop_->version()) {
+        sync_version_ = loop_->version();
+        sync_issued_ = 0;
+      }
+      while (sync_issued_ < Share()) {
+        AddGroup();
+        ++sync_issued_;
+      }
+      return;
+    }
+    while (loop_->active_episodes() + loop_->queued_episodes() < config_.slots) AddGroup();
+  }
+
+  void AddGroup() {
+    const uint64_t task_index = cursor_.Issue();
+    StatusOr<env::TaskRef> task = env_->Task(env::Split::kTrain, task_index);
+    if (!task.ok()) {
+      ORRERY_LOG(ERROR) << "task " << task_index << ": " << task.status().message();
+      return;
+    }
+    loop_->AddGroup(*task, task_index, config_.group_size);
+  }
+
+  Status PollWeights() {
+    StatusOr<int64_t> latest = weights_.Latest();
+    if (!latest.ok()) {
+      if (latest.status().code() == StatusCode::kNotFound) return Status::OK();
+      return latest.status();
+    }
+    if (*latest <= loop_->version()) return Status::OK();
+    rl::LoadTimings timings;
+    StatusOr<std::vector<std::pair<std::string, Tensor>>> named = weights_.Load(*latest, &timings);
+    if (!named.ok()) {
+      // Deleted between Latest and Load (the learner keeps only the newest few): next poll.
+      if (named.status().code() == StatusCode::kNotFound) return Status::OK();
+      return named.status();
+    }
+    ORRERY_RETURN_IF_ERROR(loop_->UpdateWeights(*named, *latest));
+    MetricRecord r;
+    r.time = UnixSeconds();
+    r.source = ctx_.name();
+    r.step = *latest;
+    r.scalars["rollout/weight_load_seconds"] = timings.read_seconds;
+    if (metrics_) (void)metrics_->Publish(r);
+    return Status::OK();
+  }
+
+  // Inserts one finished group, retrying while the store applies back-pressure; acknowledges
+  // the task only once the store acknowledged the group.
+  Status Insert(const rollout::TrajectoryGroup& g) {
+    replay::ItemInput item;
+    item.group_id = g.group_id;
+    int64_t min_version = INT64_MAX;
+    for (const rollout::Trajectory& t : g.trajectories) {
+      item.trajectories.push_back(replay::EncodeTrajectory(ToReplayTrajectory(t)));
+      item.tokens += t.size();
+      min_version = std::min(min_version, t.min_policy_version());
+    }
+    item.min_policy_version = g.trajectories.empty() ? 0 : min_version;
+    while (!ctx_.stop().cancelled()) {
+      StatusOr<replay::InsertReply> reply = replay_->Insert(config_.table, item, 500);
+      if (reply.ok()) {
+        if (reply->dropped_stale) ++stale_dropped_;
+        return cursor_.Acknowledge(g.group_id);
+      }
+      if (reply.status().code() != StatusCode::kDeadlineExceeded &&
+          reply.status().code() != StatusCode::kUnavailable) {
+        return reply.status().WithContext("replay insert");
+      }
+    }
+    return Status::OK();  // stopping: the group is re-issued by the next start
+  }
+
+  void Report(const std::vector<rollout::TrajectoryGroup>& groups) {
+    MetricRecord r = RolloutRecord(ctx_.name(), loop_->version(), groups, generated_tokens_,
+                                   generation_seconds_);
+    r.scalars["rollout/groups_total"] = static_cast<double>(loop_->stats().groups_finished);
+    r.scalars["rollout/stale_dropped_total"] = static_cast<double>(stale_dropped_);
+    r.scalars["rollout/format_errors_total"] = static_cast<double>(loop_->stats().format_errors);
+    generated_tokens_ = 0;
+    generation_seconds_ = 0;
+    if (Status s = metrics_->Publish(r); !s.ok()) ORRERY_LOG(WARN) << s.message();
+  }
+
+  ActorContext& ctx_;
+  RlConfig config_;
+  std::unique_ptr<env::Env> env_;
+  PolicyCheckpoint policy_;
+  int count_;
+  RlRunPaths paths_;
+  rl::WeightStore weights_;
+  TaskCursor cursor_;
+  std::unique_ptr<rollout::ModelBackend> backend_;
+  std::unique_ptr<rollout::AgentLoop> loop_;
+  std::unique_ptr<replay::ReplayClient> replay_;
+  std::unique_ptr<MetricsPublisher> metrics_;
+  int64_t sync_version_ = -1;
+  int sync_issued_ = 0;
+  int64_t stale_dropped_ = 0;
+  int64_t generated_tokens_ = 0;
+  double generation_seconds_ = 0;
+};
+
+}  // namespace
+
+Status RolloutMain(ActorContext& ctx) {
+  ConfigTable root = ctx.config_root();
+  const RunConfig run = ReadRunConfig(root);
+  ORRERY_ASSIGN_OR_RETURN(RlConfig config,
+                          ResolveRlConfig(ReadRlConfig(root), RlRunPaths(ctx.run_dir())));
+  env::EnvRegistry registry;
+  env::RegisterBuiltinEnvs(registry);
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Env> env, env::CreateEnvFromConfig(root, registry));
+  ORRERY_ASSIGN_OR_RETURN(PolicyCheckpoint policy, LoadPolicyCheckpoint(config.init));
+  const int count = FleetRoleCount(root, "rollout");
+  const std::string metrics_endpoint = root.Table("fleet").String("metrics_endpoint", "");
+  // Distinct sampling streams per instance; the same after a restart (re-issued groups repeat).
+  const uint64_t seed = run.seed * 1000003ull + static_cast<uint64_t>(ctx.index()) + 1;
+  RolloutActor actor(ctx, std::move(config), std::move(env), std::move(policy), count);
+  return actor.Run(metrics_endpoint, seed);
+}
+
+}  // namespace orrery::rl_actors

@@ -1,0 +1,79 @@
+#include "learner/pretrain_job.h"
+
+#include <cstdio>
+
+#include "learner/data_prepare.h"
+#include "learner/hybrid_trainable.h"
+#include "model/chat_format.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace orrery {
+
+StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options) {
+  const PretrainConfig* config = &options.config;
+  const int threads = ApplyRunConfig(config->run);
+  const std::string& run_dir = options.run_dir;
+
+  StatusOr<TokenDataset> data = TokenDataset::Open(config->data_dir);
+  if (!data.ok()) return data.status().WithContext("pretrain.data");
+  StatusOr<Tokenizer> tokenizer = Tokenizer::Load(config->data_dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return tokenizer.status();
+  StatusOr<ChatFormat> format = ChatFormat::Create(&*tokenizer);
+  if (!format.ok()) return format.status();
+  StatusOr<std::string> model_text = ReadInput(config->model_path);
+  if (!model_text.ok()) return model_text.status();
+  StatusOr<std::string> tokenizer_text = ReadInput(config->data_dir + "/tokenizer.json");
+  if (!tokenizer_text.ok()) return tokenizer_text.status();
+
+  StatusOr<std::unique_ptr<model::Model>> model =
+      model::Model::Create(config->model, config->run.seed);
+  if (!model.ok()) return model.status();
+  HybridTrainable trainable(model->get());
+
+  PretrainerOptions o;
+  o.config = *config;
+  o.run_dir = run_dir;
+  o.max_steps = options.max_steps;
+  o.resume = options.resume;
+  o.pad_id = format->pad_id();
+  o.checkpoint_files = {{"model.toml", *model_text}, {"tokenizer.json", *tokenizer_text}};
+  int64_t params = 0;
+  for (const ParamRef& p : trainable.Parameters()) params += p.value.numel();
+  std::printf(
+      "pretrain: model %s (%lld parameters), data %s (%lld documents, %lld tokens), "
+      "%zu stages, %lld steps, %d threads, run dir %s\n",
+      config->model.name.c_str(), static_cast<long long>(params), config->data_dir.c_str(),
+      static_cast<long long>(data->num_documents()), static_cast<long long>(data->num_tokens()),
+      config->stages.size(), static_cast<long long>(config->total_steps()), threads,
+      run_dir.c_str());
+  std::fflush(stdout);
+  StatusOr<std::unique_ptr<Pretrainer>> trainer = Pretrainer::Create(o, &trainable, &*data);
+  if (!trainer.ok()) return trainer.status();
+  StatusOr<PretrainSummary> s = (*trainer)->Run();
+  if (!s.ok()) return s.status();
+
+  std::printf("\npretrain summary: %s after %lld steps, %lld tokens in %.0f s (%.0f tokens/s)\n",
+              s->finished ? "finished" : "stopped", static_cast<long long>(s->steps),
+              static_cast<long long>(s->tokens), s->seconds, s->tokens_per_second);
+  std::printf("  %-12s %8s %6s %14s %14s %12s\n", "stage", "seq_len", "steps", "held-out start",
+              "held-out end", "train loss");
+  for (const StageSummary& st : s->stages) {
+    auto fmt = [](double v) {
+      char b[32];
+      if (v < 0) return std::string("-");
+      std::snprintf(b, sizeof(b), "%.4f", v);
+      return std::string(b);
+    };
+    std::printf("  %-12s %8lld %6lld %14s %14s %12s\n", st.name.c_str(),
+                static_cast<long long>(st.seq_len), static_cast<long long>(st.steps),
+                fmt(st.first_eval_loss).c_str(), fmt(st.last_eval_loss).c_str(),
+                fmt(st.last_train_loss).c_str());
+  }
+  std::printf("  checkpoint: %s\n  metrics: %s/metrics.jsonl\n", s->last_checkpoint.c_str(),
+              run_dir.c_str());
+  std::fflush(stdout);
+  return s;
+}
+
+}  // namespace orrery
