@@ -167,6 +167,11 @@ class LearnerRank {
             items.status().code() == StatusCode::kUnavailable) {
           continue;
         }
+        // Cancelled: the store is stopping with the fleet; wait for this rank's own stop.
+        if (items.status().code() == StatusCode::kCancelled) {
+          ctx_.stop().WaitFor(std::chrono::milliseconds(200));
+          continue;
+        }
         return items.status().WithContext("replay sample");
       }
       for (const replay::SampledItem& item : *items) {

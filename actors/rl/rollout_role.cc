@@ -205,6 +205,8 @@ class RolloutActor {
         if (reply->dropped_stale) ++stale_dropped_;
         return cursor_.Acknowledge(g.group_id);
       }
+      // Cancelled: the store is stopping with the fleet; this actor's stop follows.
+      if (reply.status().code() == StatusCode::kCancelled) break;
       if (reply.status().code() != StatusCode::kDeadlineExceeded &&
           reply.status().code() != StatusCode::kUnavailable) {
         return reply.status().WithContext("replay insert");

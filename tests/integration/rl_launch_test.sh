@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The main job in miniature, with real processes: `orrery launch` pretrains a very small hybrid
+# model, scores it, runs the RL fleet (replay store, 2 rollout actors, 2 learner ranks over Gloo)
+# to its last policy version and prints the summary. Then the same run with faults: a rollout
+# actor and a learner rank are SIGKILLed mid-run; the supervisor restarts them, the rollout
+# re-issues its unacknowledged groups, the learner ranks resume together from the last checkpoint
+# (re-using the batch the dead rank had logged), and the run still ends with its summary.
+# usage: rl_launch_test.sh ORRERY_BINARY
+set -euo pipefail
+orrery="$1"
+tmp="$(mktemp -d)"
+launch_pid=""
+cleanup() {
+  if [ -n "$launch_pid" ]; then kill "$launch_pid" 2>/dev/null || true; wait "$launch_pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -40 "$f" >&2; }; done
+  exit 1
+}
+
+# --- data: calculator transcripts (difficulty 1) and a little plain text.
+"$orrery" env synth --env calc --count 300 --seed 1 --difficulty 1 --out "$tmp/calc.jsonl" >/dev/null
+for i in $(seq 1 40); do echo "in the beginning was the word and the word was with the light."; done \
+  >"$tmp/text.txt"
+"$orrery" tokenizer train --input "$tmp/text.txt" "$tmp/calc.jsonl" --vocab-size 320 \
+  --out "$tmp/tokenizer.json" >/dev/null
+"$orrery" data prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/text.txt" "$tmp/calc.jsonl" \
+  --out "$tmp/data" --heldout-fraction 0.1 --seed 3 >/dev/null
+
+cat >"$tmp/model.toml" <<'EOF'
+[model]
+name = "rl-test"
+vocab_size = 320
+hidden_size = 32
+num_layers = 2
+full_attn_layers = [2]
+first_k_dense = 1
+dense_intermediate = 64
+max_seq_len = 512
+[model.kda]
+heads = 2
+head_k_dim = 16
+head_v_dim = 16
+decay_rank = 16
+chunk_size = 16
+[model.mla]
+heads = 2
+q_lora_rank = 16
+kv_lora_rank = 16
+qk_nope_head_dim = 8
+qk_rope_head_dim = 8
+v_head_dim = 16
+[model.moe]
+num_experts = 4
+top_k = 2
+expert_intermediate = 32
+shared_intermediate = 32
+latent_dim = 16
+EOF
+
+# write_config FILE RUN_DIR
+write_config() {
+  cat >"$1" <<EOF
+[run]
+name = "rl-test"
+dir = "$2"
+seed = 5
+threads = 1
+[pretrain]
+model = "model.toml"
+data = "data"
+tokens_per_step = 1024
+micro_batch_tokens = 512
+eval_every = 2
+eval_tokens = 512
+checkpoint_every = 2
+keep_checkpoints = 1
+[optimizer]
+lr = 3e-3
+warmup_steps = 1
+[[stages]]
+name = "s256"
+seq_len = 256
+tokens = 4096
+[env]
+name = "calc"
+[env.calc]
+seed = 4
+difficulty = 1
+[replay]
+path = "$2/replay/db"
+checkpoint_dir = "$2/replay/checkpoints"
+[[replay.tables]]
+name = "trajectories"
+preset = "queue"
+max_size = 8
+max_staleness = 4
+[rl]
+steps = 8
+groups_per_step = 4
+group_size = 4
+checkpoint_every = 2
+keep_checkpoints = 2
+eval_tasks = 6
+gloo_timeout_ms = 8000
+[rl.rollout]
+slots = 8
+max_turns = 2
+max_turn_tokens = 24
+max_episode_tokens = 240
+[rl.learner]
+lr = 1e-3
+skip_uniform_groups = false   # a barely trained model rarely passes: train on every group
+micro_batch_tokens = 1024
+[fleet]
+transport = "ipc"
+heartbeat_ms = 200
+heartbeat_timeout_ms = 5000
+restart_backoff_ms = 100
+restart_backoff_max_ms = 1000
+restart_budget = 6
+shutdown_grace_ms = 3000
+metrics_endpoint = "ipc://$2/fleet/metrics.sock"
+dashboard = true
+[[fleet.roles]]
+role = "replay"
+[[fleet.roles]]
+role = "rollout"
+count = 2
+[[fleet.roles]]
+role = "learner"
+count = 2
+EOF
+}
+
+# --- 1. the whole job.
+write_config "$tmp/rl.toml" "$tmp/run1"
+timeout 240 "$orrery" launch "$tmp/rl.toml" >"$tmp/run1.log" 2>&1 || fail "launch exited $?"
+grep -q "pretrain summary: finished" "$tmp/run1.log" || fail "no pretraining summary"
+grep -q "dashboard: http://127.0.0.1:" "$tmp/run1.log" || fail "no dashboard address"
+grep -qE "pass rate +before [0-9.]+% \([0-9]+/6\) -> after [0-9.]+% \([0-9]+/6\)" "$tmp/run1.log" ||
+  fail "no pass-rate summary"
+[ -d "$tmp/run1/rl/checkpoints/step-00000008" ] || fail "no final RL checkpoint"
+grep -q '"learner/loss"' "$tmp/run1/learner-0/metrics.jsonl" || fail "no learner metrics"
+grep -q '"reward/pass_rate"' "$tmp/run1/rollout-1/metrics.jsonl" || fail "no rollout metrics"
+grep -q "rank 1/2 at version 0" "$tmp/run1.log" || fail "the second learner rank did not run"
+# Both rollout actors inserted groups, and the RL checkpoint generates on its own.
+for i in 0 1; do [ -s "$tmp/run1/actors/rollout-$i/task_cursor" ] || fail "rollout-$i acknowledged nothing"; done
+"$orrery" generate --checkpoint "$tmp/run1/rl/checkpoints" --prompt "What is 2 + 3?" \
+  --max-tokens 8 >/dev/null || fail "generate from the RL checkpoint"
+
+# --- 2. faults: SIGKILL a rollout actor, then a learner rank.
+pid_of() { pgrep -f -- "actor $1 --index $2 .*$tmp/faults.toml" | head -1; }
+wait_version() {  # wait_version V: a published policy version >= V
+  for _ in $(seq 1 600); do
+    for f in "$tmp"/run2/rl/weights/v-*.safetensors; do
+      [ -e "$f" ] || continue
+      v=$((10#$(basename "$f" .safetensors | sed 's/^v-//')))
+      [ "$v" -ge "$1" ] && return 0
+    done
+    kill -0 "$launch_pid" 2>/dev/null || fail "launch ended before version $1"
+    sleep 0.1
+  done
+  fail "version $1 was not published in time"
+}
+write_config "$tmp/faults.toml" "$tmp/run2"
+timeout 300 "$orrery" launch "$tmp/faults.toml" >"$tmp/run2.log" 2>&1 &
+launch_pid=$!
+wait_version 2
+pid="$(pid_of rollout 0)"
+[ -n "$pid" ] || fail "no rollout:0 process"
+kill -9 "$pid"
+wait_version 3
+pid="$(pid_of learner 1)"
+[ -n "$pid" ] || fail "no learner:1 process"
+kill -9 "$pid"
+if ! wait "$launch_pid"; then launch_pid=""; fail "launch with faults exited non-zero"; fi
+launch_pid=""
+grep -q "rollout:0 ended (killed by signal 9" "$tmp/run2.log" ||
+  fail "the rollout actor's death was not noticed"
+grep -q "learner:1 ended" "$tmp/run2.log" || fail "the learner rank's death was not noticed"
+grep -q "restored .*rl/checkpoints/step-" "$tmp/run2.log" || fail "the learner ranks did not resume from a checkpoint"
+[ -d "$tmp/run2/rl/checkpoints/step-00000008" ] || fail "the run with faults did not finish"
+grep -qE "pass rate +before .* -> after " "$tmp/run2.log" || fail "no summary after faults"
+echo "rl launch: ok"
