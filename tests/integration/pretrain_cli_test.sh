@@ -102,6 +102,7 @@ write_config "$tmp/pretrain.toml"
 # --- pretrain, stopped after 3 of 4 steps, then resumed to the end.
 "$orrery" pretrain --config "$tmp/pretrain.toml" --out "$tmp/run" --max-steps 3 >"$tmp/p1.txt" 2>&1 ||
   fail "pretrain failed: $(cat "$tmp/p1.txt")"
+grep -q " 2 threads" "$tmp/p1.txt" || fail "[run] threads = 2 not applied: $(head -3 "$tmp/p1.txt")"
 grep -q "pretrain summary: stopped after 3 steps" "$tmp/p1.txt" || fail "no summary: $(cat "$tmp/p1.txt")"
 [ -f "$tmp/run/metrics.jsonl" ] || fail "no metrics.jsonl"
 [ -f "$tmp/run/checkpoints/step-00000003/model.safetensors" ] || fail "no checkpoint at step 3"
@@ -130,6 +131,13 @@ PY
 "$orrery" generate --checkpoint "$tmp/run" --prompt "What is 2+3?" --max-tokens 8 >"$tmp/g.txt" 2>&1 ||
   fail "generate failed: $(cat "$tmp/g.txt")"
 grep -q "generated: " "$tmp/g.txt" || fail "no generation: $(cat "$tmp/g.txt")"
+# A prompt near the limit: generation stops at max_seq_len instead of failing.
+"$orrery" generate --checkpoint "$tmp/run" --prompt "$(python3 -c 'print("one two three " * 20)')" \
+  --max-tokens 400 >"$tmp/g2.txt" 2>&1 || fail "generate near max_seq_len failed: $(cat "$tmp/g2.txt")"
+# ORRERY_NUM_THREADS takes precedence over [run] threads.
+ORRERY_NUM_THREADS=3 "$orrery" pretrain --config "$tmp/pretrain.toml" --out "$tmp/run3" --max-steps 1 \
+  >"$tmp/p3.txt" 2>&1 || fail "pretrain failed: $(cat "$tmp/p3.txt")"
+grep -q " 3 threads" "$tmp/p3.txt" || fail "ORRERY_NUM_THREADS did not win: $(head -3 "$tmp/p3.txt")"
 expect_error "max_seq_len" "$orrery" generate --checkpoint "$tmp/run" \
   --prompt "$(python3 -c 'print("one two three " * 200)')" --max-tokens 4
 
