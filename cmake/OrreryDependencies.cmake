@@ -21,12 +21,15 @@ if(NOT ORRERY_GPU_ONLY)
   pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
 endif()
 
+# NCCL (CUDA builds; no CMake config and no static library: deps.md): NCCL::nccl when libnccl and
+# nccl.h are found, else the NCCL communicator is compiled out (learner/comm).
 if(ORRERY_WITH_CUDA)
   find_library(ORRERY_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
   find_path(ORRERY_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
   if(ORRERY_NCCL_LIBRARY AND ORRERY_NCCL_INCLUDE)
-    add_library(orrery_nccl SHARED IMPORTED)
-    set_target_properties(orrery_nccl PROPERTIES IMPORTED_LOCATION ${ORRERY_NCCL_LIBRARY}
+    add_library(NCCL::nccl SHARED IMPORTED)
+    set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION ${ORRERY_NCCL_LIBRARY}
                           INTERFACE_INCLUDE_DIRECTORIES ${ORRERY_NCCL_INCLUDE})
   endif()
+  message(STATUS "Orrery NCCL: ${ORRERY_NCCL_LIBRARY}")
 endif()
