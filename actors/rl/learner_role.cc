@@ -2,7 +2,8 @@
 //
 // Start: rank 0 picks the newest checkpoint in RUN/rl/checkpoints (or the initial policy) and
 // writes a new start (learner_rendezvous.h); the other ranks restore the same checkpoint; all
-// join a fresh Gloo generation (a single rank uses the local communicator).
+// join a fresh communicator generation ([rl.learner] communicator: Gloo or NCCL; a single rank
+// uses the local communicator).
 // Each update: this rank's share of groups_per_step groups is taken from its BatchLog when the
 // killed predecessor already sampled them, else sampled from the replay table (advancing the
 // table's learner version, logged as this update's batch) and logged; RlTrainer::Step; rank 0
@@ -29,6 +30,7 @@
 #include "core/safetensors.h"
 #include "learner/checkpoint.h"
 #include "learner/comm/gloo_communicator.h"
+#include "learner/comm/nccl_communicator.h"
 #include "learner/policy_checkpoint.h"
 #include "learner/rl/weight_store.h"
 #include "rollout/model_backend.h"
@@ -131,6 +133,14 @@ class LearnerRank {
     }
     if (world_ == 1) {
       comm_ = comm::MakeLocalCommunicator();
+    } else if (config_.communicator == "nccl") {
+      comm::NcclOptions o;
+      o.rank = rank_;
+      o.world_size = world_;
+      o.store_dir = paths_.gloo + "/nccl";
+      o.generation = start.generation;
+      o.timeout_ms = config_.gloo_timeout_ms;
+      ORRERY_ASSIGN_OR_RETURN(comm_, comm::CreateNcclCommunicator(o));
     } else {
       comm::GlooOptions o;
       o.rank = rank_;

@@ -1,5 +1,7 @@
 #include "actors/rl/rl_config.h"
 
+#include "learner/comm/nccl_communicator.h"
+
 namespace orrery::rl_actors {
 
 RlConfig ReadRlConfig(ConfigTable& root) {
@@ -52,6 +54,11 @@ RlConfig ReadRlConfig(ConfigTable& root) {
   o.loss.is_cap = l.Float("is_cap", o.loss.is_cap, 1.0 + 1e-9, 1e6);
   o.loss.entropy_coef = l.Float("entropy_coef", o.loss.entropy_coef, -10.0, 10.0);
   o.loss.kl_coef = l.Float("kl_coef", o.loss.kl_coef, 0.0, 10.0);
+  c.communicator = l.Enum("communicator", c.communicator, {"gloo", "nccl"});
+  if (c.communicator == "nccl" && !comm::NcclAvailable()) {
+    l.Fail("communicator",
+           "\"nccl\" needs a build with CUDA and NCCL (this one has no NCCL): expected \"gloo\"");
+  }
   o.temperature = c.agent.sampling.temperature > 0 ? c.agent.sampling.temperature : 1.0;
   if (o.loss.kl_coef > 0)
     l.Fail("kl_coef", "needs a reference policy, which the RL phase does not keep yet: expected 0");

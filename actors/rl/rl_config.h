@@ -31,6 +31,9 @@
 //   micro_batch_tokens = 2048
 //   clip_low = 0.2  clip_high = 0.28  correction = "truncate"  level = "token"  is_cap = 5.0
 //   entropy_coef = 0.0  kl_coef = 0.0
+//   communicator = "gloo"         # learner ranks' collectives: gloo (CPU/TCP) | nccl (CUDA builds,
+//                                 #   one GPU per rank: rank % visible devices; gloo_timeout_ms
+//                                 #   bounds its rendezvous and collectives too)
 //
 // The environment comes from [env] (env/registry.h), the replay store from [replay], the actors
 // from [fleet] (roles "replay", "rollout", "learner"). Read strictly: unknown keys, wrong types and
@@ -59,6 +62,7 @@ struct RlConfig {
   int eval_tasks = 50;
   double eval_temperature = 0.0;
   int64_t gloo_timeout_ms = 60000;
+  std::string communicator = "gloo";  // [rl.learner] communicator, with more than one rank
 
   int slots = 16;
   rollout::AgentOptions agent;

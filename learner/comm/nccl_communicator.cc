@@ -72,12 +72,10 @@ class NcclCommunicator : public Communicator {
       : rank_(rank), world_size_(world_size), device_(device), timeout_(timeout) {}
 
   ~NcclCommunicator() override {
-    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
-      ORRERY_LOG(WARN) << CudaCheck(e, rank_, "cudaSetDevice").message();
-    }
+    Warn(cudaSetDevice(device_), "cudaSetDevice");
     if (comm_ != nullptr && broken_.ok()) {
-      // Flushes outstanding work (none: every collective waited for its stream) and tears down
-      // the connections, bounded by the timeout; a peer that stalls that gets the abort below.
+      // Flushes outstanding work (none: every collective waited for its stream) and closes the
+      // connections, bounded by the timeout; when that fails the communicator is aborted below.
       const Status s = AwaitNccl(comm_, ncclCommFinalize(comm_), Clock::now() + timeout_, rank_,
                                  "ncclCommFinalize", timeout_);
       if (s.ok()) {
@@ -91,18 +89,21 @@ class NcclCommunicator : public Communicator {
     }
     Abort();
     if (stream_ == nullptr) return;
-    // Freeing device memory synchronizes with the device: only do it when the stream is idle (an
-    // aborted collective may still be winding down; the process exits soon and the driver then
-    // reclaims everything).
+    // Freeing device memory synchronizes with the device, so it waits for an idle stream (an
+    // aborted collective winds down once NCCL's abort flag is set). A stream still busy after the
+    // timeout keeps its buffers: the process is exiting, and the driver reclaims them then.
+    const auto deadline = Clock::now() + timeout_;
+    Backoff backoff;
+    while (cudaStreamQuery(stream_) == cudaErrorNotReady && Clock::now() < deadline) {
+      backoff.Pause();
+    }
     if (cudaStreamQuery(stream_) != cudaSuccess) {
-      ORRERY_LOG(WARN) << Where(rank_) << "stream still busy at shutdown; buffers left to exit";
+      ORRERY_LOG(WARN) << Where(rank_) << "stream not idle at shutdown; its buffers are not freed";
       return;
     }
-    for (cudaError_t e :
-         {device_buffer_ ? cudaFree(device_buffer_) : cudaSuccess,
-          staging_ ? cudaFreeHost(staging_) : cudaSuccess, cudaStreamDestroy(stream_)}) {
-      if (e != cudaSuccess) ORRERY_LOG(WARN) << CudaCheck(e, rank_, "cuda free").message();
-    }
+    if (device_buffer_ != nullptr) Warn(cudaFree(device_buffer_), "cudaFree");
+    if (staging_ != nullptr) Warn(cudaFreeHost(staging_), "cudaFreeHost");
+    Warn(cudaStreamDestroy(stream_), "cudaStreamDestroy");
   }
 
   // Creates the stream and joins the group with the unique id shared by rank 0.
@@ -233,6 +234,11 @@ class NcclCommunicator : public Communicator {
     return Status::OK();
   }
 
+  // For teardown, where an error can only be reported.
+  void Warn(cudaError_t e, const char* call) const {
+    if (e != cudaSuccess) ORRERY_LOG(WARN) << CudaCheck(e, rank_, call).message();
+  }
+
   void Abort() {
     if (comm_ == nullptr) return;
     if (ncclResult_t r = ncclCommAbort(comm_); r != ncclSuccess && r != ncclInProgress) {
@@ -292,10 +298,13 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const NcclOptions
   } else {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    ORRERY_ASSIGN_OR_RETURN(const std::string bytes,
-                            AwaitRendezvousFile(o.store_dir, id_file, sizeof(id.internal),
-                                                std::max(left, std::chrono::milliseconds(0))));
-    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+    StatusOr<std::string> bytes = AwaitRendezvousFile(o.store_dir, id_file, sizeof(id.internal),
+                                                      std::max(left, std::chrono::milliseconds(0)));
+    if (!bytes.ok()) {
+      return Status(bytes.status().code(), Where(o.rank) + "waiting for rank 0's unique id (" +
+                                               bytes.status().message() + ")");
+    }
+    std::memcpy(id.internal, bytes->data(), sizeof(id.internal));
   }
 
   auto comm = std::make_unique<NcclCommunicator>(o.rank, o.world_size, device, timeout);
