@@ -56,6 +56,9 @@ std::string TempDir(const std::string& name) {
 
 // Runs body(rank) in `world` forked processes; returns each child's exit code (0 = passed).
 std::vector<int> RunRanks(int world, const std::function<int(int)>& body) {
+  // No NVLink multicast (NVLS): the test needs none, and on shared GPU hosts a program using it
+  // can take the GPUs out of service.
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     pid_t pid = fork();
