@@ -6,9 +6,12 @@
 #
 # BIN_DIR holds kda_gpu_tests and kda_gpu_bench (built elsewhere with -DORRERY_CUDA=ON, e.g.
 # build/tests) and, in BIN_DIR/lib, the shared libraries the GPU machine lacks (OpenBLAS and its
-# Fortran runtime). Without BIN_DIR the script builds with the gpu-machine preset first, which
-# needs OpenBLAS on that machine. fla is taken from .fla/ (a copy of fla-org/flash-linear-attention's
-# `fla` package, never committed) when it is there.
+# Fortran runtime); or all of that packed as BIN_DIR/bundle.tar.xz (smaller to carry), unpacked
+# here first. Without BIN_DIR the script builds with the gpu-machine preset first, which needs
+# OpenBLAS on that machine. fla is taken from .fla/ (a copy of fla-org/flash-linear-attention's
+# `fla` package, never committed) when it is there. Each part runs under a time limit
+# (KDA_TEST_TIMEOUT, KDA_BENCH_TIMEOUT, KDA_FLA_TIMEOUT seconds) so that the logs of the parts
+# that finished come back even when one hangs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-kda-out}"
@@ -18,16 +21,26 @@ if [[ -z "$bin" ]]; then
   cmake --preset gpu-machine >"$out/build.log" 2>&1
   cmake --build --preset gpu-machine --target kda_gpu_tests kda_gpu_bench >>"$out/build.log" 2>&1
   bin=build-gpu/tests
+elif [[ -f "$bin/bundle.tar.xz" ]]; then
+  unpacked="$(mktemp -d)"
+  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
+  bin="$unpacked"
 fi
+bin="$(cd "$bin" && pwd)"
 source scripts/env.sh
-export LD_LIBRARY_PATH="$PWD/$bin/lib:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
 export OPENBLAS_NUM_THREADS=16 ORRERY_NUM_THREADS=16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 status=0
-"$bin/kda_gpu_tests" 2>&1 | tee "$out/tests.log" || status=1
-"$bin/kda_gpu_bench" 2>&1 | tee "$out/bench.log" || status=1
+# The tensor-core backward's tests first, each test binary run in its own process so that a
+# fault in one cannot take the others' results with it.
+timeout "${KDA_TEST_TIMEOUT:-150}" "$bin/kda_gpu_tests" --gtest_filter='*TensorCoreBackward*' 2>&1 |
+  tee "$out/tests_tc_backward.log" || status=1
+timeout "${KDA_TEST_TIMEOUT:-150}" "$bin/kda_gpu_tests" --gtest_filter='-*TensorCoreBackward*' 2>&1 |
+  tee "$out/tests.log" || status=1
+timeout "${KDA_BENCH_TIMEOUT:-150}" "$bin/kda_gpu_bench" 2>&1 | tee "$out/bench.log" || status=1
 if [[ -d .fla ]]; then
-  PYTHONPATH="$PWD/.fla:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 scripts/gpu_kda_fla.py 2>&1 |
-    tee "$out/fla.log" || status=1
+  PYTHONPATH="$PWD/.fla:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 timeout "${KDA_FLA_TIMEOUT:-200}" \
+    python3 scripts/gpu_kda_fla.py 2>&1 | tee "$out/fla.log" || status=1
 fi
 exit $status

@@ -17,7 +17,8 @@
 //        terms of dq, dk, dG, dbeta, and dg = reverse cumsum of dG plus the chunk-end terms.
 // Each element of dq, dk, dG is owned by one thread (the pairwise sums run over the chunk's rows),
 // so pass 3 needs no atomics. Like the forward, the pairwise form is exact for the bounded and
-// the original gate. SIMT fp32: the tensor-core version is the next step (docs/kda.md).
+// the original gate. SIMT fp32: it serves f32 inputs and the shapes the tensor-core backward
+// (kda_backward_tc.cu) does not take.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -489,6 +490,9 @@ StatusOr<Tensor> DeviceZeros(const Shape& shape, DType dtype, Device device) {
 Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                        const Tensor& d_final_state, KdaGrads* grads) {
   ORRERY_RETURN_IF_ERROR(CheckCudaKdaSupported(p, in));
+  if (KdaTcSupported(p, in)) {
+    return LaunchKdaBackwardTc(p, in, d_o, d_final_state, KdaTcTuning(), grads);
+  }
   const int64_t nseq = p.num_sequences(), heads = p.heads, kd = p.key_dim, vd = p.value_dim;
   const int64_t rows = p.batch * p.tokens;
   if (p.value_dim > 128) {

@@ -5,6 +5,9 @@
 // after the kernels are queued (errors of the launch itself are reported).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/kda.h"
@@ -47,14 +50,51 @@ struct KdaTcTuning {
   // Benchmarks only: run the chunk preparation (stage 1) and skip the state pass, to time the
   // stages apart (o and final_state are left unwritten).
   bool prep_only = false;
+  // Benchmarks only: the backward stops after this many of its stages (1: the forward
+  // recompute, 2: + the reverse state pass, 3: + the V-side chunk kernel); 0 runs all four.
+  int backward_stages = 0;
 };
 
 // bf16 q, k, v, beta (g f32 or bf16), K and V each 64 or 128.
 bool KdaTcSupported(const KdaProblem& p, const KdaInputs& in);
 
-// out->o must be allocated ([B, T, H, V] bf16); out->final_state may be undefined. Waits for
-// the kernels before returning (its scratch is freed on return).
+// What the tensor-core forward keeps for the tensor-core backward (bf16 unless noted; chunks
+// are 64 tokens, every chunk padded to 64 rows; layouts [chunks, H, ...]).
+struct KdaTcSaved {
+  Tensor chunk_table;                    // [chunks * 2] i64: (first flattened row, valid rows)
+  std::vector<int64_t> seq_chunk_first;  // host [N + 1]: sequence n owns chunks [first[n], ..)
+  int64_t chunks = 0, max_chunks = 0;    // all chunks; the most in one sequence
+  Tensor w, qg, kbar_t, aqk;             // W, s Q e^G [64, K]; Kbar^T [K, 64]; A_qk [64, 64]
+  Tensor gamma;                          // [K] f32: e^{G_C}
+  Tensor tinv;                           // [64, 64]: T = (I + A_kk)^-1
+  Tensor h;                              // [K, V]: the state at the chunk start
+  Tensor vnew;                           // [64, V]: U - W S
+};
+
+// out->o may be undefined (not written; the backward's recompute), else allocated ([B, T, H, V]
+// bf16); out->final_state may be undefined. With `saved`, the intermediates above are kept
+// there. Waits for the kernels before returning (its scratch is freed on return).
 Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
-                          KdaOutputs* out);
+                          KdaOutputs* out, KdaTcSaved* saved = nullptr);
+
+// The tensor-core backward (kda_backward_tc.cu), for KdaTcSupported problems: the forward above
+// with `saved`, a reverse state pass for dS (per segment, head and 64-wide V slice; the segment
+// split of the forward, chained through the transposed transitions), then two chunk-parallel
+// kernels for the intra-chunk gradient products. Allocates every gradient; waits for the
+// kernels.
+Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
+                           const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads);
+
+// Segments per sequence for a state pass of `blocks` blocks (sequences x heads x V slices)
+// over sequences of at most `max_chunks` chunks: tuning.segments_per_sequence, or chosen
+// against the multiprocessor count when that is 0.
+int64_t KdaTcSegmentsPerSequence(const KdaTcTuning& tuning, int64_t blocks, int64_t max_chunks);
+
+// Chains the segments of each sequence (fp32): for j in [first[n], first[n + 1]),
+// seg_start[j] = s, then s <- M_j s + S_ext,j, with s starting at init[n] (zeros when init is
+// null) and ext[j] = [K, V + K] holding S_ext,j | M_j. Layouts [segments or N, H, K, ...].
+Status LaunchKdaSegmentCombine(int64_t kd, int64_t vd, int64_t n_seq, int64_t heads,
+                               const int64_t* seq_segment_first, const float* ext,
+                               const float* init, float* seg_start);
 
 }  // namespace orrery::kernels::cuda

@@ -75,6 +75,7 @@ struct PrepParams {
   bf16* kbar_t;  // [chunks, H, K, 64]   (K e^{G_C - G})^T
   bf16* aqk;     // [chunks, H, 64, 64]  lower triangle incl. the diagonal, zeros above
   float* gamma;  // [chunks, H, K]       e^{G_C}
+  bf16* tinv;    // [chunks, H, 64, 64]  T = (I + A_kk)^-1, zeros above the diagonal; or null
   int heads;
   float scale;
 };
@@ -327,7 +328,9 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   }
   for (int i = tid; i < kChunk * kChunk; i += kPrepThreads) {  // A_kk is dead: T over it
     const int r = i / kChunk, c = i % kChunk;
-    tb[r * ST + c] = __float2bfloat16(c <= r ? tm[r * SA + c] : 0.0f);
+    const bf16 t = __float2bfloat16(c <= r ? tm[r * SA + c] : 0.0f);
+    tb[r * ST + c] = t;
+    if (p.tinv != nullptr) p.tinv[(tile * kChunk + r) * kChunk + c] = t;
   }
   __syncthreads();
 
@@ -383,7 +386,9 @@ struct PassParams {
   const float* gamma;
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
-  bf16* o;  // [rows, H, V] or null (no output)
+  bf16* o;      // [rows, H, V] or null (no output)
+  bf16* h_out;  // [chunks, H, K, V]: the state at each chunk start as the pass rounds it; or null
+  bf16* vnew_out;  // [chunks, H, 64, V]: Vnew; or null
   int heads, vd, in_ld, out_ld;
 };
 
@@ -465,6 +470,20 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
 
   for (int64_t ch = seg.chunk_begin; ch < seg.chunk_end; ++ch) {
     const int64_t tile = ch * heads + h;
+    if (p.h_out != nullptr && !transition) {
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; e += 2) {
+            const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
+            *reinterpret_cast<uint32_t*>(p.h_out + (tile * KD + d) * vd + v0 + c) =
+                PackBf16(S[mi][nt][e], S[mi][nt][e + 1]);
+          }
+        }
+      }
+    }
     // Load the chunk's operands (the previous iteration ended with a barrier).
     for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
       const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
@@ -505,7 +524,11 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
         for (int e = 0; e < 4; ++e) {
           const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4 + (e & 1);
           const float uu = transition ? 0.0f : __bfloat162float(us[r * SU + c]);
-          vt[c * ST + r] = __float2bfloat16(uu - acc[nt][e]);
+          const bf16 x = __float2bfloat16(uu - acc[nt][e]);
+          vt[c * ST + r] = x;
+          if (p.vnew_out != nullptr && !transition) {
+            p.vnew_out[(tile * kChunk + r) * vd + v0 + c] = x;
+          }
         }
       }
     }
@@ -653,7 +676,8 @@ StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& device) {
 }
 
 template <int KD, int VD, typename GIn>
-Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning, KdaOutputs* out) {
+Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning, KdaOutputs* out,
+             KdaTcSaved* saved) {
   const int64_t n_seq = p.num_sequences(), heads = p.heads;
   // Chunk table and segments.
   std::vector<int64_t> chunk_table;  // (row_start, len) pairs
@@ -669,25 +693,8 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     max_chunks = std::max(max_chunks, seq_chunk_first[n + 1] - seq_chunk_first[n]);
   }
   const int64_t chunks = static_cast<int64_t>(chunk_table.size() / 2);
-  int64_t segs_per_seq = tuning.segments_per_sequence;
-  if (segs_per_seq <= 0) {
-    int sms = 132;
-    int dev = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) {
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    }
-    // Split when the plain pass would leave most of the chip idle (fewer blocks than SMs):
-    // aim for 2 blocks per SM in the output pass, with segments of at least 16 chunks. Measured
-    // on the H200 (docs/benchmarks.md): 32 blocks gain from 8-9 segments, 192 and 256 blocks
-    // lose from any split (the first pass costs more than the idle SMs).
-    const int64_t blocks = n_seq * heads * (VD / kSliceV);
-    segs_per_seq = 1;
-    if (blocks < sms) {
-      segs_per_seq = std::min<int64_t>((2 * sms + blocks - 1) / blocks, max_chunks / 16);
-      segs_per_seq = std::max<int64_t>(segs_per_seq, 1);
-    }
-  }
-  segs_per_seq = std::min<int64_t>(segs_per_seq, std::max<int64_t>(max_chunks, 1));
+  const int64_t segs_per_seq =
+      KdaTcSegmentsPerSequence(tuning, n_seq * heads * (VD / kSliceV), max_chunks);
   const bool split = segs_per_seq > 1;
 
   const Device dev = p.device;
@@ -699,6 +706,13 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   ORRERY_ASSIGN_OR_RETURN(Tensor aqk, Tensor::Allocate({chunks, heads, ck, ck}, DType::kBF16, dev));
   ORRERY_ASSIGN_OR_RETURN(Tensor gamma, Tensor::Allocate({chunks, heads, kd}, DType::kF32, dev));
   ORRERY_ASSIGN_OR_RETURN(Tensor chunk_dev, Upload(chunk_table, dev));
+  Tensor tinv, h_saved, vnew_saved;
+  if (saved != nullptr) {
+    ORRERY_ASSIGN_OR_RETURN(tinv, Tensor::Allocate({chunks, heads, ck, ck}, DType::kBF16, dev));
+    ORRERY_ASSIGN_OR_RETURN(h_saved, Tensor::Allocate({chunks, heads, kd, vd}, DType::kBF16, dev));
+    ORRERY_ASSIGN_OR_RETURN(vnew_saved,
+                            Tensor::Allocate({chunks, heads, ck, vd}, DType::kBF16, dev));
+  }
 
   const float* h0 = in.initial_state.defined() ? in.initial_state.data<float>() : nullptr;
   float* ht = out->final_state.defined() ? out->final_state.data<float>() : nullptr;
@@ -765,6 +779,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     pp.kbar_t = static_cast<bf16*>(kbt.raw_data());
     pp.aqk = static_cast<bf16*>(aqk.raw_data());
     pp.gamma = gamma.data<float>();
+    pp.tinv = saved != nullptr ? static_cast<bf16*>(tinv.raw_data()) : nullptr;
     pp.heads = static_cast<int>(heads);
     pp.scale = p.scale;
     const size_t smem = PrepSmem<KD, VD>::kBytes;
@@ -787,6 +802,8 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   pass.aqk = static_cast<const bf16*>(aqk.raw_data());
   pass.gamma = gamma.data<float>();
   pass.chunks = reinterpret_cast<const ChunkDesc*>(chunk_dev.data<int64_t>());
+  pass.h_out = nullptr;
+  pass.vnew_out = nullptr;
   pass.heads = static_cast<int>(heads);
   pass.vd = VD;
   const size_t pass_smem = PassSmem<KD>::kBytes;
@@ -809,27 +826,18 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   }
   if (split) {
     ORRERY_ASSIGN_OR_RETURN(seq_seg_dev, Upload(seq_seg_first, dev));
-    CombineParams cp;
-    cp.seq_segment_first = seq_seg_dev.data<int64_t>();
-    cp.ext = ext.data<float>();
-    cp.h0 = h0;
-    cp.seg_start = seg_start.data<float>();
-    cp.heads = static_cast<int>(heads);
-    cp.vd = VD;
-    const size_t smem = sizeof(float) * (KD * KD + KD * kCombineCols);
-    ORRERY_RETURN_IF_ERROR(CudaCheck(
-        cudaFuncSetAttribute(KdaSegmentCombineKernel<KD>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-        "cudaFuncSetAttribute"));
-    KdaSegmentCombineKernel<KD>
-        <<<dim3(static_cast<unsigned>(n_seq * heads), VD / kCombineCols), kCombineThreads, smem>>>(
-            cp);
-    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "segment combine launch"));
+    ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads,
+                                                   seq_seg_dev.data<int64_t>(), ext.data<float>(),
+                                                   h0, seg_start.data<float>()));
   }
   ORRERY_ASSIGN_OR_RETURN(Tensor pass2_dev, Upload(pass2, dev));
   PassParams p2 = pass;
   p2.segments = reinterpret_cast<const SegmentDesc*>(pass2_dev.data<int64_t>());
-  p2.o = static_cast<bf16*>(out->o.raw_data());
+  p2.o = out->o.defined() ? static_cast<bf16*>(out->o.raw_data()) : nullptr;
+  if (saved != nullptr) {
+    p2.h_out = static_cast<bf16*>(h_saved.raw_data());
+    p2.vnew_out = static_cast<bf16*>(vnew_saved.raw_data());
+  }
   p2.in_ld = VD;
   p2.out_ld = VD;
   const dim3 grid(static_cast<unsigned>(pass2.size() / 4), static_cast<unsigned>(heads),
@@ -837,19 +845,78 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   KdaStatePassKernel<KD><<<grid, kPassThreads, pass_smem>>>(p2);
   ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "state pass launch"));
   // The scratch tensors and tables are freed when this returns; wait for the kernels first.
-  return CudaCheck(cudaDeviceSynchronize(), "tensor-core forward");
+  ORRERY_RETURN_IF_ERROR(CudaCheck(cudaDeviceSynchronize(), "tensor-core forward"));
+  if (saved != nullptr) {
+    saved->chunk_table = std::move(chunk_dev);
+    saved->seq_chunk_first = std::move(seq_chunk_first);
+    saved->chunks = chunks;
+    saved->max_chunks = max_chunks;
+    saved->w = std::move(w);
+    saved->qg = std::move(qg);
+    saved->kbar_t = std::move(kbt);
+    saved->aqk = std::move(aqk);
+    saved->gamma = std::move(gamma);
+    saved->tinv = std::move(tinv);
+    saved->h = std::move(h_saved);
+    saved->vnew = std::move(vnew_saved);
+  }
+  return Status::OK();
 }
 
 template <typename GIn>
 Status DispatchTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
-                  KdaOutputs* out) {
-  if (p.key_dim == 128 && p.value_dim == 128) return RunTc<128, 128, GIn>(p, in, tuning, out);
-  if (p.key_dim == 128 && p.value_dim == 64) return RunTc<128, 64, GIn>(p, in, tuning, out);
-  if (p.key_dim == 64 && p.value_dim == 128) return RunTc<64, 128, GIn>(p, in, tuning, out);
-  return RunTc<64, 64, GIn>(p, in, tuning, out);
+                  KdaOutputs* out, KdaTcSaved* saved) {
+  if (p.key_dim == 128 && p.value_dim == 128) {
+    return RunTc<128, 128, GIn>(p, in, tuning, out, saved);
+  }
+  if (p.key_dim == 128 && p.value_dim == 64) return RunTc<128, 64, GIn>(p, in, tuning, out, saved);
+  if (p.key_dim == 64 && p.value_dim == 128) return RunTc<64, 128, GIn>(p, in, tuning, out, saved);
+  return RunTc<64, 64, GIn>(p, in, tuning, out, saved);
 }
 
 }  // namespace
+
+int64_t KdaTcSegmentsPerSequence(const KdaTcTuning& tuning, int64_t blocks, int64_t max_chunks) {
+  int64_t segs_per_seq = tuning.segments_per_sequence;
+  if (segs_per_seq <= 0) {
+    int sms = 132;
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) {
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    }
+    // Split when the plain pass would leave most of the chip idle (fewer blocks than SMs):
+    // aim for 2 blocks per SM in the output pass, with segments of at least 16 chunks. Measured
+    // on the H200 (docs/benchmarks.md): 32 blocks gain from 8-9 segments, 192 and 256 blocks
+    // lose from any split (the first pass costs more than the idle SMs).
+    segs_per_seq = 1;
+    if (blocks > 0 && blocks < sms) {
+      segs_per_seq = std::min<int64_t>((2 * sms + blocks - 1) / blocks, max_chunks / 16);
+      segs_per_seq = std::max<int64_t>(segs_per_seq, 1);
+    }
+  }
+  return std::min<int64_t>(segs_per_seq, std::max<int64_t>(max_chunks, 1));
+}
+
+Status LaunchKdaSegmentCombine(int64_t kd, int64_t vd, int64_t n_seq, int64_t heads,
+                               const int64_t* seq_segment_first, const float* ext,
+                               const float* init, float* seg_start) {
+  CombineParams cp;
+  cp.seq_segment_first = seq_segment_first;
+  cp.ext = ext;
+  cp.h0 = init;
+  cp.seg_start = seg_start;
+  cp.heads = static_cast<int>(heads);
+  cp.vd = static_cast<int>(vd);
+  const size_t smem = sizeof(float) * (kd * kd + kd * kCombineCols);
+  auto kernel = kd == 128 ? KdaSegmentCombineKernel<128> : KdaSegmentCombineKernel<64>;
+  ORRERY_RETURN_IF_ERROR(
+      CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)),
+                "cudaFuncSetAttribute"));
+  kernel<<<dim3(static_cast<unsigned>(n_seq * heads), static_cast<unsigned>(vd / kCombineCols)),
+           kCombineThreads, smem>>>(cp);
+  return CudaCheck(cudaGetLastError(), "segment combine launch");
+}
 
 bool KdaTcSupported(const KdaProblem& p, const KdaInputs& in) {
   return p.dtype == DType::kBF16 && (p.key_dim == 64 || p.key_dim == 128) &&
@@ -858,7 +925,7 @@ bool KdaTcSupported(const KdaProblem& p, const KdaInputs& in) {
 }
 
 Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
-                          KdaOutputs* out) {
+                          KdaOutputs* out, KdaTcSaved* saved) {
   if (!KdaTcSupported(p, in)) {
     return UnimplementedError(
         "kda cuda: the tensor-core forward needs bf16 q/k/v/beta and "
@@ -866,8 +933,8 @@ Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcT
         std::string(DTypeName(p.dtype)) + " K = " + std::to_string(p.key_dim) +
         " V = " + std::to_string(p.value_dim));
   }
-  if (in.g.dtype() == DType::kF32) return DispatchTc<float>(p, in, tuning, out);
-  return DispatchTc<bf16>(p, in, tuning, out);
+  if (in.g.dtype() == DType::kF32) return DispatchTc<float>(p, in, tuning, out, saved);
+  return DispatchTc<bf16>(p, in, tuning, out, saved);
 }
 
 }  // namespace orrery::kernels::cuda

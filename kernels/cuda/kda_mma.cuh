@@ -36,6 +36,14 @@ __device__ __forceinline__ uint32_t PackBf16(__nv_bfloat16 lo, __nv_bfloat16 hi)
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// x0, x1 as hi + lo with hi = their bf16 rounding and lo = the bf16 rounding of the rest: two MMAs
+// on (hi, lo) carry about 16 bits of each value instead of 8.
+__device__ __forceinline__ void PackBf16Split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = PackBf16(x0 - __low2float(h), x1 - __high2float(h));
+}
+
 // A fragment of the 16x16 tile at column k0 of a row-major bf16 matrix (`stride` elements per
 // row, even; k0 even), rows 0..15 from `base`.
 __device__ __forceinline__ void LoadFragA(uint32_t (&a)[4], const __nv_bfloat16* base, int stride,
@@ -47,6 +55,18 @@ __device__ __forceinline__ void LoadFragA(uint32_t (&a)[4], const __nv_bfloat16*
   a[1] = *reinterpret_cast<const uint32_t*>(p1);
   a[2] = *reinterpret_cast<const uint32_t*>(p0 + 8);
   a[3] = *reinterpret_cast<const uint32_t*>(p1 + 8);
+}
+
+// A fragment of the 16x16 tile A[row0..row0+15][k0..k0+15] of A = X^T, where X is a row-major
+// bf16 matrix ([k][row], `stride` elements per row): two 16-bit loads per register.
+__device__ __forceinline__ void LoadFragAT(uint32_t (&a)[4], const __nv_bfloat16* base, int stride,
+                                           int row0, int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const __nv_bfloat16* p = base + (k0 + 2 * t) * stride + row0 + g;
+  a[0] = PackBf16(p[0], p[stride]);
+  a[1] = PackBf16(p[8], p[stride + 8]);
+  a[2] = PackBf16(p[8 * stride], p[9 * stride]);
+  a[3] = PackBf16(p[8 * stride + 8], p[9 * stride + 8]);
 }
 
 // B fragment of the 16x8 tile B[k0..k0+15][0..7] where B is stored transposed ("col"): row n of

@@ -137,18 +137,49 @@ int Main() {
       std::printf("orrery fwd-original-gate B=%lld T=%lld H=%lld ms=%.3f\n", (long long)b,
                   (long long)t, (long long)h, oms);
     }
-    // Forward + backward as training runs it: the layer keeps nothing but the inputs, so the
-    // backward's own forward sweep (chunk-start states, Vnew) is part of its cost.
+    // Backward alone and by stage (cumulative: the forward recompute, + the reverse state pass,
+    // + the V-side chunk kernel, + the K-side chunk kernel), then forward + backward as training
+    // runs it: the layer keeps nothing but the inputs, so the backward's recompute is part of its
+    // cost.
     Tensor d_o = Fill({b, t, h, d}, DType::kBF16, 6, false, -1, 1);
     KdaGrads grads;
+    {
+      const KdaProblem p = ValidateKdaInputs(in, options).value();
+      auto stage = [&](int stages) {
+        cuda::KdaTcTuning tuning;
+        tuning.backward_stages = stages;
+        return MedianMs(
+            [&] { Check(cuda::LaunchKdaBackwardTc(p, in, d_o, Tensor(), tuning, &grads)); }, 10);
+      };
+      std::printf(
+          "orrery bwd-parts B=%lld T=%lld H=%lld recompute_ms=%.3f +reverse_pass_ms=%.3f "
+          "+vside_ms=%.3f +kside_ms=%.3f\n",
+          (long long)b, (long long)t, (long long)h, stage(1), stage(2), stage(3), stage(0));
+    }
+    const double b_ms =
+        MedianMs([&] { Check(KdaBackward(in, d_o, Tensor(), options, &grads)); }, 10);
+    std::printf("orrery bwd B=%lld T=%lld H=%lld K=V=%lld ms=%.3f\n", (long long)b, (long long)t,
+                (long long)h, (long long)d, b_ms);
     const double fb_ms = MedianMs(
         [&] {
           Check(KdaForward(in, options, &out));
           Check(KdaBackward(in, d_o, Tensor(), options, &grads));
         },
-        3);
+        10);
     std::printf("orrery fwdbwd B=%lld T=%lld H=%lld K=V=%lld ms=%.3f\n", (long long)b, (long long)t,
                 (long long)h, (long long)d, fb_ms);
+    {
+      KdaInputs orig = in;
+      orig.g = Fill({b, t, h, d}, DType::kF32, 7, false, -20, 0);
+      const double oms = MedianMs(
+          [&] {
+            Check(KdaForward(orig, options, &out));
+            Check(KdaBackward(orig, d_o, Tensor(), options, &grads));
+          },
+          10);
+      std::printf("orrery fwdbwd-original-gate B=%lld T=%lld H=%lld ms=%.3f\n", (long long)b,
+                  (long long)t, (long long)h, oms);
+    }
   }
   for (int64_t n : {1, 64, 256}) {
     const int64_t h = 32, d = 128;

@@ -182,9 +182,14 @@ TEST(KdaGpu, DecodeMatchesCpuDecode) {
 }
 
 // Every gradient of the CUDA backward against the f64 CPU chunked backward on the same (rounded)
-// inputs, d_o and d_final_state.
-void CheckBackward(const Case& c, uint64_t seed) {
+// inputs, d_o and d_final_state. segments > 0 calls the tensor-core backward directly with that
+// many segments per sequence in its reverse state pass; 0 goes through KdaBackward's dispatch.
+void CheckBackward(const Case& c, uint64_t seed, int segments = 0) {
   KdaInputs ref_in = RandomKdaInputs(c.shape, DType::kF64, seed, false, c.g_lo);
+  if (c.g_hi != 0.0) {
+    PhiloxGenerator grng(seed + 7, 0);
+    ref_in.g = testing::RandomUniform(ref_in.g.shape(), DType::kF64, grng, c.g_lo, c.g_hi);
+  }
   for (Tensor* t : {&ref_in.q, &ref_in.k, &ref_in.v, &ref_in.g, &ref_in.beta})
     *t = Round(*t, c.dtype);
   const int64_t n = c.seq_lens.empty() ? c.shape.b : static_cast<int64_t>(c.seq_lens.size());
@@ -215,9 +220,20 @@ void CheckBackward(const Case& c, uint64_t seed) {
   if (c.with_state) gpu_in.initial_state = ToGpu(ref_in.initial_state, DType::kF32);
   gpu_in.cu_seqlens = ref_in.cu_seqlens;
   KdaGrads got;
-  const Status s = KdaBackward(gpu_in, ToGpu(d_o, c.dtype),
-                               c.with_state ? ToGpu(dht, DType::kF32) : Tensor(), options, &got);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  const Tensor gpu_dht = c.with_state ? ToGpu(dht, DType::kF32) : Tensor();
+  if (segments > 0) {
+    const StatusOr<KdaProblem> p = ValidateKdaInputs(gpu_in, options);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE(cuda::KdaTcSupported(*p, gpu_in));
+    cuda::KdaTcTuning tuning;
+    tuning.segments_per_sequence = segments;
+    const Status s =
+        cuda::LaunchKdaBackwardTc(*p, gpu_in, ToGpu(d_o, c.dtype), gpu_dht, tuning, &got);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  } else {
+    const Status s = KdaBackward(gpu_in, ToGpu(d_o, c.dtype), gpu_dht, options, &got);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
   ASSERT_EQ(got.dq.dtype(), c.dtype);
   ASSERT_EQ(got.dg.dtype(), DType::kF32);  // g was given in f32
   const bool bf16 = c.dtype == DType::kBF16;
@@ -240,11 +256,11 @@ void CheckBackward(const Case& c, uint64_t seed) {
     EXPECT_LT(e_h, tol) << "dh0";
   }
   std::printf(
-      "  bwd %s B=%lld T=%lld H=%lld K=%lld V=%lld g_lo=%g packed=%zu: dq %.2e dk %.2e dv %.2e "
-      "dg %.2e dbeta %.2e dh0 %.2e\n",
+      "  bwd %s B=%lld T=%lld H=%lld K=%lld V=%lld g in (%g, %g) packed=%zu segments=%d: dq %.2e "
+      "dk %.2e dv %.2e dg %.2e dbeta %.2e dh0 %.2e\n",
       std::string(DTypeName(c.dtype)).c_str(), (long long)c.shape.b, (long long)c.shape.t,
-      (long long)c.shape.h, (long long)c.shape.k, (long long)c.shape.v, c.g_lo, c.seq_lens.size(),
-      e_q, e_k, e_v, e_g, e_b, e_h);
+      (long long)c.shape.h, (long long)c.shape.k, (long long)c.shape.v, c.g_lo, c.g_hi,
+      c.seq_lens.size(), segments, e_q, e_k, e_v, e_g, e_b, e_h);
 }
 
 TEST(KdaGpu, BackwardMatchesCpuReference) {
@@ -261,6 +277,34 @@ TEST(KdaGpu, BackwardMatchesCpuReference) {
   };
   uint64_t seed = 200;
   for (const Case& c : cases) CheckBackward(c, seed++);
+}
+
+// bf16 with K, V in {64, 128} takes the tensor-core backward: the forward's 64-token chunks and
+// 16x16 tiles, the reverse state pass per 64-wide V slice, the pairwise diagonal tiles where the
+// decay across a tile is too strong (g_lo = -40); the long single sequence splits itself.
+TEST(KdaGpu, TensorCoreBackwardMatchesCpuReference) {
+  SKIP_WITHOUT_GPU();
+  const Case cases[] = {
+      {{2, 200, 3, 128, 64}, DType::kBF16, true, -5.0, {}},
+      {{1, 130, 2, 64, 128}, DType::kBF16, false, -5.0, {}},
+      {{2, 64, 2, 64, 64}, DType::kBF16, true, -5.0, {}},
+      // Every step near the bound: diagonal tiles span ~107 (log2), factors up to 2^107 in bf16.
+      {{1, 256, 2, 128, 128}, DType::kBF16, true, -5.0, {}, -4.95},
+      {{2, 257, 2, 128, 128}, DType::kBF16, true, -40.0, {}},
+      {{1, 4096, 2, 128, 128}, DType::kBF16, true, -5.0, {}},  // auto split at B = 1
+      {{1, 1, 1, 64, 64}, DType::kBF16, true, -5.0, {}},
+      {{1, 300, 3, 128, 128}, DType::kBF16, false, -40.0, {1, 0, 120, 179}},
+  };
+  uint64_t seed = 500;
+  for (const Case& c : cases) CheckBackward(c, seed++);
+}
+
+TEST(KdaGpu, TensorCoreBackwardSegmentsMatchCpuReference) {
+  SKIP_WITHOUT_GPU();
+  CheckBackward({{1, 2000, 2, 128, 128}, DType::kBF16, true, -5.0, {}}, 600, 5);
+  CheckBackward({{1, 2000, 2, 64, 64}, DType::kBF16, false, -5.0, {}}, 601, 7);
+  CheckBackward({{1, 2000, 3, 128, 128}, DType::kBF16, true, -40.0, {700, 0, 65, 1235}}, 602, 3);
+  CheckBackward({{2, 1000, 2, 128, 64}, DType::kBF16, true, -1.0, {}}, 603, 16);  // 16 chunks
 }
 
 TEST(KdaGpu, BackwardRefusesWideValues) {

@@ -1,0 +1,1154 @@
+// KDA chunked backward on tensor cores (spec §2.4, §2.8): bf16 operands, fp32 accumulation, fp32
+// state gradient, 64-token chunks in 16x16 tiles (the forward's tiling, kda_forward_tc.cu).
+//
+// Four stages; only the second is sequential over chunks:
+// 1. Recompute: the tensor-core forward keeps W, s Q e^G, Kbar^T, A_qk, gamma = e^{G_C}, T and,
+//    from its state pass, the state h at every chunk start and Vnew (all bf16, as the forward
+//    rounded them).
+// 2. KdaReverseStatePassKernel, one block per (segment, head, 64-wide V slice), chunks in
+//    reverse, the K x 64 slice of dS (gradient of the chunk-end state) in fp32 registers as MMA
+//    accumulators; per chunk: dh = dS (kept), dVnew = A_qk^T dO + Kbar dS (kept),
+//    dS <- Diag(gamma) dS + (s Q e^G)^T dO - W^T dVnew, finally dh0. For long sequences the
+//    chunks are split into segments like the forward's: every segment but the first runs from a
+//    zero dS and carries the transposed transition P = prod (Diag(gamma) - W^T Kbar) from the
+//    identity; KdaSegmentCombine chains dS_end(j - 1) = P_j dS_end(j) + dS_ext,j from dht.
+// 3. KdaBackwardVSideKernel, one block per (chunk, head), every chunk at once: the products over
+//    V: dQ = dO h^T, dW = -dVnew h^T, dKbar = Vnew dh^T, dA_qk = dO Vnew^T,
+//    dT_v = dVnew (beta V)^T, dv = beta T^T dVnew, the V part of dbeta, and
+//    dG_C = gamma sum_v h dh.
+// 4. KdaBackwardKSideKernel, one block per (chunk, head): dT = dT_v + dW (beta K e^G)^T,
+//    dBk = T^T dW, dA_kk = -T^T dT T^T (strictly lower), then the pairwise terms of A_qk and A_kk
+//    as MMAs per 16-row tile: the row side (dq, dk of row r, against the reference row n = the
+//    tile's first row) aq Y and dA_kk Y with Y = K e^{G_n - G}, scaled by e^{G_r - G_n}; the column
+//    side (dk of column j, reference m = the tile's last row) aq^T (Q e^{G - G_m}) +
+//    dA_kk^T (beta K e^{G - G_m}), scaled by e^{G_m - G_j}. Off the diagonal every exponent is
+//    <= 0; on the diagonal tile the factors reach 2^span as in the forward, and a diagonal tile
+//    whose span exceeds kMaxTileSpan (the original gate with strong decays) is summed pairwise
+//    in fp32 with exponents <= 0 instead. Every pair (r, j) adds a term to dG_r and takes the
+//    same term from dG_j, and the reverse cumsum of dG cancels every pair with both ends past
+//    the row it sums from; the two sides are formed from different operands (Y here, X there),
+//    so these operands are split into bf16 hi + lo (two MMAs, ~16 bits) and the r = j terms
+//    (whose dG parts cancel exactly) are added in fp32 outside the MMAs: with plain bf16 the
+//    leftovers of the cancelled pairs swamp dg under strong decays (measured: 0.49 relative
+//    RMS error at g near -5). The element-wise terms of Q e^G, K e^G and K e^{G_C - G} follow,
+//    then dg = the reverse cumsum of dG plus the chunk-end term.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/kda_cuda.h"
+#include "kernels/cuda/kda_cuda_util.cuh"
+#include "kernels/cuda/kda_mma.cuh"
+
+namespace orrery::kernels::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// The forward's tiling (kda_forward_tc.cu): 64-token chunks, 64-wide V slices in the state pass,
+// 64-wide bf16 tiles padded to 72 per row, diagonal tiles on tensor cores up to a log2 span of
+// 112.
+constexpr int kChunk = 64;
+constexpr int kSliceV = 64;
+constexpr int kST = 72;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kMaxTileSpan = 112.0f;
+constexpr int kPassThreads = 128;   // reverse pass: 4 warps
+constexpr int kChunkThreads = 256;  // chunk kernels: 8 warps
+
+struct ChunkDesc {
+  int64_t row_start;  // first flattened token row
+  int64_t len;        // valid rows, 1..64
+};
+
+struct SegmentDesc {
+  int64_t chunk_begin, chunk_end;  // global chunk indices; walked from chunk_end - 1 down
+  const float* state_in;           // dS at the segment end [H, K, in_ld], or null (zeros)
+  float* state_out;                // dS at the segment start [H, K, out_ld], or null
+};
+
+// ---------------------------------------------------------------------------------------------
+// Stage 2: the reverse state pass.
+
+struct RevParams {
+  const bf16 *w, *qg, *kbar_t, *aqk;  // the forward's prep outputs
+  const float* gamma;
+  const bf16* d_o;  // [rows, H, V]
+  const ChunkDesc* chunks;
+  const SegmentDesc* segments;
+  bf16* dvnew;  // [chunks, H, 64, V] or null
+  bf16* dh;     // [chunks, H, K, V] or null: dS at each chunk end
+  int heads, vd, in_ld, out_ld;
+};
+
+template <int KD>
+struct RevSmem {
+  static constexpr int kSK = KD + 8;
+  static constexpr int kSU = kSliceV + 8;
+  static constexpr size_t kW = 0;
+  static constexpr size_t kQ = kW + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kKb = kQ + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kDo = kKb + sizeof(bf16) * KD * kST;
+  static constexpr size_t kA = kDo + sizeof(bf16) * kChunk * kSU;
+  static constexpr size_t kS = kA + sizeof(bf16) * kChunk * kST;
+  static constexpr size_t kVt = kS + sizeof(bf16) * kSliceV * kSK;
+  static constexpr size_t kGam = kVt + sizeof(bf16) * kSliceV * kST;
+  static constexpr size_t kBytes = kGam + sizeof(float) * KD;
+  static_assert(kQ % 16 == 0 && kKb % 16 == 0 && kDo % 16 == 0 && kA % 16 == 0 && kS % 16 == 0 &&
+                    kVt % 16 == 0 && kGam % 16 == 0,
+                "16-byte aligned regions");
+};
+
+template <int KD>
+__global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevParams p) {
+  using L = RevSmem<KD>;
+  constexpr int SK = L::kSK, SU = L::kSU, ST = kST;
+  constexpr int kMT = KD / 64;      // 16-row tiles of dS per warp
+  constexpr int kNT = kSliceV / 8;  // 8-column tiles of the slice
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);    // W          [64][SK]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);    // s Q e^G    [64][SK]
+  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);   // Kbar^T     [K][ST]
+  bf16* dos = reinterpret_cast<bf16*>(smem + L::kDo);  // dO slice   [64][SU]
+  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);    // A_qk       [64][ST]
+  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);    // dS^T bf16  [64 cols][SK]
+  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);   // -dVnew^T   [64 cols][ST]
+  float* gam = reinterpret_cast<float*>(smem + L::kGam);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, heads = p.heads, vd = p.vd;
+  const int v0 = blockIdx.z * kSliceV;
+  const bool transition = v0 >= vd;  // carries P (columns v0 - vd of the K x K transition)
+  const SegmentDesc seg = p.segments[blockIdx.x];
+
+  // dS: warp w owns rows d = w * KD / 4 + 16 mi + {g8, g8 + 8}, columns 8 nt + 2 t4 + {0, 1}.
+  float dS[kMT][kNT][4];
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4 + (e & 1);
+        float x = 0.0f;
+        if (transition) {
+          x = d == v0 - vd + c ? 1.0f : 0.0f;
+        } else if (seg.state_in != nullptr) {
+          x = seg.state_in[(static_cast<int64_t>(h) * KD + d) * p.in_ld + v0 + c];
+        }
+        dS[mi][nt][e] = x;
+      }
+    }
+  }
+  auto store_s = [&] {
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8,
+                    c = 8 * nt + 2 * t4 + (e & 1);
+          ss[c * SK + d] = __float2bfloat16(dS[mi][nt][e]);
+        }
+      }
+    }
+  };
+  store_s();
+
+  for (int64_t ch = seg.chunk_end - 1; ch >= seg.chunk_begin; --ch) {
+    const int64_t tile = ch * heads + h;
+    const ChunkDesc cd = p.chunks[ch];
+    if (p.dh != nullptr && !transition) {
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; e += 2) {
+            const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
+            *reinterpret_cast<uint32_t*>(p.dh + (tile * KD + d) * vd + v0 + c) =
+                PackBf16(dS[mi][nt][e], dS[mi][nt][e + 1]);
+          }
+        }
+      }
+    }
+    // Load the chunk's operands (the previous iteration ended with a barrier).
+    for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
+      const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+      CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
+      if (!transition) CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
+    }
+    for (int i = tid; i < KD * kChunk / 8; i += kPassThreads) {
+      const int d = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+      CpAsync16(kb + d * ST + c, p.kbar_t + (tile * KD + d) * kChunk + c);
+    }
+    if (!transition) {
+      for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
+        const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
+        CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
+        if (r < cd.len) {
+          CpAsync16(dos + r * SU + c, p.d_o + ((cd.row_start + r) * heads + h) * vd + v0 + c);
+        } else {
+          *reinterpret_cast<uint4*>(dos + r * SU + c) = make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+    for (int i = tid; i < KD / 4; i += kPassThreads)
+      CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
+    CpAsyncWaitAll();
+    __syncthreads();
+
+    // dVnew = A_qk^T dO + Kbar dS for rows 16 warp .. 16 warp + 15; -dVnew^T to shared memory.
+    {
+      float acc[kNT][4] = {};
+      if (!transition) {
+        for (int kt = warp; kt < kChunk / 16; ++kt) {  // A_qk[m][r] = 0 for m < r
+          uint32_t fa[4];
+          LoadFragAT(fa, as, ST, 16 * warp, 16 * kt);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            uint32_t fb[2];
+            LoadFragB(fb, dos, SU, 16 * kt, 8 * nt);
+            MmaBf16(acc[nt], fa, fb);
+          }
+        }
+      }
+#pragma unroll
+      for (int k0 = 0; k0 < KD; k0 += 16) {
+        uint32_t fa[4];
+        LoadFragAT(fa, kb, ST, 16 * warp, k0);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          uint32_t fb[2];
+          LoadFragBT(fb, ss + 8 * nt * SK, SK, k0);
+          MmaBf16(acc[nt], fa, fb);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4 + (e & 1);
+          vt[c * ST + r] = __float2bfloat16(-acc[nt][e]);
+        }
+        if (p.dvnew != nullptr && !transition) {
+#pragma unroll
+          for (int e = 0; e < 4; e += 2) {
+            const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
+            *reinterpret_cast<uint32_t*>(p.dvnew + (tile * kChunk + r) * vd + v0 + c) =
+                PackBf16(acc[nt][e], acc[nt][e + 1]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+
+    // dS <- Diag(gamma) dS + (s Q e^G)^T dO - W^T dVnew.
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+      const int d0 = warp * (KD / 4) + 16 * mi;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dS[mi][nt][e] *= gam[d0 + g8 + (e >> 1) * 8];
+      }
+#pragma unroll
+      for (int kt = 0; kt < kChunk / 16; ++kt) {
+        uint32_t fw[4];
+        LoadFragAT(fw, ws, SK, d0, 16 * kt);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          uint32_t fb[2];
+          LoadFragBT(fb, vt + 8 * nt * ST, ST, 16 * kt);
+          MmaBf16(dS[mi][nt], fw, fb);
+        }
+        if (!transition) {
+          uint32_t fq[4];
+          LoadFragAT(fq, qs, SK, d0, 16 * kt);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            uint32_t fb[2];
+            LoadFragB(fb, dos, SU, 16 * kt, 8 * nt);
+            MmaBf16(dS[mi][nt], fq, fb);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    store_s();
+  }
+
+  if (seg.state_out != nullptr) {
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8,
+                    c = 8 * nt + 2 * t4 + (e & 1);
+          seg.state_out[(static_cast<int64_t>(h) * KD + d) * p.out_ld + v0 + c] = dS[mi][nt][e];
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 3: the products over V, per (chunk, head).
+
+struct VSideParams {
+  const bf16 *v, *d_o, *beta;         // inputs [rows, H, V], [rows, H, V], [rows, H]
+  const bf16 *h, *dh, *vnew, *dvnew;  // [chunks, H, K | 64, V]
+  const bf16* tinv;                   // [chunks, H, 64, 64]
+  const float* gamma;                 // [chunks, H, K]
+  const ChunkDesc* chunks;
+  float *dq_s, *dkbar;  // [chunks, H, 64, K]: dO h^T, Vnew dh^T
+  bf16* dw;             // [chunks, H, 64, K]: -dVnew h^T
+  float *daqk, *dtv;    // [chunks, H, 64, 64]: dO Vnew^T (unmasked), dVnew (beta V)^T
+  float* dbeta_v;       // [chunks, H, 64]: sum_v (T^T dVnew) V
+  float* dgc;           // [chunks, H, K]: gamma sum_v h dh
+  bf16* dv;             // [rows, H, V]
+  int heads;
+};
+
+template <int KD, int VD>
+struct VSideSmem {
+  static constexpr int kSV = VD + 8;
+  static constexpr size_t kDo = 0;
+  static constexpr size_t kVn = kDo + sizeof(bf16) * kChunk * kSV;
+  static constexpr size_t kDvn = kVn + sizeof(bf16) * kChunk * kSV;
+  static constexpr size_t kV = kDvn + sizeof(bf16) * kChunk * kSV;
+  static constexpr size_t kH = kV + sizeof(bf16) * kChunk * kSV;
+  static constexpr size_t kDh = kH + sizeof(bf16) * KD * kSV;
+  static constexpr size_t kT = kDh + sizeof(bf16) * KD * kSV;
+  static constexpr size_t kBeta = kT + sizeof(bf16) * kChunk * kST;
+  static constexpr size_t kDb = kBeta + sizeof(float) * kChunk;
+  static constexpr size_t kBytes = kDb + sizeof(float) * 2 * kChunk;
+  static_assert(kVn % 16 == 0 && kDvn % 16 == 0 && kV % 16 == 0 && kH % 16 == 0 && kDh % 16 == 0 &&
+                    kT % 16 == 0 && kBeta % 16 == 0,
+                "16-byte aligned regions");
+};
+
+template <int KD, int VD>
+__global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSideParams p) {
+  using L = VSideSmem<KD, VD>;
+  constexpr int SV = L::kSV, ST = kST;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* dos = reinterpret_cast<bf16*>(smem + L::kDo);   // dO     [64][SV]
+  bf16* vns = reinterpret_cast<bf16*>(smem + L::kVn);   // Vnew   [64][SV]
+  bf16* dvs = reinterpret_cast<bf16*>(smem + L::kDvn);  // dVnew  [64][SV]
+  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);     // V      [64][SV]
+  bf16* hs = reinterpret_cast<bf16*>(smem + L::kH);     // h      [K][SV]
+  bf16* dhs = reinterpret_cast<bf16*>(smem + L::kDh);   // dh     [K][SV]
+  bf16* ts = reinterpret_cast<bf16*>(smem + L::kT);     // T      [64][ST]
+  float* bs = reinterpret_cast<float*>(smem + L::kBeta);
+  float* dbs = reinterpret_cast<float*>(smem + L::kDb);  // [2][64] dbeta halves
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, heads = p.heads;
+  const ChunkDesc cd = p.chunks[blockIdx.x];
+  const int len = static_cast<int>(cd.len);
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
+
+  for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
+    const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+    CpAsync16(vns + r * SV + c, p.vnew + (tile * kChunk + r) * VD + c);
+    CpAsync16(dvs + r * SV + c, p.dvnew + (tile * kChunk + r) * VD + c);
+    if (r < len) {
+      const int64_t off = ((cd.row_start + r) * heads + h) * VD + c;
+      CpAsync16(dos + r * SV + c, p.d_o + off);
+      CpAsync16(vs + r * SV + c, p.v + off);
+    } else {
+      *reinterpret_cast<uint4*>(dos + r * SV + c) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(vs + r * SV + c) = make_uint4(0, 0, 0, 0);
+    }
+  }
+  for (int i = tid; i < KD * VD / 8; i += kChunkThreads) {
+    const int d = i / (VD / 8), c = (i % (VD / 8)) * 8;
+    CpAsync16(hs + d * SV + c, p.h + (tile * KD + d) * VD + c);
+    CpAsync16(dhs + d * SV + c, p.dh + (tile * KD + d) * VD + c);
+  }
+  for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
+    const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+    CpAsync16(ts + r * ST + c, p.tinv + (tile * kChunk + r) * kChunk + c);
+  }
+  if (tid < kChunk) bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
+  CpAsyncWaitAll();
+  __syncthreads();
+
+  // Warp w: row tile a = w % 4 (16 rows), column half w / 4.
+  const int a = warp & 3, half = warp >> 2;
+  const int64_t row_base = tile * kChunk;
+  // dQ = dO h^T and dW = -dVnew h^T (columns d of the half).
+  {
+    constexpr int kN = KD / 16;
+    const int n0 = half * (KD / 2);
+    float aq[kN][4] = {}, aw[kN][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < VD; k0 += 16) {
+      uint32_t fo[4], fv[4];
+      LoadFragA(fo, dos + 16 * a * SV, SV, k0);
+      LoadFragA(fv, dvs + 16 * a * SV, SV, k0);
+#pragma unroll
+      for (int nt = 0; nt < kN; ++nt) {
+        uint32_t fb[2];
+        LoadFragBT(fb, hs + (n0 + 8 * nt) * SV, SV, k0);
+        MmaBf16(aq[nt], fo, fb);
+        MmaBf16(aw[nt], fv, fb);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kN; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
+        *reinterpret_cast<float2*>(p.dq_s + (row_base + r) * KD + c) =
+            make_float2(aq[nt][e], aq[nt][e + 1]);
+        *reinterpret_cast<uint32_t*>(p.dw + (row_base + r) * KD + c) =
+            PackBf16(-aw[nt][e], -aw[nt][e + 1]);
+      }
+    }
+  }
+  // dKbar = Vnew dh^T.
+  {
+    constexpr int kN = KD / 16;
+    const int n0 = half * (KD / 2);
+    float ak[kN][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < VD; k0 += 16) {
+      uint32_t fv[4];
+      LoadFragA(fv, vns + 16 * a * SV, SV, k0);
+#pragma unroll
+      for (int nt = 0; nt < kN; ++nt) {
+        uint32_t fb[2];
+        LoadFragBT(fb, dhs + (n0 + 8 * nt) * SV, SV, k0);
+        MmaBf16(ak[nt], fv, fb);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kN; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
+        *reinterpret_cast<float2*>(p.dkbar + (row_base + r) * KD + c) =
+            make_float2(ak[nt][e], ak[nt][e + 1]);
+      }
+    }
+  }
+  // dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half).
+  {
+    const int n0 = half * (kChunk / 2);
+    float a1[4][4] = {}, a2[4][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < VD; k0 += 16) {
+      uint32_t fo[4], fv[4];
+      LoadFragA(fo, dos + 16 * a * SV, SV, k0);
+      LoadFragA(fv, dvs + 16 * a * SV, SV, k0);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        uint32_t fb[2];
+        LoadFragBT(fb, vns + (n0 + 8 * nt) * SV, SV, k0);
+        MmaBf16(a1[nt], fo, fb);
+        LoadFragBT(fb, vs + (n0 + 8 * nt) * SV, SV, k0);
+        MmaBf16(a2[nt], fv, fb);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
+        *reinterpret_cast<float2*>(p.daqk + (row_base + r) * kChunk + c) =
+            make_float2(a1[nt][e], a1[nt][e + 1]);
+        *reinterpret_cast<float2*>(p.dtv + (row_base + r) * kChunk + c) =
+            make_float2(a2[nt][e] * bs[c], a2[nt][e + 1] * bs[c + 1]);
+      }
+    }
+  }
+  // dBv = T^T dVnew: dv = beta dBv, dbeta (V part) = sum_v dBv V.
+  {
+    constexpr int kN = VD / 16;
+    const int n0 = half * (VD / 2);
+    float ab[kN][4] = {};
+    for (int kt = a; kt < kChunk / 16; ++kt) {  // T[m][r] = 0 for m < r
+      uint32_t fa[4];
+      LoadFragAT(fa, ts, ST, 16 * a, 16 * kt);
+#pragma unroll
+      for (int nt = 0; nt < kN; ++nt) {
+        uint32_t fb[2];
+        LoadFragB(fb, dvs, SV, 16 * kt, n0 + 8 * nt);
+        MmaBf16(ab[nt], fa, fb);
+      }
+    }
+    float part[2] = {0.0f, 0.0f};  // rows g8, g8 + 8 of the tile
+#pragma unroll
+    for (int nt = 0; nt < kN; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
+        part[e >> 1] += ab[nt][e] * __bfloat162float(vs[r * SV + c]) +
+                        ab[nt][e + 1] * __bfloat162float(vs[r * SV + c + 1]);
+        if (r < len) {
+          *reinterpret_cast<uint32_t*>(p.dv + ((cd.row_start + r) * heads + h) * VD + c) =
+              PackBf16(bs[r] * ab[nt][e], bs[r] * ab[nt][e + 1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      part[i] += __shfl_xor_sync(0xffffffffu, part[i], 1);
+      part[i] += __shfl_xor_sync(0xffffffffu, part[i], 2);
+    }
+    if (t4 == 0) {
+      dbs[half * kChunk + 16 * a + g8] = part[0];
+      dbs[half * kChunk + 16 * a + g8 + 8] = part[1];
+    }
+  }
+  // dG_C (state part) = gamma sum_v h dh, one warp per row.
+  for (int d = warp; d < KD; d += kChunkThreads / 32) {
+    float acc = 0.0f;
+    for (int c = lane; c < VD; c += 32) {
+      acc += __bfloat162float(hs[d * SV + c]) * __bfloat162float(dhs[d * SV + c]);
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) p.dgc[tile * KD + d] = p.gamma[tile * KD + d] * acc;
+  }
+  __syncthreads();
+  if (tid < kChunk) p.dbeta_v[row_base + tid] = dbs[tid] + dbs[kChunk + tid];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 4: T, A_kk, the pairwise and element-wise terms, per (chunk, head).
+
+template <typename GIn>
+struct KSideParams {
+  const bf16 *q, *k, *beta;
+  const GIn* g;
+  const bf16* tinv;
+  const ChunkDesc* chunks;
+  const float *dq_s, *dkbar, *daqk, *dtv, *dbeta_v, *dgc;
+  const bf16* dw;
+  bf16 *dq, *dk, *dbeta;
+  GIn* dg;
+  int heads;
+  float scale;
+};
+
+template <int KD>
+struct KSideSmem {
+  static constexpr int kSK = KD + 8;  // bf16 per q/k row
+  static constexpr int kSG = KD + 4;  // floats per G row
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kK = kQ + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kG = kK + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kBk = kG + sizeof(float) * kChunk * kSG;
+  static constexpr size_t kDw = kBk + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kDG = kBk;  // dG (fp32) over beta K e^G and dW once both are dead
+  static constexpr size_t kT = kDw + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kDt = kT + sizeof(bf16) * kChunk * kST;
+  static constexpr size_t kAq = kDt + sizeof(bf16) * kChunk * kST;
+  static constexpr size_t kAk = kAq + sizeof(bf16) * kChunk * kST;
+  static constexpr size_t kBeta = kAk + sizeof(bf16) * kChunk * kST;
+  static constexpr size_t kDb = kBeta + sizeof(float) * kChunk;
+  static constexpr size_t kAqd = kDb + sizeof(float) * kChunk;
+  static constexpr size_t kDgc = kAqd + sizeof(float) * kChunk;
+  static constexpr size_t kMma = kDgc + sizeof(float) * KD;
+  static constexpr size_t kBytes = kMma + sizeof(int) * 4;
+  static_assert(kK % 16 == 0 && kG % 16 == 0 && kBk % 16 == 0 && kDw % 16 == 0 && kT % 16 == 0 &&
+                    kDt % 16 == 0 && kAq % 16 == 0 && kAk % 16 == 0 && kBeta % 16 == 0,
+                "16-byte aligned regions");
+  static_assert(sizeof(float) * kChunk * kSG <= kT - kBk, "dG fits over beta K e^G and dW");
+};
+
+template <int KD, typename GIn>
+__global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSideParams<GIn> p) {
+  using L = KSideSmem<KD>;
+  constexpr int SK = L::kSK, SG = L::kSG, ST = kST;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);      // q                    [64][SK]
+  bf16* ks = reinterpret_cast<bf16*>(smem + L::kK);      // k                    [64][SK]
+  float* G = reinterpret_cast<float*>(smem + L::kG);     // cumsum of g, log2    [64][SG]
+  bf16* bks = reinterpret_cast<bf16*>(smem + L::kBk);    // beta k e^G           [64][SK]
+  bf16* dws = reinterpret_cast<bf16*>(smem + L::kDw);    // dW                   [64][SK]
+  float* dGs = reinterpret_cast<float*>(smem + L::kDG);  // dG (at the end)    [64][SG]
+  bf16* ts = reinterpret_cast<bf16*>(smem + L::kT);      // T                    [64][ST]
+  bf16* dts = reinterpret_cast<bf16*>(smem + L::kDt);    // dT, then T^T dT      [64][ST]
+  bf16* aqs = reinterpret_cast<bf16*>(smem + L::kAq);    // s dA_qk (j < r)      [64][ST]
+  bf16* aks = reinterpret_cast<bf16*>(smem + L::kAk);    // dA_kk (j < r)        [64][ST]
+  float* bs = reinterpret_cast<float*>(smem + L::kBeta);
+  float* dbs = reinterpret_cast<float*>(smem + L::kDb);    // dbeta (K and pairwise parts)
+  float* aqd = reinterpret_cast<float*>(smem + L::kAqd);   // s dA_qk[r][r], fp32
+  float* dgcs = reinterpret_cast<float*>(smem + L::kDgc);  // dG_C (Kbar part)
+  int* diag_mma = reinterpret_cast<int*>(smem + L::kMma);  // diagonal tile t on tensor cores
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, heads = p.heads;
+  const ChunkDesc cd = p.chunks[blockIdx.x];
+  const int len = static_cast<int>(cd.len);
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
+  const int64_t row_base = tile * kChunk;
+  const float scale = p.scale;
+
+  // 1. Load (rows past the end: zeros, so G stays flat there).
+  for (int i = tid; i < kChunk * KD / 8; i += kChunkThreads) {
+    const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+    uint4 qv = make_uint4(0, 0, 0, 0), kv = qv;
+    if (r < len) {
+      const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
+      qv = *reinterpret_cast<const uint4*>(p.q + off);
+      kv = *reinterpret_cast<const uint4*>(p.k + off);
+    }
+    *reinterpret_cast<uint4*>(qs + r * SK + c) = qv;
+    *reinterpret_cast<uint4*>(ks + r * SK + c) = kv;
+    CpAsync16(dws + r * SK + c, p.dw + (row_base + r) * KD + c);
+  }
+  for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
+    const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+    CpAsync16(ts + r * ST + c, p.tinv + (row_base + r) * kChunk + c);
+  }
+  for (int i = tid; i < kChunk * KD; i += kChunkThreads) {
+    const int r = i / KD, d = i % KD;
+    G[r * SG + d] = r < len ? LoadF(p.g + ((cd.row_start + r) * heads + h) * KD + d) : 0.0f;
+  }
+  if (tid < kChunk) {
+    bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
+    dbs[tid] = 0.0f;
+  }
+  for (int d = tid; d < KD; d += kChunkThreads) dgcs[d] = 0.0f;
+  CpAsyncWaitAll();
+  __syncthreads();
+  // Cumsum (log2) in two halves of 32 rows, then the second half gets the first half's total.
+  if (tid < 2 * KD) {
+    const int d = tid % KD, r0 = (tid / KD) * (kChunk / 2);
+    float acc = 0.0f;
+    for (int r = r0; r < r0 + kChunk / 2; ++r) {
+      acc += G[r * SG + d] * kLog2e;
+      G[r * SG + d] = acc;
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < kChunk / 2 * KD; i += kChunkThreads) {
+    const int r = kChunk / 2 + i / KD, d = i % KD;
+    G[r * SG + d] += G[(kChunk / 2 - 1) * SG + d];
+  }
+  __syncthreads();
+
+  // 2. beta K e^G, s dA_qk strictly lower (the diagonal r = j adds s dA_qk[r][r] k_r to dq_r and
+  // s dA_qk[r][r] q_r to dk_r, exactly, and nothing to dG), the diagonal tiles' spans.
+  for (int i = tid; i < kChunk * KD; i += kChunkThreads) {
+    const int r = i / KD, d = i % KD;
+    bks[r * SK + d] =
+        __float2bfloat16(bs[r] * __bfloat162float(ks[r * SK + d]) * exp2f(G[r * SG + d]));
+  }
+  for (int i = tid; i < kChunk * kChunk; i += kChunkThreads) {
+    const int r = i / kChunk, c = i % kChunk;
+    aqs[r * ST + c] = __float2bfloat16(c < r ? scale * p.daqk[(row_base + r) * kChunk + c] : 0.0f);
+  }
+  if (tid < kChunk) aqd[tid] = scale * p.daqk[(row_base + tid) * kChunk + tid];
+  if (warp < 4) {
+    float span = 0.0f;
+    for (int d = lane; d < KD; d += 32)
+      span = fmaxf(span, G[16 * warp * SG + d] - G[(16 * warp + 15) * SG + d]);
+    for (int o = 16; o > 0; o >>= 1) span = fmaxf(span, __shfl_xor_sync(0xffffffffu, span, o));
+    if (lane == 0) diag_mma[warp] = span <= kMaxTileSpan ? 1 : 0;
+  }
+  __syncthreads();
+
+  // Warp w: row tile a = w % 4, column half w / 4 (32 of the 64 columns of the 64x64 products).
+  const int a = warp & 3, half = warp >> 2;
+  // 3. dT = dT_v + dW (beta K e^G)^T.
+  {
+    const int n0 = half * 32;
+    float acc[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4 + (e & 1);
+        acc[nt][e] = p.dtv[(row_base + r) * kChunk + c];
+      }
+    }
+#pragma unroll
+    for (int k0 = 0; k0 < KD; k0 += 16) {
+      uint32_t fa[4];
+      LoadFragA(fa, dws + 16 * a * SK, SK, k0);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        uint32_t fb[2];
+        LoadFragBT(fb, bks + (n0 + 8 * nt) * SK, SK, k0);
+        MmaBf16(acc[nt], fa, fb);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4 + (e & 1);
+        dts[r * ST + c] = __float2bfloat16(acc[nt][e]);
+      }
+    }
+  }
+  __syncthreads();
+  // 4. T^T dT (over dT once every warp has read it).
+  {
+    const int n0 = half * 32;
+    float acc[4][4] = {};
+    for (int kt = a; kt < kChunk / 16; ++kt) {  // T[x][r] = 0 for x < r
+      uint32_t fa[4];
+      LoadFragAT(fa, ts, ST, 16 * a, 16 * kt);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        uint32_t fb[2];
+        LoadFragB(fb, dts, ST, 16 * kt, n0 + 8 * nt);
+        MmaBf16(acc[nt], fa, fb);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4 + (e & 1);
+        dts[r * ST + c] = __float2bfloat16(acc[nt][e]);
+      }
+    }
+  }
+  __syncthreads();
+  // 5. dA_kk = -(T^T dT) T^T, strictly lower.
+  {
+    const int n0 = half * 32;
+    float acc[4][4] = {};
+#pragma unroll
+    for (int kt = 0; kt < kChunk / 16; ++kt) {
+      uint32_t fa[4];
+      LoadFragA(fa, dts + 16 * a * ST, ST, 16 * kt);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        uint32_t fb[2];
+        LoadFragBT(fb, ts + (n0 + 8 * nt) * ST, ST, 16 * kt);
+        MmaBf16(acc[nt], fa, fb);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4 + (e & 1);
+        aks[r * ST + c] = __float2bfloat16(c < r ? -acc[nt][e] : 0.0f);
+      }
+    }
+  }
+  __syncthreads();
+
+  // 6. Per 32-column block of the warp's half of K: dBk = T^T dW, the pairwise row side (tiles
+  // 0..a against reference row 16 a) and column side (tiles a..3 against reference row
+  // 16 a + 15), the element-wise terms; dq and dk go out, dG is kept for the cumsum.
+  constexpr int kCB = KD / 64;
+  const int ref = 16 * a, mref = 16 * a + 15;
+  const bool mma_diag = diag_mma[a] != 0;
+  float dg_keep[kCB][4][4];
+  float dbeta_part[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int cb = 0; cb < kCB; ++cb) {
+    const int n0 = half * (KD / 2) + 32 * cb;
+    float bk_acc[4][4] = {}, pq[4][4] = {}, pk[4][4] = {}, js[4][4] = {};
+    for (int kt = a; kt < kChunk / 16; ++kt) {
+      uint32_t fa[4];
+      LoadFragAT(fa, ts, ST, 16 * a, 16 * kt);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        uint32_t fb[2];
+        LoadFragB(fb, dws, SK, 16 * kt, n0 + 8 * nt);
+        MmaBf16(bk_acc[nt], fa, fb);
+      }
+    }
+    // Row side: Y[j][d] = k_jd 2^{G_ref,d - G_jd}.
+    const int kt_row_end = mma_diag ? a + 1 : a;
+    for (int kt = 0; kt < kt_row_end; ++kt) {
+      uint32_t faq[4], fak[4];
+      LoadFragA(faq, aqs + 16 * a * ST, ST, 16 * kt);
+      LoadFragA(fak, aks + 16 * a * ST, ST, 16 * kt);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int d = n0 + 8 * nt + g8;
+        const float gref = G[ref * SG + d];
+        uint32_t yh[2], yl[2];
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const int j = 16 * kt + 2 * t4 + 8 * jj;
+          PackBf16Split(__bfloat162float(ks[j * SK + d]) * exp2f(gref - G[j * SG + d]),
+                        __bfloat162float(ks[(j + 1) * SK + d]) * exp2f(gref - G[(j + 1) * SG + d]),
+                        yh[jj], yl[jj]);
+        }
+        MmaBf16(pq[nt], faq, yh);
+        MmaBf16(pq[nt], faq, yl);
+        MmaBf16(pk[nt], fak, yh);
+        MmaBf16(pk[nt], fak, yl);
+      }
+    }
+    // Column side: X_q[r][d] = q_rd 2^{G_rd - G_mref,d}, X_k = beta_r k_rd 2^{G_rd - G_mref,d}.
+    for (int kt = mma_diag ? a : a + 1; kt < kChunk / 16; ++kt) {
+      uint32_t faq[4], fak[4];
+      LoadFragAT(faq, aqs, ST, 16 * a, 16 * kt);
+      LoadFragAT(fak, aks, ST, 16 * a, 16 * kt);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int d = n0 + 8 * nt + g8;
+        const float gm = G[mref * SG + d];
+        uint32_t xqh[2], xql[2], xkh[2], xkl[2];
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const int r = 16 * kt + 2 * t4 + 8 * jj;
+          const float e0 = exp2f(G[r * SG + d] - gm), e1 = exp2f(G[(r + 1) * SG + d] - gm);
+          PackBf16Split(__bfloat162float(qs[r * SK + d]) * e0,
+                        __bfloat162float(qs[(r + 1) * SK + d]) * e1, xqh[jj], xql[jj]);
+          PackBf16Split(bs[r] * __bfloat162float(ks[r * SK + d]) * e0,
+                        bs[r + 1] * __bfloat162float(ks[(r + 1) * SK + d]) * e1, xkh[jj], xkl[jj]);
+        }
+        MmaBf16(js[nt], faq, xqh);
+        MmaBf16(js[nt], faq, xql);
+        MmaBf16(js[nt], fak, xkh);
+        MmaBf16(js[nt], fak, xkl);
+      }
+    }
+    // Element-wise terms and the outputs.
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      float dq_out[4], dk_out[4], dgc_part[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * nt + 2 * t4 + (e & 1);
+        const float gr = G[r * SG + d];
+        float dqp = exp2f(gr - G[ref * SG + d]) * pq[nt][e];
+        float pkv = exp2f(gr - G[ref * SG + d]) * pk[nt][e];
+        float dkj = exp2f(G[mref * SG + d] - gr) * js[nt][e];
+        if (!mma_diag) {  // the diagonal tile pairwise, exponents <= 0
+          for (int j = ref; j <= r; ++j) {
+            const float kj = __bfloat162float(ks[j * SK + d]) * exp2f(gr - G[j * SG + d]);
+            dqp += __bfloat162float(aqs[r * ST + j]) * kj;
+            pkv += __bfloat162float(aks[r * ST + j]) * kj;
+          }
+          for (int rr = r; rr <= mref; ++rr) {
+            const float ex = exp2f(G[rr * SG + d] - gr);
+            dkj +=
+                (__bfloat162float(aqs[rr * ST + r]) * __bfloat162float(qs[rr * SK + d]) +
+                 __bfloat162float(aks[rr * ST + r]) * bs[rr] * __bfloat162float(ks[rr * SK + d])) *
+                ex;
+          }
+        }
+        const float qv = __bfloat162float(qs[r * SK + d]), kv = __bfloat162float(ks[r * SK + d]);
+        const float br = bs[r];
+        const float eg = exp2f(gr), ebar = exp2f(G[(kChunk - 1) * SG + d] - gr);
+        const int64_t xo = (row_base + r) * KD + d;
+        const float dqs = p.dq_s[xo], dkb = p.dkbar[xo], dbk = bk_acc[nt][e];
+        dq_out[e] = scale * eg * dqs + dqp + aqd[r] * kv;
+        dk_out[e] = br * dbk * eg + dkb * ebar + br * pkv + dkj + aqd[r] * qv;
+        dg_keep[cb][nt][e] = scale * dqs * qv * eg + br * dbk * kv * eg - dkb * kv * ebar +
+                             qv * dqp + kv * br * pkv - kv * dkj;
+        dbeta_part[e >> 1] += dbk * kv * eg + kv * pkv;
+        dgc_part[e & 1] += dkb * kv * ebar;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * nt + 2 * t4;
+        if (r < len) {
+          const int64_t off = ((cd.row_start + r) * heads + h) * KD + d;
+          *reinterpret_cast<uint32_t*>(p.dq + off) = PackBf16(dq_out[e], dq_out[e + 1]);
+          *reinterpret_cast<uint32_t*>(p.dk + off) = PackBf16(dk_out[e], dk_out[e + 1]);
+        }
+      }
+      // dG_C's Kbar part: sum over the 16 rows of the tile (lanes with the same t4).
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        for (int o = 4; o < 32; o <<= 1)
+          dgc_part[i] += __shfl_xor_sync(0xffffffffu, dgc_part[i], o);
+      }
+      if (g8 == 0) {
+        atomicAdd(&dgcs[n0 + 8 * nt + 2 * t4], dgc_part[0]);
+        atomicAdd(&dgcs[n0 + 8 * nt + 2 * t4 + 1], dgc_part[1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    dbeta_part[i] += __shfl_xor_sync(0xffffffffu, dbeta_part[i], 1);
+    dbeta_part[i] += __shfl_xor_sync(0xffffffffu, dbeta_part[i], 2);
+  }
+  if (t4 == 0) {
+    atomicAdd(&dbs[16 * a + g8], dbeta_part[0]);
+    atomicAdd(&dbs[16 * a + g8 + 8], dbeta_part[1]);
+  }
+  __syncthreads();  // beta K e^G and dW are dead: dG goes over them
+#pragma unroll
+  for (int cb = 0; cb < kCB; ++cb) {
+    const int n0 = half * (KD / 2) + 32 * cb;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * nt + 2 * t4 + (e & 1);
+        dGs[r * SG + d] = dg_keep[cb][nt][e];
+      }
+    }
+  }
+  __syncthreads();
+  if (tid < len) {
+    StoreF(p.dbeta + (cd.row_start + tid) * heads + h, dbs[tid] + p.dbeta_v[row_base + tid]);
+  }
+  // dg = reverse cumsum of dG, starting from the chunk-end terms.
+  for (int d = tid; d < KD; d += kChunkThreads) {
+    float acc = p.dgc[tile * KD + d] + dgcs[d];
+    for (int r = len - 1; r >= 0; --r) {
+      acc += dGs[r * SG + d];
+      StoreF(p.dg + ((cd.row_start + r) * heads + h) * KD + d, acc);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& device) {
+  Tensor t = Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v);
+  return t.To(device);
+}
+
+template <typename Kernel>
+Status AllowSmem(Kernel kernel, size_t bytes) {
+  return CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)),
+                   "cudaFuncSetAttribute");
+}
+
+template <int KD, int VD, typename GIn>
+Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
+                     const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads) {
+  const Device dev = p.device;
+  const int64_t n_seq = p.num_sequences(), heads = p.heads, kd = KD, vd = VD, ck = kChunk;
+  grads->dinitial_state = Tensor();
+  ORRERY_ASSIGN_OR_RETURN(grads->dq, Tensor::Allocate(in.q.shape(), in.q.dtype(), dev));
+  ORRERY_ASSIGN_OR_RETURN(grads->dk, Tensor::Allocate(in.k.shape(), in.k.dtype(), dev));
+  ORRERY_ASSIGN_OR_RETURN(grads->dv, Tensor::Allocate(in.v.shape(), in.v.dtype(), dev));
+  ORRERY_ASSIGN_OR_RETURN(grads->dg, Tensor::Allocate(in.g.shape(), in.g.dtype(), dev));
+  ORRERY_ASSIGN_OR_RETURN(grads->dbeta, Tensor::Allocate(in.beta.shape(), in.beta.dtype(), dev));
+  if (in.initial_state.defined()) {
+    ORRERY_ASSIGN_OR_RETURN(grads->dinitial_state,
+                            Tensor::Allocate(in.initial_state.shape(), DType::kF32, dev));
+  }
+
+  // 1. The forward, keeping what the backward reads.
+  KdaTcSaved saved;
+  KdaOutputs none;
+  ORRERY_RETURN_IF_ERROR(LaunchKdaForwardTc(p, in, tuning, &none, &saved));
+  if (tuning.backward_stages == 1) return Status::OK();
+  const int64_t chunks = saved.chunks;
+  const ChunkDesc* chunk_desc =
+      reinterpret_cast<const ChunkDesc*>(saved.chunk_table.data<int64_t>());
+
+  // 2. The reverse state pass. Segments are listed per sequence from its last chunk range to
+  // its first, so that the combine (which walks a sequence's segments in list order) chains dS
+  // backwards in time from dht.
+  const int64_t segs_per_seq =
+      KdaTcSegmentsPerSequence(tuning, n_seq * heads * (VD / kSliceV), saved.max_chunks);
+  const bool split = segs_per_seq > 1;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::vector<int64_t> seg_seq, seq_seg_first = {0};
+  for (int64_t n = 0; n < n_seq; ++n) {
+    const int64_t c0 = saved.seq_chunk_first[n], nc = saved.seq_chunk_first[n + 1] - c0;
+    const int64_t segs = split ? std::max<int64_t>(1, std::min(segs_per_seq, nc)) : 1;
+    for (int64_t j = segs - 1; j >= 0; --j) {
+      ranges.push_back({c0 + nc * j / segs, c0 + nc * (j + 1) / segs});
+      seg_seq.push_back(n);
+    }
+    seq_seg_first.push_back(static_cast<int64_t>(ranges.size()));
+  }
+  const int64_t total_segs = static_cast<int64_t>(ranges.size());
+  const int64_t state_elems = heads * kd * vd;
+  ORRERY_ASSIGN_OR_RETURN(Tensor dvnew,
+                          Tensor::Allocate({chunks, heads, ck, vd}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dh, Tensor::Allocate({chunks, heads, kd, vd}, DType::kBF16, dev));
+  Tensor ext, seg_end;
+  if (split) {
+    ORRERY_ASSIGN_OR_RETURN(ext,
+                            Tensor::Allocate({total_segs, heads, kd, vd + kd}, DType::kF32, dev));
+    ORRERY_ASSIGN_OR_RETURN(seg_end,
+                            Tensor::Allocate({total_segs, heads, kd, vd}, DType::kF32, dev));
+  }
+  const float* dht = d_final_state.defined() ? d_final_state.data<float>() : nullptr;
+  float* dh0 = grads->dinitial_state.defined() ? grads->dinitial_state.data<float>() : nullptr;
+  std::vector<int64_t> pass1, pass2;  // SegmentDesc as 4 int64 each
+  auto push = [](std::vector<int64_t>* v, std::pair<int64_t, int64_t> range, const float* i,
+                 float* o) {
+    v->push_back(range.first);
+    v->push_back(range.second);
+    v->push_back(reinterpret_cast<int64_t>(i));
+    v->push_back(reinterpret_cast<int64_t>(o));
+  };
+  for (int64_t s = 0; s < total_segs; ++s) {
+    const int64_t n = seg_seq[s];
+    const bool first_in_time = s + 1 == seq_seg_first[n + 1];
+    float* out_dh0 = first_in_time && dh0 != nullptr ? dh0 + n * state_elems : nullptr;
+    if (split) {
+      if (!first_in_time) {
+        push(&pass1, ranges[s], nullptr, ext.data<float>() + s * heads * kd * (vd + kd));
+      }
+      push(&pass2, ranges[s], seg_end.data<float>() + s * state_elems, out_dh0);
+    } else {
+      push(&pass2, ranges[s], dht != nullptr ? dht + n * state_elems : nullptr, out_dh0);
+    }
+  }
+  RevParams rev;
+  rev.w = static_cast<const bf16*>(saved.w.raw_data());
+  rev.qg = static_cast<const bf16*>(saved.qg.raw_data());
+  rev.kbar_t = static_cast<const bf16*>(saved.kbar_t.raw_data());
+  rev.aqk = static_cast<const bf16*>(saved.aqk.raw_data());
+  rev.gamma = saved.gamma.data<float>();
+  rev.d_o = static_cast<const bf16*>(d_o.raw_data());
+  rev.chunks = chunk_desc;
+  rev.dvnew = nullptr;
+  rev.dh = nullptr;
+  rev.heads = static_cast<int>(heads);
+  rev.vd = VD;
+  const size_t rev_smem = RevSmem<KD>::kBytes;
+  ORRERY_RETURN_IF_ERROR(AllowSmem(KdaReverseStatePassKernel<KD>, rev_smem));
+  Tensor pass1_dev, seq_seg_dev;
+  if (split && !pass1.empty()) {
+    ORRERY_ASSIGN_OR_RETURN(pass1_dev, Upload(pass1, dev));
+    RevParams r1 = rev;
+    r1.segments = reinterpret_cast<const SegmentDesc*>(pass1_dev.data<int64_t>());
+    r1.in_ld = VD;
+    r1.out_ld = VD + KD;
+    const dim3 grid(static_cast<unsigned>(pass1.size() / 4), static_cast<unsigned>(heads),
+                    (VD + KD) / kSliceV);
+    KdaReverseStatePassKernel<KD><<<grid, kPassThreads, rev_smem>>>(r1);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "reverse state pass 1 launch"));
+  }
+  if (split) {
+    ORRERY_ASSIGN_OR_RETURN(seq_seg_dev, Upload(seq_seg_first, dev));
+    ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads,
+                                                   seq_seg_dev.data<int64_t>(), ext.data<float>(),
+                                                   dht, seg_end.data<float>()));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor pass2_dev, Upload(pass2, dev));
+  RevParams r2 = rev;
+  r2.segments = reinterpret_cast<const SegmentDesc*>(pass2_dev.data<int64_t>());
+  r2.dvnew = static_cast<bf16*>(dvnew.raw_data());
+  r2.dh = static_cast<bf16*>(dh.raw_data());
+  r2.in_ld = VD;
+  r2.out_ld = VD;
+  {
+    const dim3 grid(static_cast<unsigned>(total_segs), static_cast<unsigned>(heads), VD / kSliceV);
+    KdaReverseStatePassKernel<KD><<<grid, kPassThreads, rev_smem>>>(r2);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "reverse state pass launch"));
+  }
+  if (tuning.backward_stages == 2 || chunks == 0) {
+    return CudaCheck(cudaDeviceSynchronize(), "tensor-core backward");
+  }
+
+  // 3. Products over V.
+  ORRERY_ASSIGN_OR_RETURN(Tensor dq_s, Tensor::Allocate({chunks, heads, ck, kd}, DType::kF32, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dkbar,
+                          Tensor::Allocate({chunks, heads, ck, kd}, DType::kF32, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dw, Tensor::Allocate({chunks, heads, ck, kd}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor daqk, Tensor::Allocate({chunks, heads, ck, ck}, DType::kF32, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dtv, Tensor::Allocate({chunks, heads, ck, ck}, DType::kF32, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dbeta_v, Tensor::Allocate({chunks, heads, ck}, DType::kF32, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dgc, Tensor::Allocate({chunks, heads, kd}, DType::kF32, dev));
+  const dim3 chunk_grid(static_cast<unsigned>(chunks), static_cast<unsigned>(heads));
+  {
+    VSideParams vp;
+    vp.v = static_cast<const bf16*>(in.v.raw_data());
+    vp.d_o = static_cast<const bf16*>(d_o.raw_data());
+    vp.beta = static_cast<const bf16*>(in.beta.raw_data());
+    vp.h = static_cast<const bf16*>(saved.h.raw_data());
+    vp.dh = static_cast<const bf16*>(dh.raw_data());
+    vp.vnew = static_cast<const bf16*>(saved.vnew.raw_data());
+    vp.dvnew = static_cast<const bf16*>(dvnew.raw_data());
+    vp.tinv = static_cast<const bf16*>(saved.tinv.raw_data());
+    vp.gamma = saved.gamma.data<float>();
+    vp.chunks = chunk_desc;
+    vp.dq_s = dq_s.data<float>();
+    vp.dkbar = dkbar.data<float>();
+    vp.dw = static_cast<bf16*>(dw.raw_data());
+    vp.daqk = daqk.data<float>();
+    vp.dtv = dtv.data<float>();
+    vp.dbeta_v = dbeta_v.data<float>();
+    vp.dgc = dgc.data<float>();
+    vp.dv = static_cast<bf16*>(grads->dv.raw_data());
+    vp.heads = static_cast<int>(heads);
+    const size_t smem = VSideSmem<KD, VD>::kBytes;
+    ORRERY_RETURN_IF_ERROR(AllowSmem(KdaBackwardVSideKernel<KD, VD>, smem));
+    KdaBackwardVSideKernel<KD, VD><<<chunk_grid, kChunkThreads, smem>>>(vp);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "backward V-side launch"));
+  }
+  if (tuning.backward_stages == 3)
+    return CudaCheck(cudaDeviceSynchronize(), "tensor-core backward");
+
+  // 4. T, A_kk, pairwise and element-wise terms.
+  {
+    KSideParams<GIn> kp;
+    kp.q = static_cast<const bf16*>(in.q.raw_data());
+    kp.k = static_cast<const bf16*>(in.k.raw_data());
+    kp.beta = static_cast<const bf16*>(in.beta.raw_data());
+    kp.g = static_cast<const GIn*>(in.g.raw_data());
+    kp.tinv = static_cast<const bf16*>(saved.tinv.raw_data());
+    kp.chunks = chunk_desc;
+    kp.dq_s = dq_s.data<float>();
+    kp.dkbar = dkbar.data<float>();
+    kp.daqk = daqk.data<float>();
+    kp.dtv = dtv.data<float>();
+    kp.dbeta_v = dbeta_v.data<float>();
+    kp.dgc = dgc.data<float>();
+    kp.dw = static_cast<const bf16*>(dw.raw_data());
+    kp.dq = static_cast<bf16*>(grads->dq.raw_data());
+    kp.dk = static_cast<bf16*>(grads->dk.raw_data());
+    kp.dbeta = static_cast<bf16*>(grads->dbeta.raw_data());
+    kp.dg = static_cast<GIn*>(grads->dg.raw_data());
+    kp.heads = static_cast<int>(heads);
+    kp.scale = p.scale;
+    const size_t smem = KSideSmem<KD>::kBytes;
+    ORRERY_RETURN_IF_ERROR(AllowSmem(KdaBackwardKSideKernel<KD, GIn>, smem));
+    KdaBackwardKSideKernel<KD, GIn><<<chunk_grid, kChunkThreads, smem>>>(kp);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "backward K-side launch"));
+  }
+  // The scratch tensors are freed when this returns; wait for the kernels first.
+  return CudaCheck(cudaDeviceSynchronize(), "tensor-core backward");
+}
+
+template <typename GIn>
+Status DispatchBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
+                          const Tensor& dht, const KdaTcTuning& tuning, KdaGrads* grads) {
+  if (p.key_dim == 128 && p.value_dim == 128) {
+    return RunBackwardTc<128, 128, GIn>(p, in, d_o, dht, tuning, grads);
+  }
+  if (p.key_dim == 128 && p.value_dim == 64) {
+    return RunBackwardTc<128, 64, GIn>(p, in, d_o, dht, tuning, grads);
+  }
+  if (p.key_dim == 64 && p.value_dim == 128) {
+    return RunBackwardTc<64, 128, GIn>(p, in, d_o, dht, tuning, grads);
+  }
+  return RunBackwardTc<64, 64, GIn>(p, in, d_o, dht, tuning, grads);
+}
+
+}  // namespace
+
+Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
+                           const Tensor& d_final_state, const KdaTcTuning& tuning,
+                           KdaGrads* grads) {
+  if (!KdaTcSupported(p, in)) {
+    return UnimplementedError(
+        "kda cuda: the tensor-core backward needs bf16 q/k/v/beta and K, V in {64, 128}; got " +
+        std::string(DTypeName(p.dtype)) + " K = " + std::to_string(p.key_dim) +
+        " V = " + std::to_string(p.value_dim));
+  }
+  if (in.g.dtype() == DType::kF32) {
+    return DispatchBackwardTc<float>(p, in, d_o, d_final_state, tuning, grads);
+  }
+  return DispatchBackwardTc<bf16>(p, in, d_o, d_final_state, tuning, grads);
+}
+
+}  // namespace orrery::kernels::cuda
