@@ -358,7 +358,8 @@ StatusOr<ConfigDocument> ConfigDocument::ParseString(std::string_view text, std:
   return doc;
 }
 
-StatusOr<ConfigDocument> ConfigDocument::ParseFile(const std::string& path) {
+StatusOr<ConfigDocument> ConfigDocument::ParseFile(const std::string& path,
+                                                   const std::string& base_dir) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     return NotFoundError(path + ": config file not found");
@@ -370,6 +371,7 @@ StatusOr<ConfigDocument> ConfigDocument::ParseFile(const std::string& path) {
   size_t n;
   while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
   std::fclose(f);
+  if (!base_dir.empty()) return ParseString(text, path, base_dir);
   std::string dir = std::filesystem::path(path).parent_path().string();
   return ParseString(text, path, dir.empty() ? "." : dir);
 }

@@ -90,7 +90,11 @@ class ConfigTable {
 
 class ConfigDocument {
  public:
-  static StatusOr<ConfigDocument> ParseFile(const std::string& path);
+  // Relative paths in the file resolve against its directory, or against `base_dir` when it is
+  // not empty (a config written elsewhere on behalf of another location: the embedded default of
+  // `orrery launch`).
+  static StatusOr<ConfigDocument> ParseFile(const std::string& path,
+                                            const std::string& base_dir = "");
   // `source_name` stands in for the file name in messages.
   static StatusOr<ConfigDocument> ParseString(std::string_view text, std::string source_name,
                                               std::string base_dir = ".");

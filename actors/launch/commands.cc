@@ -11,6 +11,7 @@
 #include "actors/coordinator/coordinator.h"
 #include "actors/coordinator/fleet_state.h"
 #include "actors/coordinator/supervisor.h"
+#include "actors/launch/embedded_demo_config.h"
 #include "actors/launch/emit.h"
 #include "actors/launch/fleet_config.h"
 #include "actors/launch/plan.h"
@@ -25,6 +26,7 @@
 #include "core/logging.h"
 #include "core/metrics.h"
 #include "core/run_config.h"
+#include "core/safetensors.h"
 
 namespace orrery {
 namespace {
@@ -57,16 +59,17 @@ struct LoadedFleet {
 };
 
 // Validates every section of the file, then reads [run] and [fleet].
-StatusOr<LoadedFleet> LoadFleet(const ConfigSections& sections, const std::string& path) {
+StatusOr<LoadedFleet> LoadFleet(const ConfigSections& sections, const std::string& path,
+                                const std::string& config_dir = "") {
   {
-    ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(path));
+    ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(path, config_dir));
     ORRERY_RETURN_IF_ERROR(sections.Validate(doc));
     if (!doc.HasTopLevel("fleet")) {
       return InvalidArgumentError(path +
                                   ": no [fleet] section (see configs/fleet/ and docs/launch.md)");
     }
   }
-  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(path));
+  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(path, config_dir));
   ConfigTable root = doc.root();
   LoadedFleet out;
   out.run = ReadRunConfig(root);
@@ -119,9 +122,43 @@ class FleetReporter {
   int64_t step_ = 0;
 };
 
+// Without a CONFIG argument: writes the embedded configs/demo.toml to <run.dir>/launch.toml and
+// returns that path; its relative paths resolve against ./configs (the repository's).
+StatusOr<std::string> WriteEmbeddedDemoConfig(const std::string& config_dir) {
+  ORRERY_ASSIGN_OR_RETURN(
+      ConfigDocument doc,
+      ConfigDocument::ParseString(kEmbeddedDemoConfig, "<embedded configs/demo.toml>", config_dir));
+  ConfigTable root = doc.root();
+  const std::string run_dir = ReadRunConfig(root).dir;
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec) return IoError("cannot create " + run_dir + ": " + ec.message());
+  const std::string path = run_dir + "/launch.toml";
+  ORRERY_RETURN_IF_ERROR(WriteFileAtomic(path, kEmbeddedDemoConfig));
+  return path;
+}
+
 int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
-  const std::string path = args.Get("config");
-  StatusOr<LoadedFleet> loaded = LoadFleet(sections, path);
+  std::string path = args.Get("config");
+  std::string config_dir;
+  if (path.empty()) {
+    std::error_code ec;
+    config_dir = (std::filesystem::current_path(ec) / "configs").string();
+    if (!std::filesystem::is_regular_file(config_dir + "/model/tiny.toml", ec)) {
+      return ReportError(NotFoundError(
+          "no CONFIG given, and the embedded configs/demo.toml needs the repository's configs/ "
+          "directory here (" +
+          config_dir +
+          "/model/tiny.toml): run from the repository root or "
+          "pass a config"));
+    }
+    StatusOr<std::string> written = WriteEmbeddedDemoConfig(config_dir);
+    if (!written.ok()) return ReportError(written.status());
+    path = *written;
+    std::printf("orrery launch: no config given: running the embedded configs/demo.toml (%s)\n",
+                path.c_str());
+  }
+  StatusOr<LoadedFleet> loaded = LoadFleet(sections, path, config_dir);
   if (!loaded.ok()) return ReportError(loaded.status());
   const FleetConfig& fleet = loaded->fleet;
   const std::string emit = args.Get("emit");
@@ -133,6 +170,12 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   }
   StatusOr<FleetPlan> plan = BuildFleetPlan(fleet, loaded->run, path, SelfExe());
   if (!plan.ok()) return ReportError(plan.status().WithContext(path));
+  if (!config_dir.empty()) {
+    for (ProcessSpec& p : plan->processes) {
+      p.argv.push_back("--config-dir");
+      p.argv.push_back(config_dir);
+    }
+  }
   // A cluster's coordinator binds tcp://*:PORT while actors connect to its host name.
   if (args.Has("coordinator")) plan->coordinator = args.Get("coordinator");
   if (args.Flag("dry-run")) {
@@ -147,7 +190,7 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   SetProcessLogPrefix("launch");
   Cancellation stop;
   InstallStopSignals(&stop);
-  StatusOr<RunPhases> phases = RunPhases::Load({path, loaded->run, args.Flag("sync")});
+  StatusOr<RunPhases> phases = RunPhases::Load({path, config_dir, loaded->run, args.Flag("sync")});
   if (!phases.ok()) return ReportError(phases.status());
   if (external && (phases->pretrain() || phases->rl())) {
     return ReportError(InvalidArgumentError(
@@ -226,18 +269,22 @@ int RunActorCommand(const CliArgs& args) {
   options.endpoint = args.Get("endpoint");
   options.coordinator = args.Get("coordinator");
   options.config_path = args.Get("config");
+  options.config_dir = args.Get("config-dir");
   options.heartbeat = std::chrono::milliseconds(args.Int("heartbeat-ms", 500));
   if (options.heartbeat.count() < 10) {
     return ReportError(InvalidArgumentError("--heartbeat-ms: expected at least 10"));
   }
-  if (args.Has("run-dir")) {
-    options.run_dir = args.Get("run-dir");
-  } else if (!options.config_path.empty()) {
-    StatusOr<ConfigDocument> doc = ConfigDocument::ParseFile(options.config_path);
+  if (!options.config_path.empty()) {
+    // One actor per process: [run] (threads, log level) applies to the whole process.
+    StatusOr<ConfigDocument> doc =
+        ConfigDocument::ParseFile(options.config_path, options.config_dir);
     if (!doc.ok()) return ReportError(doc.status());
     ConfigTable root = doc->root();
-    options.run_dir = ReadRunConfig(root).dir;
+    const RunConfig run = ReadRunConfig(root);
+    ApplyRunConfig(run);
+    options.run_dir = run.dir;
   }
+  if (args.Has("run-dir")) options.run_dir = args.Get("run-dir");
   SetProcessLogPrefix(options.role + ":" + std::to_string(options.index));
   Cancellation stop;
   InstallStopSignals(&stop);
@@ -306,7 +353,9 @@ void RegisterFleetCommands(CliRegistry& registry) {
   registry.Add(CliCommand{
       {"launch"},
       "Start a fleet: the coordinator spawns and supervises every actor of [fleet]",
-      {{"CONFIG", "the run's TOML file (with a [fleet] section)", CliKind::kString, true, ""},
+      {{"CONFIG",
+        "the run's TOML file (with a [fleet] section); none: the embedded configs/demo.toml",
+        CliKind::kString, false, ""},
        {"--dry-run", "print the process plan (actor, endpoint, command line) and exit",
         CliKind::kFlag, false, ""},
        {"--emit", "print cluster launch files instead of launching: slurm or k8s", CliKind::kString,
@@ -330,6 +379,8 @@ void RegisterFleetCommands(CliRegistry& registry) {
        {"--coordinator", "the coordinator's endpoint (none: run standalone)", CliKind::kString,
         false, ""},
        {"--config", "the run's TOML file", CliKind::kString, false, ""},
+       {"--config-dir", "resolve the config's relative paths here (default: its directory)",
+        CliKind::kString, false, ""},
        {"--run-dir", "run directory (default: [run].dir of --config)", CliKind::kString, false, ""},
        {"--heartbeat-ms", "heartbeat period", CliKind::kInt, false, "500"}},
       [](const CliArgs& args) { return RunActorCommand(args); }});

@@ -56,7 +56,8 @@ std::string Percent(const rl_actors::PolicyEvalResult& r) {
 StatusOr<RunPhases> RunPhases::Load(const RunPhaseOptions& options) {
   RunPhases p;
   p.options_ = options;
-  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(options.config_path));
+  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc,
+                          ConfigDocument::ParseFile(options.config_path, options.config_dir));
   p.pretrain_ = doc.HasTopLevel("pretrain");
   p.rl_ = doc.HasTopLevel("rl");
   if (p.rl_) {
@@ -77,7 +78,8 @@ StatusOr<RunPhases> RunPhases::Load(const RunPhaseOptions& options) {
 Status RunPhases::BeforeFleet() {
   const std::string run_dir = options_.run.dir;
   if (pretrain_) {
-    ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(options_.config_path));
+    ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc,
+                            ConfigDocument::ParseFile(options_.config_path, options_.config_dir));
     ConfigTable root = doc.root();
     PretrainJobOptions job;
     job.config = ReadPretrainConfig(root);
@@ -95,7 +97,8 @@ Status RunPhases::BeforeFleet() {
   }
   if (!rl_) return Status::OK();
 
-  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(options_.config_path));
+  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc,
+                          ConfigDocument::ParseFile(options_.config_path, options_.config_dir));
   ConfigTable root = doc.root();
   const rl_actors::RlConfig rl = rl_actors::ReadRlConfig(root);
   const rl_actors::RlRunPaths paths(run_dir);
@@ -124,7 +127,8 @@ Status RunPhases::BeforeFleet() {
 
 StatusOr<rl_actors::PolicyEvalResult> RunPhases::Evaluate(const std::string& checkpoint,
                                                           const std::string& json_path) {
-  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseFile(options_.config_path));
+  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc,
+                          ConfigDocument::ParseFile(options_.config_path, options_.config_dir));
   ConfigTable root = doc.root();
   const rl_actors::RlConfig rl = rl_actors::ReadRlConfig(root);
   env::EnvRegistry registry;

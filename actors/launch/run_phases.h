@@ -22,6 +22,7 @@ namespace orrery {
 
 struct RunPhaseOptions {
   std::string config_path;
+  std::string config_dir;  // "" : the config file's directory
   RunConfig run;
   bool sync = false;  // --sync: rollouts wait for every update
 };

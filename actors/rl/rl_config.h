@@ -6,7 +6,9 @@
 //   steps = 120                   # learner updates (policy versions) of the phase
 //   groups_per_step = 8           # groups per update, over all learner ranks
 //   group_size = 8                # G: episodes per task
-//   sync = false                  # true: rollouts wait for every update (`orrery launch --sync`)
+//   sync = false                  # true: rollouts wait for every update (`orrery launch --sync`);
+//                                 #   each update trains on exactly one round of groups (no
+//                                 #   dynamic sampling)
 //   table = "trajectories"        # the replay table rollouts insert into and learners sample
 //   checkpoint_every = 10         # learner checkpoints (RUN/rl/checkpoints), newest kept
 //   keep_checkpoints = 2

@@ -56,6 +56,10 @@ StatusOr<RlConfig> ResolveRlConfig(const RlConfig& config, const RlRunPaths& pat
   } else if (m.status().code() != StatusCode::kNotFound) {
     return m.status();
   }
+  // Sync mode alternates one round of generation (groups_per_step groups at version v) with one
+  // update: the learner trains on exactly that round, so it cannot replace no-signal groups by
+  // further samples (the rollouts wait for v + 1). Such groups just carry no gradient.
+  if (c.sync) c.trainer.skip_uniform_groups = false;
   if (c.init.empty()) {
     return InvalidArgumentError(
         "rl.init: no initial policy (set [rl] init to a checkpoint or pretraining run directory)");

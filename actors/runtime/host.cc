@@ -226,7 +226,8 @@ Status RunActor(zmq::context_t& zmq, const ActorHostOptions& options, Cancellati
 
   std::optional<ConfigDocument> config;
   if (!options.config_path.empty()) {
-    StatusOr<ConfigDocument> doc = ConfigDocument::ParseFile(options.config_path);
+    StatusOr<ConfigDocument> doc =
+        ConfigDocument::ParseFile(options.config_path, options.config_dir);
     if (!doc.ok()) return doc.status();
     config.emplace(std::move(doc).value());
   }

@@ -23,6 +23,7 @@ struct ActorHostOptions {
   std::string endpoint;              // the mailbox address given to the role
   std::string coordinator;           // the coordinator's endpoint; "" runs standalone
   std::string config_path;           // "" for none
+  std::string config_dir;            // relative paths in the config resolve here ("": its dir)
   std::string run_dir = "runs/run";  // state_dir = <run_dir>/actors/<role>-<index>
   std::chrono::milliseconds heartbeat{500};
 };
