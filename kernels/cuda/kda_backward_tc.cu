@@ -41,33 +41,18 @@
 #include "kernels/cuda/kda_cuda.h"
 #include "kernels/cuda/kda_cuda_util.cuh"
 #include "kernels/cuda/kda_mma.cuh"
+#include "kernels/cuda/kda_tc_layout.cuh"
 
 namespace orrery::kernels::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
 
-// The forward's tiling (kda_forward_tc.cu): 64-token chunks, 64-wide V slices in the state pass,
-// 64-wide bf16 tiles padded to 72 per row, diagonal tiles on tensor cores up to a log2 span of
-// 112.
-constexpr int kChunk = 64;
-constexpr int kSliceV = 64;
-constexpr int kST = 72;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kMaxTileSpan = 112.0f;
+constexpr int kChunk = kTcChunk;
+constexpr int kSliceV = kTcSliceV;
+constexpr int kST = kTileStrideA;
 constexpr int kPassThreads = 128;   // reverse pass: 4 warps
 constexpr int kChunkThreads = 256;  // chunk kernels: 8 warps
-
-struct ChunkDesc {
-  int64_t row_start;  // first flattened token row
-  int64_t len;        // valid rows, 1..64
-};
-
-struct SegmentDesc {
-  int64_t chunk_begin, chunk_end;  // global chunk indices; walked from chunk_end - 1 down
-  const float* state_in;           // dS at the segment end [H, K, in_ld], or null (zeros)
-  float* state_out;                // dS at the segment start [H, K, out_ld], or null
-};
 
 // ---------------------------------------------------------------------------------------------
 // Stage 2: the reverse state pass.
