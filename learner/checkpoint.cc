@@ -8,10 +8,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "core/file_io.h"
 #include "core/safetensors.h"
 
 namespace orrery {
@@ -64,14 +63,6 @@ std::vector<std::string> CheckpointNames(const std::string& dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
-}
-
-StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 int FsyncPath(const std::string& path) {
@@ -154,7 +145,7 @@ StatusOr<LoadedCheckpoint> ReadCheckpoint(const std::string& path) {
   auto corrupt = [&](const std::string& what) {
     return DataLossError("checkpoint " + dir + " is corrupt: " + what);
   };
-  StatusOr<std::string> text = ReadText(dir + "/trainer.json");
+  StatusOr<std::string> text = ReadFileToString(dir + "/trainer.json");
   if (!text.ok()) return corrupt("trainer.json is missing");
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.value("format", "") != "orrery-checkpoint-v1") {

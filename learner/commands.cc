@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/file_io.h"
 #include "core/logging.h"
 #include "learner/data_prepare.h"
 #include "learner/pretrain_commands.h"
@@ -28,7 +29,7 @@ int TokenizerTrain(const CliArgs& args) {
   BpeTrainer trainer;
   int64_t bytes = 0;
   for (const std::string& path : args.List("input")) {
-    StatusOr<std::string> text = ReadInput(path);
+    StatusOr<std::string> text = ReadFileToString(path);
     if (!text.ok()) return ReportError(text.status());
     bytes += static_cast<int64_t>(text->size());
     if (EndsWith(path, ".jsonl")) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/chat.h"
+#include "core/file_io.h"
 #include "core/logging.h"
 #include "core/philox.h"
 #include "core/thread_pool.h"
@@ -17,14 +18,6 @@ namespace {
 constexpr uint64_t kHeldoutStream = 0x68656c64;  // "held"
 
 }  // namespace
-
-StatusOr<std::string> ReadInput(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("input " + path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 namespace {
 
@@ -119,7 +112,7 @@ StatusOr<DataPrepareSummary> PrepareData(const DataPrepareOptions& options) {
                                                     tokenizer.vocab_size(), tokenizer_name}));
   DataPrepareSummary summary;
   for (const std::string& path : options.inputs) {
-    ORRERY_ASSIGN_OR_RETURN(std::string contents, ReadInput(path));
+    ORRERY_ASSIGN_OR_RETURN(std::string contents, ReadFileToString(path));
     summary.input_bytes += static_cast<int64_t>(contents.size());
     std::vector<PendingDocument> docs;
     if (EndsWith(path, ".jsonl")) {

@@ -42,8 +42,6 @@ struct DataPrepareSummary {
 
 StatusOr<DataPrepareSummary> PrepareData(const DataPrepareOptions& options);
 
-// Reads a whole input file.
-StatusOr<std::string> ReadInput(const std::string& path);
 // Parses chat-transcript JSONL ({"messages": [...]} per line); `path` names it in errors.
 StatusOr<std::vector<std::vector<ChatMessage>>> ParseChatTranscripts(const std::string& path,
                                                                      const std::string& contents);

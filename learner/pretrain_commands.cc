@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "core/logging.h"
 #include "learner/checkpoint.h"
 #include "learner/data_prepare.h"
@@ -98,7 +99,7 @@ int GenerateCommand(const CliArgs& args) {
   }
   if (args.Has("prompts")) {
     const std::string path = args.Get("prompts");
-    StatusOr<std::string> text = ReadInput(path);
+    StatusOr<std::string> text = ReadFileToString(path);
     if (!text.ok()) return ReportError(text.status());
     StatusOr<std::vector<std::vector<ChatMessage>>> chats = ParseChatTranscripts(path, *text);
     if (!chats.ok()) return ReportError(chats.status());

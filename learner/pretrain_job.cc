@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "core/file_io.h"
 #include "learner/data_prepare.h"
 #include "learner/hybrid_trainable.h"
 #include "model/chat_format.h"
@@ -21,9 +22,9 @@ StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options) {
   if (!tokenizer.ok()) return tokenizer.status();
   StatusOr<ChatFormat> format = ChatFormat::Create(&*tokenizer);
   if (!format.ok()) return format.status();
-  StatusOr<std::string> model_text = ReadInput(config->model_path);
+  StatusOr<std::string> model_text = ReadFileToString(config->model_path);
   if (!model_text.ok()) return model_text.status();
-  StatusOr<std::string> tokenizer_text = ReadInput(config->data_dir + "/tokenizer.json");
+  StatusOr<std::string> tokenizer_text = ReadFileToString(config->data_dir + "/tokenizer.json");
   if (!tokenizer_text.ok()) return tokenizer_text.status();
 
   StatusOr<std::unique_ptr<model::Model>> model =

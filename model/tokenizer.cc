@@ -1,12 +1,11 @@
 #include "model/tokenizer.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <unordered_set>
 
+#include "core/file_io.h"
 #include "core/safetensors.h"
 
 namespace orrery {
@@ -87,14 +86,6 @@ bool IsLetter(unsigned char c) {
 }
 bool IsDigit(unsigned char c) { return c >= '0' && c <= '9'; }
 bool IsOther(unsigned char c) { return !IsSpace(c) && !IsLetter(c) && !IsDigit(c); }
-
-StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -299,7 +290,7 @@ std::string Tokenizer::ToJson() const {
 Status Tokenizer::Save(const std::string& path) const { return WriteFileAtomic(path, ToJson()); }
 
 StatusOr<Tokenizer> Tokenizer::Load(const std::string& path) {
-  ORRERY_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  ORRERY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   return FromJson(text, path);
 }
 

@@ -2,12 +2,11 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "actors/rl/rl_config.h"
 #include "actors/rl/rl_run.h"
+#include "core/file_io.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
 #include "env/registry.h"
@@ -25,12 +24,9 @@ std::string Absolute(const std::string& path) {
 }
 
 StatusOr<rl_actors::PolicyEvalResult> ReadEvalJson(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFoundError(path);
-  std::stringstream text;
-  text << in.rdbuf();
+  ORRERY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   try {
-    nlohmann::json j = nlohmann::json::parse(text.str());
+    nlohmann::json j = nlohmann::json::parse(text);
     rl_actors::PolicyEvalResult r;
     r.episodes = j.at("episodes").get<int>();
     r.passed = j.at("passed").get<int>();

@@ -3,9 +3,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "core/file_io.h"
 #include "core/safetensors.h"
 
 namespace orrery::rl_actors {
@@ -49,11 +48,9 @@ Status BatchLog::Save(int64_t version, const std::vector<EncodedGroup>& groups) 
 
 StatusOr<std::vector<EncodedGroup>> BatchLog::Load(int64_t version) const {
   const std::string path = PathOf(version);
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return NotFoundError(path + ": no logged batch");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  const std::string bytes = buffer.str();
+  StatusOr<std::string> read = ReadFileToString(path);
+  if (!read.ok()) return read.status();
+  const std::string& bytes = *read;
   std::string_view in(bytes);
   auto damaged = [&path] { return DataLossError(path + ": damaged batch log"); };
   if (in.size() < sizeof(kMagic) || std::memcmp(in.data(), kMagic, sizeof(kMagic)) != 0) {

@@ -1,10 +1,9 @@
 #include "actors/rl/learner_rendezvous.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "core/file_io.h"
 #include "core/safetensors.h"
 
 namespace orrery::rl_actors {
@@ -13,12 +12,9 @@ namespace {
 std::string StartPath(const std::string& gloo_dir) { return gloo_dir + "/start.json"; }
 
 StatusOr<LearnerStart> ReadStart(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFoundError(path + ": not written yet");
-  std::stringstream text;
-  text << in.rdbuf();
+  ORRERY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   try {
-    nlohmann::json j = nlohmann::json::parse(text.str());
+    nlohmann::json j = nlohmann::json::parse(text);
     return LearnerStart{j.at("generation").get<std::string>(),
                         j.at("checkpoint").get<std::string>()};
   } catch (const std::exception& e) {

@@ -12,8 +12,6 @@
 // to "rl-done" and every rank waits for the fleet to stop.
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "actors/metrics/metrics_publisher.h"
 #include "actors/replay/client.h"
@@ -26,6 +24,7 @@
 #include "actors/rl/rl_run.h"
 #include "actors/rl/trajectory_convert.h"
 #include "actors/runtime/role.h"
+#include "core/file_io.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
 #include "learner/checkpoint.h"
@@ -37,14 +36,6 @@
 
 namespace orrery::rl_actors {
 namespace {
-
-StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot read");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class LearnerRank {
  public:
@@ -60,7 +51,7 @@ class LearnerRank {
 
   Status Run(const std::string& metrics_endpoint) {
     for (const char* name : {"model.toml", "tokenizer.json"}) {
-      ORRERY_ASSIGN_OR_RETURN(checkpoint_files_[name], ReadText(policy_.path + "/" + name));
+      ORRERY_ASSIGN_OR_RETURN(checkpoint_files_[name], ReadFileToString(policy_.path + "/" + name));
     }
     ORRERY_RETURN_IF_ERROR(Start());
     if (rank_ == 0) {
@@ -125,7 +116,7 @@ class LearnerRank {
       ORRERY_ASSIGN_OR_RETURN(start, PublishLearnerStart(paths_.gloo, latest.ok() ? *latest : ""));
     } else {
       std::string last;
-      if (StatusOr<std::string> text = ReadText(last_path); text.ok()) last = *text;
+      if (StatusOr<std::string> text = ReadFileToString(last_path); text.ok()) last = *text;
       ORRERY_ASSIGN_OR_RETURN(
           start, AwaitLearnerStart(paths_.gloo, last, ctx_.stop(),
                                    std::chrono::milliseconds(config_.gloo_timeout_ms)));

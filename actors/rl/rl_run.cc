@@ -1,10 +1,9 @@
 #include "actors/rl/rl_run.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "core/file_io.h"
 #include "core/safetensors.h"
 
 namespace orrery::rl_actors {
@@ -30,13 +29,10 @@ Status WriteLaunchManifest(const RlRunPaths& paths, const RlLaunchManifest& mani
 }
 
 StatusOr<RlLaunchManifest> ReadLaunchManifest(const RlRunPaths& paths) {
-  std::ifstream in(paths.launch_json);
-  if (!in) return NotFoundError(paths.launch_json + ": no launch manifest");
-  std::stringstream text;
-  text << in.rdbuf();
+  ORRERY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(paths.launch_json));
   RlLaunchManifest m;
   try {
-    nlohmann::json j = nlohmann::json::parse(text.str());
+    nlohmann::json j = nlohmann::json::parse(text);
     m.init = j.at("init").get<std::string>();
     m.sync = j.at("sync").get<bool>();
     m.steps = j.at("steps").get<int64_t>();
