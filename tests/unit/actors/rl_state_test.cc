@@ -1,0 +1,140 @@
+// The RL actors' durable state and config: the learner's batch log (round trip, damage refused,
+// dropping what a checkpoint covers), the learner start file, the launch manifest and [rl].
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "actors/rl/batch_log.h"
+#include "actors/rl/learner_rendezvous.h"
+#include "actors/rl/rl_config.h"
+#include "actors/rl/rl_run.h"
+#include "core/file_io.h"
+#include "core/safetensors.h"
+
+namespace orrery::rl_actors {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const std::string dir =
+      testing::TempDir() + "/orrery_rl_state_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(BatchLogTest, RoundTripsGroupsWithArbitraryBytes) {
+  const std::string dir = TempDir("roundtrip");
+  BatchLog log(dir + "/batches");
+  std::string binary("\0\x01\xff payload", 11);
+  std::vector<EncodedGroup> groups = {{7, {"a", binary, ""}}, {9, {}}, {11, {"zz"}}};
+  ASSERT_TRUE(log.Save(3, groups).ok());
+  auto back = log.Load(3);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ((*back)[0].group_id, 7u);
+  EXPECT_EQ((*back)[0].trajectories, groups[0].trajectories);
+  EXPECT_TRUE((*back)[1].trajectories.empty());
+  EXPECT_EQ((*back)[2].trajectories, groups[2].trajectories);
+  EXPECT_EQ(log.Load(4).status().code(), StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BatchLogTest, DamagedFilesAreRefusedNotMisread) {
+  const std::string dir = TempDir("damaged");
+  BatchLog log(dir);
+  ASSERT_TRUE(log.Save(1, {{5, {"trajectory bytes"}}}).ok());
+  const std::string path = dir + "/batch-00000001.bin";
+  std::string whole = *ReadFileToString(path);
+  // Truncated by one byte, a flipped magic, and trailing garbage: each one DataLoss.
+  for (const std::string& bad :
+       {whole.substr(0, whole.size() - 1), "X" + whole.substr(1), whole + "extra"}) {
+    ASSERT_TRUE(WriteFileAtomic(path, bad).ok());
+    auto loaded = log.Load(1);
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss) << loaded.status().ToString();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BatchLogTest, DropThroughKeepsOnlyLaterVersions) {
+  const std::string dir = TempDir("drop");
+  BatchLog log(dir);
+  for (int v = 1; v <= 5; ++v) ASSERT_TRUE(log.Save(v, {{static_cast<uint64_t>(v), {"x"}}}).ok());
+  ASSERT_TRUE(log.DropThrough(3).ok());
+  for (int v = 1; v <= 3; ++v) EXPECT_EQ(log.Load(v).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(log.Load(4).ok());
+  EXPECT_TRUE(log.Load(5).ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LearnerStartTest, FollowersTakeOnlyAStartTheyHaveNotUsed) {
+  const std::string dir = TempDir("start");
+  Cancellation stop;
+  // Nothing written yet: a follower times out rather than hanging.
+  auto none = AwaitLearnerStart(dir, "", stop, std::chrono::milliseconds(100));
+  EXPECT_EQ(none.status().code(), StatusCode::kDeadlineExceeded);
+  auto first = PublishLearnerStart(dir, "/run/rl/checkpoints/step-00000004");
+  ASSERT_TRUE(first.ok());
+  auto seen = AwaitLearnerStart(dir, "", stop, std::chrono::milliseconds(1000));
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->generation, first->generation);
+  EXPECT_EQ(seen->checkpoint, "/run/rl/checkpoints/step-00000004");
+  // The same generation again is a start this rank already used: it waits for a new one.
+  auto again = AwaitLearnerStart(dir, first->generation, stop, std::chrono::milliseconds(100));
+  EXPECT_EQ(again.status().code(), StatusCode::kDeadlineExceeded);
+  auto second = PublishLearnerStart(dir, "");
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->generation, first->generation);
+  auto next = AwaitLearnerStart(dir, first->generation, stop, std::chrono::milliseconds(1000));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->checkpoint, "");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RlRunTest, ManifestOverridesTheConfigAndSyncTurnsOffDynamicSampling) {
+  const std::string dir = TempDir("manifest");
+  RlRunPaths paths(dir);
+  RlConfig config;
+  EXPECT_EQ(ResolveRlConfig(config, paths).status().code(), StatusCode::kInvalidArgument);
+  config.init = "/from/config";
+  auto plain = ResolveRlConfig(config, paths);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->init, "/from/config");
+  EXPECT_TRUE(plain->trainer.skip_uniform_groups);
+  ASSERT_TRUE(WriteLaunchManifest(paths, {"/from/launcher", true, 17}).ok());
+  auto resolved = ResolveRlConfig(config, paths);
+  ASSERT_TRUE(resolved.ok());
+  EXPECT_EQ(resolved->init, "/from/launcher");
+  EXPECT_TRUE(resolved->sync);
+  EXPECT_EQ(resolved->steps, 17);
+  EXPECT_FALSE(resolved->trainer.skip_uniform_groups);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RlConfigTest, BadValuesFailNamingTheKey) {
+  struct Case {
+    std::string text, key;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"[rl]\ngroup_size = 0\n", "rl.group_size"},
+           {"[rl]\nsteps = -1\n", "rl.steps"},
+           {"[rl.rollout]\ntop_p = 1.5\n", "rl.rollout.top_p"},
+           {"[rl.learner]\nadvantage = \"ppo\"\n", "rl.learner.advantage"},
+           {"[rl.learner]\nkl_coef = 0.1\n", "rl.learner.kl_coef"},
+           {"[rl]\nstep = 3\n", "rl.step"},
+       }) {
+    auto doc = ConfigDocument::ParseString(c.text, "rl.toml");
+    ASSERT_TRUE(doc.ok());
+    ConfigTable root = doc->root();
+    ReadRlConfig(root);
+    Status s = doc->Finish();
+    ASSERT_FALSE(s.ok()) << c.text;
+    EXPECT_NE(s.message().find(c.key), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("rl.toml"), std::string::npos) << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace orrery::rl_actors
