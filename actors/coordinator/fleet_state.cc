@@ -160,7 +160,7 @@ std::vector<MetricRecord> FleetState::ToMetrics(int64_t step) const {
     m.step = step;
     m.scalars["fleet/up"] = r.state == ActorState::kRunning ? 1 : 0;
     m.scalars["fleet/restarts"] = r.restarts;
-    m.scalars["fleet/heartbeat_age_s"] =
+    m.scalars["fleet/heartbeat_age_seconds"] =
         r.last_heartbeat_ms == 0 ? -1 : (now_ms - r.last_heartbeat_ms) / 1000.0;
     m.scalars["fleet/pid"] = static_cast<double>(r.pid);
     out.push_back(std::move(m));

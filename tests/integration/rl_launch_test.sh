@@ -61,7 +61,7 @@ shared_intermediate = 32
 latent_dim = 16
 EOF
 
-# write_config FILE RUN_DIR
+# write_config FILE RUN_DIR STEPS
 write_config() {
   cat >"$1" <<EOF
 [run]
@@ -99,7 +99,7 @@ preset = "queue"
 max_size = 8
 max_staleness = 4
 [rl]
-steps = 8
+steps = $3
 groups_per_step = 4
 group_size = 4
 checkpoint_every = 2
@@ -137,7 +137,7 @@ EOF
 }
 
 # --- 1. the whole job.
-write_config "$tmp/rl.toml" "$tmp/run1"
+write_config "$tmp/rl.toml" "$tmp/run1" 8
 timeout 240 "$orrery" launch "$tmp/rl.toml" >"$tmp/run1.log" 2>&1 || fail "launch exited $?"
 grep -q "pretrain summary: finished" "$tmp/run1.log" || fail "no pretraining summary"
 grep -q "dashboard: http://127.0.0.1:" "$tmp/run1.log" || fail "no dashboard address"
@@ -166,7 +166,8 @@ wait_version() {  # wait_version V: a published policy version >= V
   done
   fail "version $1 was not published in time"
 }
-write_config "$tmp/faults.toml" "$tmp/run2"
+# Enough versions that the kills and the live checks happen well before the end.
+write_config "$tmp/faults.toml" "$tmp/run2" 200
 timeout 300 "$orrery" launch "$tmp/faults.toml" >"$tmp/run2.log" 2>&1 &
 launch_pid=$!
 wait_version 2
@@ -177,12 +178,20 @@ wait_version 3
 pid="$(pid_of learner 1)"
 [ -n "$pid" ] || fail "no learner:1 process"
 kill -9 "$pid"
+# The launcher's metrics hub serves the live run; Prometheus accepts its /metrics.
+url="$(grep -o "dashboard: http://[0-9.:]*/" "$tmp/run2.log" | head -1 | cut -d' ' -f2)"
+[ -n "$url" ] || fail "no dashboard address printed"
+python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+  "${url}metrics" >"$tmp/metrics.txt" || fail "no /metrics from the live hub at $url"
+grep -q '^orrery_fleet_up' "$tmp/metrics.txt" || fail "no fleet series in the live /metrics"
+promtool check metrics <"$tmp/metrics.txt" >"$tmp/promtool.txt" 2>&1 ||
+  fail "promtool rejects the live /metrics: $(cat "$tmp/promtool.txt")"
 if ! wait "$launch_pid"; then launch_pid=""; fail "launch with faults exited non-zero"; fi
 launch_pid=""
 grep -q "rollout:0 ended (killed by signal 9" "$tmp/run2.log" ||
   fail "the rollout actor's death was not noticed"
 grep -q "learner:1 ended" "$tmp/run2.log" || fail "the learner rank's death was not noticed"
 grep -q "restored .*rl/checkpoints/step-" "$tmp/run2.log" || fail "the learner ranks did not resume from a checkpoint"
-[ -d "$tmp/run2/rl/checkpoints/step-00000008" ] || fail "the run with faults did not finish"
+[ -d "$tmp/run2/rl/checkpoints/step-00000200" ] || fail "the run with faults did not finish"
 grep -qE "pass rate +before .* -> after " "$tmp/run2.log" || fail "no summary after faults"
 echo "rl launch: ok"
