@@ -98,6 +98,17 @@ Status RunPhases::BeforeFleet() {
   ConfigTable root = doc.root();
   const rl_actors::RlConfig rl = rl_actors::ReadRlConfig(root);
   const rl_actors::RlRunPaths paths(run_dir);
+  // Every actor starts from it: a missing or incomplete checkpoint fails here, in one line,
+  // rather than in each actor's restarts.
+  if (StatusOr<std::string> dir = ResolveCheckpointDir(init_); !dir.ok()) {
+    return dir.status().WithContext(options_.config_path + ": rl.init");
+  }
+  // A re-launch keeps the initial score only when it scored the same initial policy.
+  if (StatusOr<rl_actors::RlLaunchManifest> earlier = rl_actors::ReadLaunchManifest(paths);
+      earlier.ok() && earlier->init != init_) {
+    std::error_code ec;
+    std::filesystem::remove(paths.eval_before, ec);
+  }
   rl_actors::RlLaunchManifest manifest;
   manifest.init = init_;
   manifest.sync = rl.sync || options_.sync;
