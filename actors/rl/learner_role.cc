@@ -12,6 +12,7 @@
 // to "rl-done" and every rank waits for the fleet to stop.
 #include <chrono>
 #include <filesystem>
+#include <map>
 
 #include "actors/metrics/metrics_publisher.h"
 #include "actors/replay/client.h"
@@ -217,10 +218,36 @@ class LearnerRank {
     MetricRecord r = LearnerRecord(ctx_.name(), stats, *policy_.model, tokens_total_,
                                    config_.trainer.max_staleness, sync_);
     r.scalars["learner/uniform_groups_skipped_total"] = static_cast<double>(uniform_skipped_);
+    AddReplayTableMetrics(r);
     ORRERY_LOG(INFO) << "version " << v << ": loss " << r.scalars["learner/loss"] << ", groups "
                      << stats.groups << " (" << uniform_skipped_
                      << " uniform ones skipped so far), grad norm " << stats.grad_norm;
     return metrics_->Publish(r);
+  }
+
+  // replay/table/* series (docs/dashboard.md) from the store's Info: size, stale evictions, and
+  // insert/sample rates over the interval since the previous update. A store that does not
+  // answer only leaves them out of this record.
+  void AddReplayTableMetrics(MetricRecord& r) {
+    StatusOr<std::vector<replay::TableInfo>> tables = replay_->Info();
+    if (!tables.ok()) return;
+    const double now = UnixSeconds();
+    for (const replay::TableInfo& t : *tables) {
+      const std::string prefix = "replay/table/" + t.options.name + "/";
+      r.scalars[prefix + "size_items"] = static_cast<double>(t.size);
+      r.scalars[prefix + "stale_evicted_total"] = static_cast<double>(t.stale_evicted);
+      r.scalars[prefix + "inserts_total"] = static_cast<double>(t.counters.inserts);
+      r.scalars[prefix + "samples_total"] = static_cast<double>(t.counters.samples);
+      auto previous = table_counters_.find(t.options.name);
+      if (previous != table_counters_.end() && now > previous->second.time) {
+        const double dt = now - previous->second.time;
+        r.scalars[prefix + "inserts_per_second"] =
+            static_cast<double>(t.counters.inserts - previous->second.inserts) / dt;
+        r.scalars[prefix + "samples_per_second"] =
+            static_cast<double>(t.counters.samples - previous->second.samples) / dt;
+      }
+      table_counters_[t.options.name] = {now, t.counters.inserts, t.counters.samples};
+    }
   }
 
   // Batches of versions a checkpoint now covers are no longer needed.
@@ -248,6 +275,11 @@ class LearnerRank {
   WeightSyncTimes sync_;
   int64_t tokens_total_ = 0;
   int64_t uniform_skipped_ = 0;
+  struct TableCounters {
+    double time = 0;
+    int64_t inserts = 0, samples = 0;
+  };
+  std::map<std::string, TableCounters> table_counters_;
 };
 
 }  // namespace
