@@ -682,6 +682,33 @@ Status Model::Load(const std::string& path) {
   return Status::OK();
 }
 
+namespace {
+
+// See BalancingMetrics::router_entropy. `scores`: [N, E] f32 tensors.
+double MeanRouterEntropy(const std::vector<const Tensor*>& scores) {
+  double sum = 0;
+  int64_t rows = 0;
+  for (const Tensor* t : scores) {
+    const int64_t n = t->dim(0), e = t->dim(1);
+    const float* s = t->data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      double z = 0;
+      for (int64_t j = 0; j < e; ++j) z += s[i * e + j];
+      if (z <= 0) continue;
+      double h = 0;
+      for (int64_t j = 0; j < e; ++j) {
+        const double q = s[i * e + j] / z;
+        if (q > 0) h -= q * std::log(q);
+      }
+      sum += h;
+      ++rows;
+    }
+  }
+  return rows > 0 ? sum / static_cast<double>(rows) : 0.0;
+}
+
+}  // namespace
+
 Status Model::UpdateBalancingBiases(const std::vector<const ForwardCache*>& caches,
                                     BalancingMetrics* metrics) {
   const ModelConfig& c = impl_->config;
@@ -702,6 +729,7 @@ Status Model::UpdateBalancingBiases(const std::vector<const ForwardCache*>& cach
     metrics->max_violation_before.push_back(r.max_violation_before);
     metrics->max_violation_after.push_back(r.max_violation_after);
     metrics->bias_change.push_back(r.bias_change);
+    metrics->router_entropy.push_back(MeanRouterEntropy(scores));
   }
   return Status::OK();
 }

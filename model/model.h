@@ -70,6 +70,9 @@ struct BalancingMetrics {
   std::vector<double> max_violation_before;
   std::vector<double> max_violation_after;
   std::vector<double> bias_change;
+  // Mean over tokens of the entropy (nats) of the normalised router scores s / sum(s): ln(E) when
+  // a token's scores are all equal, 0 when one expert takes all of it.
+  std::vector<double> router_entropy;
 };
 
 // Output of Model::Prefill and Model::DecodeStep.

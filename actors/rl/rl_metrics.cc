@@ -130,6 +130,11 @@ MetricRecord LearnerRecord(const std::string& source, const rl::RlStepStats& sta
     r.scalars["routing/max_load_violation"] = max_violation;
     r.scalars["routing/dead_experts"] = dead;
   }
+  if (!stats.router_entropy.empty()) {
+    double sum = 0;
+    for (double h : stats.router_entropy) sum += h;
+    r.scalars["routing/router_entropy"] = sum / static_cast<double>(stats.router_entropy.size());
+  }
   if (!stats.routing_agreement.empty()) {
     double sum = 0;
     for (double a : stats.routing_agreement) sum += a;

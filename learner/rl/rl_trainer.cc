@@ -231,6 +231,7 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
   ORRERY_RETURN_IF_ERROR(model_->UpdateBalancingBiases(cache_ptrs, &balance));
   ORRERY_RETURN_IF_ERROR(comm::AllReduceMean(*comm_, model_->balancing_biases()));
   stats.expert_load = balance.load;
+  stats.router_entropy = balance.router_entropy;
 
   ++version_;
   stats.version = version_;

@@ -75,6 +75,7 @@ struct RlStepStats {
   // biases) would also pick, over fed positions (this rank; 1 when nothing was compared).
   std::vector<double> routing_agreement;
   std::vector<std::vector<double>> expert_load;  // per MoE layer, from Quantile Balancing
+  std::vector<double> router_entropy;            // per MoE layer (model::BalancingMetrics)
   bool updated = false;  // false when no rank had a usable token (nothing changed)
 };
 

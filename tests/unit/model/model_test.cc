@@ -158,6 +158,39 @@ TEST(ModelTest, ForcedRoutingReproducesRecordedRouting) {
   EXPECT_NE(bad.status().message().find("forced_experts"), std::string::npos);
 }
 
+TEST(ModelTest, RouterEntropyIsTheMeanEntropyOfNormalisedScores) {
+  StatusOr<ModelConfig> c = TinyConfig(0, false);
+  ASSERT_TRUE(c.ok());
+  auto model = Model::Create(*c, 3, DType::kF32);
+  ASSERT_TRUE(model.ok());
+  Batch batch;
+  batch.tokens = Tokens(2, 7, c->vocab_size, 11);
+  ForwardCache cache;
+  ASSERT_TRUE((*model)->Forward(batch, &cache).ok());
+  BalancingMetrics metrics;
+  ASSERT_TRUE((*model)->UpdateBalancingBiases({&cache}, &metrics).ok());
+  ASSERT_EQ(metrics.router_entropy.size(), cache.router_scores().size());
+  ASSERT_FALSE(metrics.router_entropy.empty());
+  for (size_t l = 0; l < cache.router_scores().size(); ++l) {
+    // Oracle: the definition, row by row, in long double.
+    const Tensor& s = cache.router_scores()[l];
+    const int64_t n = s.dim(0), e = s.dim(1);
+    long double total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      long double z = 0, h = 0;
+      for (int64_t j = 0; j < e; ++j) z += s.data<float>()[i * e + j];
+      for (int64_t j = 0; j < e; ++j) {
+        const long double q = s.data<float>()[i * e + j] / z;
+        h -= q * std::log(q);
+      }
+      total += h;
+    }
+    EXPECT_NEAR(metrics.router_entropy[l], static_cast<double>(total / n), 1e-9);
+    EXPECT_GT(metrics.router_entropy[l], 0.0);
+    EXPECT_LE(metrics.router_entropy[l], std::log(static_cast<double>(e)) + 1e-12);
+  }
+}
+
 TEST(ModelTest, PackedRowEqualsDocumentsAlone) {
   StatusOr<ModelConfig> c = TinyConfig(0, false);
   ASSERT_TRUE(c.ok());
