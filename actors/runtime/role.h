@@ -17,9 +17,10 @@
 //   RegisterActorRole({"replay", "the RocksDB replay store", ReplayMain});
 //
 // Contract for a main function:
-//   - bind ctx.endpoint() (any transport: inproc, ipc or tcp; the fleet config chooses), call
-//     SetReady() once it serves, and return when ctx.stop() is cancelled (promptly: the launcher
-//     escalates to SIGKILL after fleet.shutdown_grace_ms);
+//   - bind ctx.endpoint() when the role serves requests (any transport: inproc, ipc or tcp; the
+//     fleet config chooses; roles that only pull work, like rollout and learner, bind nothing),
+//     call SetReady() once it works, and return when ctx.stop() is cancelled (promptly: the
+//     launcher escalates to SIGKILL after fleet.shutdown_grace_ms);
 //   - return OK for a clean end, an error Status otherwise (the process then exits non-zero and
 //     the coordinator restarts it with backoff, within the restart budget);
 //   - keep durable state under ctx.state_dir(): a restarted instance gets the same directory;
