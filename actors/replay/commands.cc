@@ -2,7 +2,9 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <sstream>
 
 #include "actors/replay/bench.h"
 #include "actors/replay/client.h"
@@ -107,6 +109,20 @@ int Bench(const CliArgs& args) {
     return ReportError(InvalidArgumentError(
         "replay bench: --sync must be per_insert or group, got '" + args.Get("sync") + "'"));
   }
+  {
+    o.sizes.clear();
+    std::stringstream list(args.Get("sizes-kb"));
+    for (std::string field; std::getline(list, field, ',');) {
+      char* end = nullptr;
+      const long long kb = std::strtoll(field.c_str(), &end, 10);
+      if (field.empty() || *end != '\0' || kb < 1 || kb > (1 << 20)) {
+        return ReportError(InvalidArgumentError(
+            "replay bench: --sizes-kb must be a comma list of sizes in [1, 1048576] KiB, got '" +
+            args.Get("sizes-kb") + "'"));
+      }
+      o.sizes.push_back(kb * 1024);
+    }
+  }
   Status s = RunReplayBench(o);
   return s.ok() ? 0 : ReportError(s);
 }
@@ -165,7 +181,9 @@ void RegisterReplayCommands(CliRegistry& registry) {
        {"--sync", "per_insert or group (applies to both raw RocksDB and the store)",
         CliKind::kString, false, "group"},
        {"--mb-per-size", "bytes written per item size, in MiB", CliKind::kInt, false, "256"},
-       {"--max-items", "at most this many items per size", CliKind::kInt, false, "4000"}},
+       {"--max-items", "at most this many items per size", CliKind::kInt, false, "4000"},
+       {"--sizes-kb", "item sizes to run, in KiB, comma separated", CliKind::kString, false,
+        "4,64,1024"}},
       Bench});
 }
 

@@ -1,6 +1,11 @@
 #include "actors/replay/server.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "core/logging.h"
@@ -17,9 +22,25 @@ ReplayServer::ReplayServer(ReplayStore* store, zmq::context_t& context)
       store, [this](const std::string& peer, kj::Array<capnp::word> reply) {
         Send(peer, std::move(reply));
       });
+  durable_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (durable_fd_ >= 0) {
+    store_->storage()->SetDurableListener([fd = durable_fd_] {
+      const uint64_t one = 1;
+      (void)!write(fd, &one, sizeof(one));
+    });
+  } else {
+    // Still correct without it: acks are then released at the loop's 1 ms poll interval.
+    ORRERY_LOG(WARN) << "replay: eventfd failed (" << std::strerror(errno)
+                     << "); durable inserts are acknowledged at the next poll";
+  }
 }
 
-ReplayServer::~ReplayServer() = default;
+ReplayServer::~ReplayServer() {
+  if (durable_fd_ >= 0) {
+    store_->storage()->SetDurableListener(nullptr);
+    close(durable_fd_);
+  }
+}
 
 Status ReplayServer::Bind(const std::string& endpoint) {
   try {
@@ -54,13 +75,19 @@ Status ReplayServer::Run(const std::function<bool()>& should_stop) {
   while (!should_stop()) {
     int64_t timeout = service_->PollIntervalMs();
     timeout = timeout < 0 ? 50 : std::min<int64_t>(timeout, 50);
-    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+    zmq::pollitem_t items[2] = {{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0},
+                                {nullptr, durable_fd_, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(&item, 1, std::chrono::milliseconds(timeout));
+      zmq::poll(items, durable_fd_ >= 0 ? 2 : 1, std::chrono::milliseconds(timeout));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       return InternalError(std::string("replay: poll failed: ") + e.what());
     }
+    if (durable_fd_ >= 0 && (items[1].revents & ZMQ_POLLIN)) {
+      uint64_t count;
+      (void)!read(durable_fd_, &count, sizeof(count));  // re-arm; Poll() below releases acks
+    }
+    zmq::pollitem_t& item = items[0];
     // Drain what is queued (bounded, so deadlines and acks are served in between).
     for (int n = 0; n < 256 && (item.revents & ZMQ_POLLIN); ++n) {
       frames.clear();

@@ -1,6 +1,7 @@
 // ReplayServer: the replay actor's ZeroMQ loop. A ROUTER socket receives ReplayRequests from any
 // number of DEALER (or REQ) clients and hands them to a ReplayService; replies go back to the
-// sender. The loop never blocks on a table: blocked calls are parked by the service.
+// sender. The loop never blocks on a table: blocked calls are parked by the service, and inserts
+// waiting for their group-commit fsync are released when the syncer signals the loop.
 #pragma once
 
 #include <functional>
@@ -34,6 +35,9 @@ class ReplayServer {
   zmq::socket_t socket_;
   std::unique_ptr<ReplayService> service_;
   std::unordered_set<std::string> req_peers_;  // REQ clients: replies need an empty delimiter
+  // Signalled by the storage's syncer after each group-commit fsync; polled beside the socket so
+  // a durable insert is acknowledged at once rather than at the next poll timeout.
+  int durable_fd_ = -1;
 };
 
 }  // namespace orrery::replay

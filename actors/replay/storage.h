@@ -5,7 +5,9 @@
 // returns a ticket; it is acknowledged only once durable_ticket() reaches it:
 //   - sync_each_write: each batch is written with WAL fsync (ticket durable on return);
 //   - group commit: batches are written to the WAL without fsync and a syncer thread fsyncs the
-//     WAL at most every group_commit_ms, advancing durable_ticket() for all writes before it.
+//     WAL, starting fsyncs at most every group_commit_ms (an fsync slower than that is followed
+//     at once by the next when writes are waiting), advancing durable_ticket() for all writes
+//     before it.
 // (A write without fsync already survives kill -9 of the process; fsync makes it survive power
 // loss.) Checkpoints hard-link SST files and copy the live WAL without flushing, so they never
 // block writers.
@@ -51,6 +53,11 @@ class Storage {
   uint64_t durable_ticket() const { return durable_.load(std::memory_order_acquire); }
   // Blocks until `ticket` is durable (or the syncer failed: that error).
   Status WaitDurable(uint64_t ticket);
+  // Group commit: `fn` is called on the syncer thread after every WAL fsync that advanced
+  // durable_ticket() (or failed), so an event loop can release its acks at once instead of
+  // polling. It must be quick and must not call back into Storage. Pass nullptr to remove it
+  // before whatever it refers to goes away.
+  void SetDurableListener(std::function<void()> fn);
 
   StatusOr<std::optional<std::string>> Get(std::string_view key) const;
   // Calls fn(key, value) for every key starting with `prefix`, in key order.
@@ -78,6 +85,7 @@ class Storage {
   std::mutex sync_mu_;
   std::condition_variable sync_cv_;  // the syncer waits for writes; waiters for durability
   Status sync_error_;
+  std::function<void()> on_durable_;  // guarded by sync_mu_
   bool stopping_ = false;
   std::thread syncer_;
 };
