@@ -1,5 +1,9 @@
 #include "actors/replay/records.h"
 
+#include <rocksdb/write_batch.h>
+
+#include <bit>
+
 #include "actors/replay/capnp_io.h"
 #include "actors/schema/replay.capnp.h"
 
@@ -117,14 +121,37 @@ StatusOr<ItemState> DecodeItemState(std::string_view bytes) {
   return s;
 }
 
-std::string EncodePayload(const std::vector<std::string>& trajectories) {
-  capnp::MallocMessageBuilder builder;
-  auto list = builder.initRoot<schema::StoredPayload>().initTrajectories(trajectories.size());
+void PutPayload(rocksdb::WriteBatch* batch, std::string_view key,
+                const std::vector<std::string>& trajectories) {
+  // A first segment sized for the whole payload (root, list pointers, data rounded to words), so
+  // the message is one segment; were it not, the framing below still handles every segment.
+  size_t words = 16 + 2 * trajectories.size();
+  for (const std::string& t : trajectories) words += (t.size() + 7) / 8;
+  capnp::MallocMessageBuilder builder(static_cast<unsigned>(words),
+                                      capnp::AllocationStrategy::FIXED_SIZE);
+  auto list = builder.initRoot<schema::StoredPayload>().initTrajectories(
+      static_cast<unsigned>(trajectories.size()));
   for (size_t i = 0; i < trajectories.size(); ++i) {
-    list.set(i, capnp::Data::Reader(reinterpret_cast<const kj::byte*>(trajectories[i].data()),
-                                    trajectories[i].size()));
+    list.set(static_cast<unsigned>(i),
+             capnp::Data::Reader(reinterpret_cast<const kj::byte*>(trajectories[i].data()),
+                                 trajectories[i].size()));
   }
-  return CapnpToBytes(builder);
+  // Cap'n Proto's flat framing: u32 (segment count - 1), u32 size in words of each segment,
+  // padded to a whole word, then the segments.
+  static_assert(std::endian::native == std::endian::little, "the framing is little endian");
+  auto segments = builder.getSegmentsForOutput();
+  std::vector<uint32_t> table((segments.size() + 2) / 2 * 2, 0);
+  table[0] = static_cast<uint32_t>(segments.size() - 1);
+  std::vector<rocksdb::Slice> parts;
+  parts.emplace_back(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(uint32_t));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    table[i + 1] = static_cast<uint32_t>(segments[i].size());
+    const auto bytes = segments[i].asBytes();
+    parts.emplace_back(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  }
+  const rocksdb::Slice key_slice(key.data(), key.size());
+  batch->Put(rocksdb::SliceParts(&key_slice, 1),
+             rocksdb::SliceParts(parts.data(), static_cast<int>(parts.size())));
 }
 
 StatusOr<std::vector<std::string>> DecodePayload(std::string_view bytes) {

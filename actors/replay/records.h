@@ -17,6 +17,10 @@
 
 #include "core/status.h"
 
+namespace rocksdb {
+class WriteBatch;
+}  // namespace rocksdb
+
 namespace orrery::replay {
 
 std::string TableRecordKey(std::string_view table);
@@ -60,7 +64,11 @@ std::string EncodeTableState(const TableState& state);
 StatusOr<TableState> DecodeTableState(std::string_view bytes);
 std::string EncodeItemState(const ItemState& state);
 StatusOr<ItemState> DecodeItemState(std::string_view bytes);
-std::string EncodePayload(const std::vector<std::string>& trajectories);
+// Adds the StoredPayload record of `trajectories` under `key` to `batch` (flat Cap'n Proto
+// encoding, read back by DecodePayload). The bytes are copied twice (into the message, into the
+// batch), not four times through intermediate flat arrays and strings.
+void PutPayload(rocksdb::WriteBatch* batch, std::string_view key,
+                const std::vector<std::string>& trajectories);
 StatusOr<std::vector<std::string>> DecodePayload(std::string_view bytes);
 std::string EncodeBatchLogEntry(const BatchLogEntry& entry);
 StatusOr<BatchLogEntry> DecodeBatchLogEntry(std::string_view bytes);

@@ -215,8 +215,7 @@ StatusOr<std::optional<InsertOutcome>> Table::TryInsert(ItemInput& item) {
   stored.state.inserted_unix_seconds = UnixSeconds();
   for (const std::string& t : item.trajectories) stored.bytes += static_cast<int64_t>(t.size());
   batch.Put(AsSlice(ItemRecordKey(options_.name, key)), AsSlice(EncodeItemState(stored.state)));
-  batch.Put(AsSlice(PayloadRecordKey(options_.name, key)),
-            AsSlice(EncodePayload(item.trajectories)));
+  PutPayload(&batch, PayloadRecordKey(options_.name, key), item.trajectories);
   stored.trajectories =
       std::make_shared<const std::vector<std::string>>(std::move(item.trajectories));
   ORRERY_RETURN_IF_ERROR(sampler_->Insert(key, stored.state.priority, stored.state.tiebreak));
