@@ -36,36 +36,7 @@ PY
 [ -f "$tmp/data/index.safetensors" ] || fail "data prepare wrote no index"
 
 # --- a very small model (K M, a MoE layer) and a two-stage config.
-cat >"$tmp/model.toml" <<'EOF'
-[model]
-name = "cli-test"
-vocab_size = 320
-hidden_size = 32
-num_layers = 2
-full_attn_layers = [2]
-first_k_dense = 1
-dense_intermediate = 64
-max_seq_len = 256
-[model.kda]
-heads = 2
-head_k_dim = 16
-head_v_dim = 16
-decay_rank = 16
-chunk_size = 16
-[model.mla]
-heads = 2
-q_lora_rank = 16
-kv_lora_rank = 16
-qk_nope_head_dim = 8
-qk_rope_head_dim = 8
-v_head_dim = 16
-[model.moe]
-num_experts = 4
-top_k = 2
-expert_intermediate = 32
-shared_intermediate = 32
-latent_dim = 16
-EOF
+cp "$(dirname "$0")/../fixtures/small_hybrid_model.toml" "$tmp/model.toml"
 # write_config FILE [EXTRA_PRETRAIN_LINE] [STAGE2_SEQ_LEN] [STAGE2_TOKENS] [DATA]
 write_config() {
   cat >"$1" <<EOF

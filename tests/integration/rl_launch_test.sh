@@ -30,36 +30,8 @@ for i in $(seq 1 40); do echo "in the beginning was the word and the word was wi
 "$orrery" data prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/text.txt" "$tmp/calc.jsonl" \
   --out "$tmp/data" --heldout-fraction 0.1 --seed 3 >/dev/null
 
-cat >"$tmp/model.toml" <<'EOF'
-[model]
-name = "rl-test"
-vocab_size = 320
-hidden_size = 32
-num_layers = 2
-full_attn_layers = [2]
-first_k_dense = 1
-dense_intermediate = 64
-max_seq_len = 512
-[model.kda]
-heads = 2
-head_k_dim = 16
-head_v_dim = 16
-decay_rank = 16
-chunk_size = 16
-[model.mla]
-heads = 2
-q_lora_rank = 16
-kv_lora_rank = 16
-qk_nope_head_dim = 8
-qk_rope_head_dim = 8
-v_head_dim = 16
-[model.moe]
-num_experts = 4
-top_k = 2
-expert_intermediate = 32
-shared_intermediate = 32
-latent_dim = 16
-EOF
+sed "s/^max_seq_len = .*/max_seq_len = 512/" "$(dirname "$0")/../fixtures/small_hybrid_model.toml" \
+  >"$tmp/model.toml"
 
 # write_config FILE RUN_DIR STEPS
 write_config() {
