@@ -113,7 +113,7 @@ class RolloutActor {
         ctx_.stop().WaitFor(std::chrono::milliseconds(200));
         continue;
       }
-      Refill();
+      ORRERY_RETURN_IF_ERROR(Refill());
       if (loop_->idle()) {
         ctx_.stop().WaitFor(std::chrono::milliseconds(config_.sync ? 20 : 50));
         continue;
@@ -138,29 +138,33 @@ class RolloutActor {
 
   // Queues new groups: enough to keep every slot busy (async), or this instance's share of the
   // current version's update (sync).
-  void Refill() {
+  Status Refill() {
     if (config_.sync) {
       if (sync_version_ != loop_->version()) {
         sync_version_ = loop_->version();
         sync_issued_ = 0;
       }
       while (sync_issued_ < Share()) {
-        AddGroup();
+        ORRERY_RETURN_IF_ERROR(AddGroup());
         ++sync_issued_;
       }
-      return;
+      return Status::OK();
     }
-    while (loop_->active_episodes() + loop_->queued_episodes() < config_.slots) AddGroup();
+    while (loop_->active_episodes() + loop_->queued_episodes() < config_.slots) {
+      ORRERY_RETURN_IF_ERROR(AddGroup());
+    }
+    return Status::OK();
   }
 
-  void AddGroup() {
+  // An environment that cannot give the next train task ends the actor with its error.
+  Status AddGroup() {
     const uint64_t task_index = cursor_.Issue();
     StatusOr<env::TaskRef> task = env_->Task(env::Split::kTrain, task_index);
     if (!task.ok()) {
-      ORRERY_LOG(ERROR) << "task " << task_index << ": " << task.status().message();
-      return;
+      return task.status().WithContext(env_->name() + " train task " + std::to_string(task_index));
     }
     loop_->AddGroup(*task, task_index, config_.group_size);
+    return Status::OK();
   }
 
   Status PollWeights() {
