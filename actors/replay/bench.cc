@@ -43,8 +43,8 @@ struct RawResult {
   double put_per_s = 0, put_mb_s = 0, get_per_s = 0;
 };
 
-StatusOr<RawResult> RawRocks(const std::string& dir, const std::vector<std::string>& values,
-                             bool group_commit) {
+// The raw baselines' database: the store's options (LZ4, 64 MB write buffer).
+StatusOr<std::unique_ptr<rocksdb::DB>> OpenRawDb(const std::string& dir) {
   rocksdb::Options o;
   o.create_if_missing = true;
   o.compression = rocksdb::kLZ4Compression;
@@ -52,7 +52,13 @@ StatusOr<RawResult> RawRocks(const std::string& dir, const std::vector<std::stri
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(o, dir, &raw);
   if (!s.ok()) return IoError("bench: " + s.ToString());
-  std::unique_ptr<rocksdb::DB> db(raw);
+  return std::unique_ptr<rocksdb::DB>(raw);
+}
+
+StatusOr<RawResult> RawRocks(const std::string& dir, const std::vector<std::string>& values,
+                             bool group_commit) {
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<rocksdb::DB> db, OpenRawDb(dir));
+  rocksdb::Status s;
   rocksdb::WriteOptions wo;
   wo.sync = !group_commit;
   const auto t0 = Clock::now();
@@ -88,14 +94,7 @@ StatusOr<RawResult> RawRocks(const std::string& dir, const std::vector<std::stri
 // compared like for like with the actor, whose insert is acknowledged only after its fsync.
 StatusOr<double> RawRocksSyncedMbPerS(const std::string& dir,
                                       const std::vector<std::string>& values, int threads) {
-  rocksdb::Options o;
-  o.create_if_missing = true;
-  o.compression = rocksdb::kLZ4Compression;
-  o.write_buffer_size = 64 << 20;
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(o, dir, &raw);
-  if (!s.ok()) return IoError("bench: " + s.ToString());
-  std::unique_ptr<rocksdb::DB> db(raw);
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<rocksdb::DB> db, OpenRawDb(dir));
   rocksdb::WriteOptions wo;
   wo.sync = true;
   std::atomic<int> failures{0};
