@@ -58,9 +58,9 @@ StatusOr<RunPhases> RunPhases::Load(const RunPhaseOptions& options) {
   p.rl_ = doc.HasTopLevel("rl");
   if (p.rl_) {
     ConfigTable root = doc.root();
-    const rl_actors::RlConfig rl = rl_actors::ReadRlConfig(root);
-    p.init_ =
-        !rl.init.empty() ? rl.init : (p.pretrain_ ? options.run.dir + "/pretrain" : std::string());
+    p.rl_config_ = rl_actors::ReadRlConfig(root);
+    const std::string& init = p.rl_config_.init;
+    p.init_ = !init.empty() ? init : (p.pretrain_ ? options.run.dir + "/pretrain" : std::string());
     if (p.init_.empty()) {
       return InvalidArgumentError(options.config_path +
                                   ": [rl] init is not set and the config does not pretrain: "
@@ -93,10 +93,7 @@ Status RunPhases::BeforeFleet() {
   }
   if (!rl_) return Status::OK();
 
-  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc,
-                          ConfigDocument::ParseFile(options_.config_path, options_.config_dir));
-  ConfigTable root = doc.root();
-  const rl_actors::RlConfig rl = rl_actors::ReadRlConfig(root);
+  const rl_actors::RlConfig& rl = rl_config_;
   const rl_actors::RlRunPaths paths(run_dir);
   // Every actor starts from it: a missing or incomplete checkpoint fails here, in one line,
   // rather than in each actor's restarts.
@@ -136,8 +133,8 @@ StatusOr<rl_actors::PolicyEvalResult> RunPhases::Evaluate(const std::string& che
                                                           const std::string& json_path) {
   ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc,
                           ConfigDocument::ParseFile(options_.config_path, options_.config_dir));
-  ConfigTable root = doc.root();
-  const rl_actors::RlConfig rl = rl_actors::ReadRlConfig(root);
+  ConfigTable root = doc.root();  // [env]
+  const rl_actors::RlConfig& rl = rl_config_;
   env::EnvRegistry registry;
   env::RegisterBuiltinEnvs(registry);
   ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Env> env, env::CreateEnvFromConfig(root, registry));

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "actors/rl/policy_eval.h"
+#include "actors/rl/rl_config.h"
 #include "core/config.h"
 #include "core/run_config.h"
 
@@ -49,6 +50,7 @@ class RunPhases {
 
   RunPhaseOptions options_;
   bool pretrain_ = false, rl_ = false;
+  rl_actors::RlConfig rl_config_;  // [rl] as read at Load
   std::string init_;
   double pretrain_seconds_ = 0;
   std::chrono::steady_clock::time_point rl_start_;
