@@ -34,6 +34,22 @@ void ReadKda(ConfigTable t, int64_t hidden, KdaConfig* c) {
   }
   const std::string algo = t.Enum("algorithm", "chunked", {"chunked", "recurrent"});
   c->recurrent = algo == "recurrent";
+  const std::string device = t.Enum("device", "cpu", {"cpu", "cuda"});
+  c->device = device == "cuda" ? KdaDevice::kCuda : KdaDevice::kCpu;
+  if (c->device != KdaDevice::kCuda) return;
+#if !defined(ORRERY_KERNELS_CUDA)
+  t.Fail("device",
+         "\"cuda\" needs a build with the CUDA kernels (configure with -DORRERY_CUDA=ON)");
+#else
+  if (c->recurrent) {
+    t.Fail("device",
+           "\"cuda\" runs the chunked algorithm only (algorithm = \"recurrent\" is the "
+           "CPU oracle)");
+  } else if (c->head_k_dim > 128) {
+    t.Fail("device", "\"cuda\" needs head_k_dim <= 128 (the CUDA kernels' limit), got " +
+                         std::to_string(c->head_k_dim));
+  }
+#endif
 }
 
 void ReadMla(ConfigTable t, MlaConfig* c) {

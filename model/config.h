@@ -6,7 +6,7 @@
 //                                MLA positions; the others are KDA), rms_norm_eps,
 //                                first_k_dense, dense_intermediate, max_seq_len
 //   [model.kda]                  heads, head_k_dim, head_v_dim, conv_size, gate, gate_lower_bound,
-//                                decay_rank, output_gate_rank, chunk_size, algorithm
+//                                decay_rank, output_gate_rank, chunk_size, algorithm, device
 //   [model.mla]                  heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
 //                                qk_rope_head_dim, v_head_dim, output_gate, lora_eps
 //   [model.moe]                  num_experts, top_k, num_shared_experts, expert_intermediate,
@@ -30,7 +30,11 @@ namespace orrery::model {
 
 enum class LayerKind { kKda, kMla };
 enum class GateKind { kBounded, kOriginal };  // spec §2.2
-enum class Activation { kSitu, kSilu };       // spec §5.3; SiLU-GLU for Kimi Linear
+// Where the KDA layer's core op (the chunked forward and backward, kernels/kda.h) runs: on the CPU
+// in the model's dtype, or on CUDA device 0 (bf16 tensor-core kernels for K, V in {64, 128}, f32
+// kernels otherwise; model/layers/kda_core.h). The rest of the model stays on the CPU.
+enum class KdaDevice { kCpu, kCuda };
+enum class Activation { kSitu, kSilu };  // spec §5.3; SiLU-GLU for Kimi Linear
 // Quantile Balancing forms of spec §5.4: the public (k+1)-th cut-off form, the exclusive-margin
 // form (our proposal, the default), or no bias updates.
 enum class Balancing { kNone, kQuantileCutoff, kQuantileExclusive };
@@ -46,6 +50,9 @@ struct KdaConfig {
   int64_t output_gate_rank = 0;    // 0: full-rank W_g (K3); r > 0: D -> r -> H*V with bias
   int64_t chunk_size = 64;         // 16, 32 or 64
   bool recurrent = false;          // use the token-by-token core (an oracle) instead of chunked
+  // "cuda" needs a build with the CUDA kernels, the chunked algorithm, head_k_dim <= 128 and an
+  // f32 model (Model::Create rejects f64); a missing GPU fails the first forward.
+  KdaDevice device = KdaDevice::kCpu;
 };
 
 struct MlaConfig {

@@ -602,6 +602,12 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, uint64
     return InvalidArgumentError("model config: layers has " + std::to_string(config.layers.size()) +
                                 " entries, num_layers is " + std::to_string(config.num_layers));
   }
+  if (dtype == DType::kF64 && config.kda.device == KdaDevice::kCuda &&
+      config.num_kda_layers() > 0) {
+    return InvalidArgumentError(
+        "Model::Create: [model.kda] device = \"cuda\" needs an f32 model (the CUDA KDA kernels "
+        "take f32 or bf16), got f64");
+  }
   std::unique_ptr<Impl> impl;
   if (dtype == DType::kF32) {
     impl = std::make_unique<ModelImpl<float>>(config, seed);

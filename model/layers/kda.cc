@@ -8,6 +8,7 @@
 #include "kernels/cpu/fast_math.h"
 #include "kernels/rmsnorm.h"
 #include "model/layers.h"
+#include "model/layers/kda_core.h"
 
 namespace orrery::model {
 namespace {
@@ -177,7 +178,7 @@ Status KdaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& c
   c->cu = CuTensor(cu);
   kernels::KdaInputs in{c->q, c->k, c->v, c->g, c->beta, Tensor(), c->cu};
   kernels::KdaOutputs out;
-  ORRERY_RETURN_IF_ERROR(kernels::KdaForward(in, CoreOptions(false), &out));
+  ORRERY_RETURN_IF_ERROR(KdaCoreForward(c_->kda.device, in, CoreOptions(false), &out));
   c->o = out.o;
   Output(x, n, c, y);
   return Status::OK();
@@ -236,7 +237,8 @@ Status KdaLayer<T>::Infer(const T* x, int64_t n, const std::vector<int64_t>& cu,
   ORRERY_RETURN_IF_ERROR(Gates(x, n, &c));
   const int64_t segments = static_cast<int64_t>(cu.size()) - 1;
   if (segments == n) {
-    // One token per sequence: the decode step.
+    // One token per sequence: the decode step, on the CPU whatever [model.kda] device says (the
+    // state lives on the host between steps; a single token is too little work to ship).
     ORRERY_ASSIGN_OR_RETURN(Tensor q, c.q.Reshape({n, h_, kd_}));
     ORRERY_ASSIGN_OR_RETURN(Tensor k, c.k.Reshape({n, h_, kd_}));
     ORRERY_ASSIGN_OR_RETURN(Tensor v, c.v.Reshape({n, h_, vd_}));
@@ -248,7 +250,7 @@ Status KdaLayer<T>::Infer(const T* x, int64_t n, const std::vector<int64_t>& cu,
   } else {
     kernels::KdaInputs in{c.q, c.k, c.v, c.g, c.beta, *state, CuTensor(cu)};
     kernels::KdaOutputs out;
-    ORRERY_RETURN_IF_ERROR(kernels::KdaForward(in, CoreOptions(true), &out));
+    ORRERY_RETURN_IF_ERROR(KdaCoreForward(c_->kda.device, in, CoreOptions(true), &out));
     ORRERY_RETURN_IF_ERROR(state->CopyFrom(out.final_state));
     c.o = out.o;
   }
@@ -282,7 +284,8 @@ Status KdaLayer<T>::Backward(const T* x, int64_t n, const std::vector<int64_t>& 
                            Ptr<T>(d_o), onorm_.g);
   kernels::KdaInputs in{c.q, c.k, c.v, c.g, c.beta, Tensor(), c.cu};
   kernels::KdaGrads grads;
-  ORRERY_RETURN_IF_ERROR(kernels::KdaBackward(in, d_o, Tensor(), CoreOptions(false), &grads));
+  ORRERY_RETURN_IF_ERROR(
+      KdaCoreBackward(c_->kda.device, in, d_o, Tensor(), CoreOptions(false), &grads));
   // beta = sigmoid(W_b x).
   Tensor dbl = Uninit<T>({n, h_});
   for (int64_t i = 0; i < n * h_; ++i) {

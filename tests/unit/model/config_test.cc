@@ -7,6 +7,9 @@
 #include <map>
 #include <string>
 
+#include "core/device.h"
+#include "model/model.h"
+
 namespace orrery::model {
 namespace {
 
@@ -92,6 +95,85 @@ TEST(ModelConfigTest, MaxSeqLenIsReadPerConfigAndMustBePositive) {
     EXPECT_NE(s.message().find("model.max_seq_len"), std::string::npos) << bad << s.ToString();
     EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
   }
+}
+
+// [model.kda] device: "cpu" (default) or "cuda"; "cuda" only where the CUDA kernels are built.
+TEST(ModelConfigTest, KdaDeviceKey) {
+  auto read = [](const std::string& kda) -> StatusOr<ModelConfig> {
+    ORRERY_ASSIGN_OR_RETURN(
+        ConfigDocument doc,
+        ConfigDocument::ParseString(std::string(kBase) + "[model.kda]\n" + kda, "test.toml"));
+    ConfigTable root = doc.root();
+    StatusOr<ModelConfig> c = ReadModelConfig(root);
+    ORRERY_RETURN_IF_ERROR(doc.Finish());
+    return c;
+  };
+  auto one_line_naming_device = [](const Status& s) {
+    EXPECT_NE(s.message().find("model.kda.device"), std::string::npos) << s.ToString();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  };
+  StatusOr<ModelConfig> c = read("");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->kda.device, KdaDevice::kCpu);
+  c = read("device = \"cpu\"\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->kda.device, KdaDevice::kCpu);
+  for (const char* bad : {"device = \"gpu\"\n", "device = \"cuda:1\"\n", "device = 1\n"}) {
+    c = read(bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    one_line_naming_device(c.status());
+  }
+  c = read("device = \"cuda\"\n");
+#if defined(ORRERY_KERNELS_CUDA)
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->kda.device, KdaDevice::kCuda);
+  // What the CUDA kernels cannot do is refused at config time, not at the first forward.
+  c = read("device = \"cuda\"\nalgorithm = \"recurrent\"\n");
+  ASSERT_FALSE(c.ok());
+  one_line_naming_device(c.status());
+  EXPECT_NE(c.status().message().find("recurrent"), std::string::npos) << c.status().ToString();
+  c = read("device = \"cuda\"\nhead_k_dim = 192\n");
+  ASSERT_FALSE(c.ok());
+  one_line_naming_device(c.status());
+  EXPECT_NE(c.status().message().find("192"), std::string::npos) << c.status().ToString();
+#else
+  ASSERT_FALSE(c.ok());
+  one_line_naming_device(c.status());
+  EXPECT_NE(c.status().message().find("ORRERY_CUDA=ON"), std::string::npos)
+      << c.status().ToString();
+#endif
+}
+
+// A model whose KDA core is meant for the GPU: f64 is refused at Create, and where no GPU is
+// visible the first forward is one clear error (not a crash), whatever the build.
+TEST(ModelConfigTest, KdaOnCudaNeedsF32AndAGpu) {
+  ModelConfig config;
+  config.vocab_size = 16;
+  config.hidden_size = 8;
+  config.num_layers = 1;
+  config.layers = {LayerKind::kKda};
+  config.first_k_dense = 1;
+  config.dense_intermediate = 8;
+  config.kda.heads = 1;
+  config.kda.head_k_dim = 4;
+  config.kda.head_v_dim = 4;
+  config.kda.decay_rank = 4;
+  config.kda.device = KdaDevice::kCuda;
+  StatusOr<std::unique_ptr<Model>> f64 = Model::Create(config, 1, DType::kF64);
+  ASSERT_FALSE(f64.ok());
+  EXPECT_NE(f64.status().message().find("device = \"cuda\" needs an f32 model"), std::string::npos)
+      << f64.status().ToString();
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible (tests/gpu covers that case)";
+  StatusOr<std::unique_ptr<Model>> m = Model::Create(config, 1, DType::kF32);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Batch batch;
+  batch.tokens = Tensor::FromVector<int32_t>({1, 3}, {1, 2, 3});
+  StatusOr<Tensor> logits = (*m)->Forward(batch, nullptr);
+  ASSERT_FALSE(logits.ok());
+  EXPECT_EQ(logits.status().code(), StatusCode::kFailedPrecondition) << logits.status().ToString();
+  EXPECT_NE(logits.status().message().find("no CUDA device"), std::string::npos)
+      << logits.status().ToString();
+  EXPECT_EQ(logits.status().message().find('\n'), std::string::npos);
 }
 
 }  // namespace
