@@ -11,6 +11,13 @@
 #endif
 
 namespace orrery::kernels {
+
+struct KdaSaved {
+#if defined(ORRERY_KERNELS_CUDA)
+  cuda::KdaTcSaved tc;  // what the tensor-core forward kept
+#endif
+};
+
 namespace {
 
 std::string Describe(const char* name, const Tensor& t) {
@@ -161,9 +168,16 @@ StatusOr<KdaProblem> ValidateKdaInputs(const KdaInputs& in, const KdaOptions& op
 
 Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* out) {
   ORRERY_ASSIGN_OR_RETURN(KdaProblem p, ValidateKdaInputs(in, options));
+  out->saved.reset();
   if (p.device.is_cpu()) return cpu::KdaForwardCpu(p, in, options.output_final_state, out);
 #if defined(ORRERY_KERNELS_CUDA)
-  return cuda::KdaForwardCuda(p, in, options.output_final_state, out);
+  if (!options.keep_for_backward) {
+    return cuda::KdaForwardCuda(p, in, options.output_final_state, out, nullptr);
+  }
+  auto saved = std::make_shared<KdaSaved>();
+  ORRERY_RETURN_IF_ERROR(cuda::KdaForwardCuda(p, in, options.output_final_state, out, &saved->tc));
+  out->saved = std::move(saved);
+  return Status::OK();
 #else
   return FailedPreconditionError("kda: inputs are on " + p.device.ToString() +
                                  " but this build has no CUDA kernels");
@@ -171,7 +185,7 @@ Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* ou
 }
 
 Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final_state,
-                   const KdaOptions& options, KdaGrads* grads) {
+                   const KdaOptions& options, KdaGrads* grads, const KdaSaved* saved) {
   ORRERY_ASSIGN_OR_RETURN(KdaProblem p, ValidateKdaInputs(in, options));
   if (!d_o.defined()) return InvalidArgumentError("kda backward: d_o is missing");
   ORRERY_RETURN_IF_ERROR(ExpectShape("d_o", d_o, in.v.shape()));
@@ -192,8 +206,10 @@ Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final
   }
   if (p.device.is_cpu()) return cpu::KdaBackwardCpu(p, in, d_o, d_final_state, grads);
 #if defined(ORRERY_KERNELS_CUDA)
-  return cuda::KdaBackwardCuda(p, in, d_o, d_final_state, grads);
+  return cuda::KdaBackwardCuda(p, in, d_o, d_final_state, grads,
+                               saved != nullptr && saved->tc.chunks > 0 ? &saved->tc : nullptr);
 #else
+  (void)saved;  // only the CUDA kernels keep anything
   return FailedPreconditionError("kda backward: inputs are on " + p.device.ToString() +
                                  " but this build has no CUDA kernels");
 #endif

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -38,6 +39,12 @@ struct KdaOptions {
   int chunk_size = 64;  // 16, 32 or 64
   float scale = 0.0f;   // <= 0 means K^-1/2
   bool output_final_state = true;
+  // Keep the forward's intermediates in KdaOutputs::saved so that KdaBackward on the same inputs
+  // skips its recompute of them: a memory-for-time trade the caller makes per call. Only the
+  // CUDA tensor-core path keeps anything (its 64-token chunk intermediates and the state at each
+  // chunk start, bf16: about 1.8 KB per token-head at K = V = 128); elsewhere `saved` stays
+  // empty and the backward recomputes, as it does without it.
+  bool keep_for_backward = false;
 };
 
 struct KdaInputs {
@@ -46,9 +53,13 @@ struct KdaInputs {
   Tensor cu_seqlens;     // optional
 };
 
+// Intermediates a forward kept for the backward (opaque; see KdaOptions::keep_for_backward).
+struct KdaSaved;
+
 struct KdaOutputs {
   Tensor o;
-  Tensor final_state;  // defined when options.output_final_state
+  Tensor final_state;                     // defined when options.output_final_state
+  std::shared_ptr<const KdaSaved> saved;  // set when options.keep_for_backward
 };
 
 // Forward. Allocates outputs on the inputs' device.
@@ -61,10 +72,13 @@ struct KdaGrads {
 
 // Backward: gradients of every input given do [B,T,H,V] and, optionally, dfinal_state [N,H,K,V]
 // (undefined = zeros). Nothing from the forward is needed: per chunk the state at its start is
-// recomputed (chunked), or per 64-token segment the states are re-run (recurrent). Gradients have
-// the dtype of their input (dinitial_state: f32, or f64 for f64 inputs).
+// recomputed (chunked), or per 64-token segment the states are re-run (recurrent). `saved`, from
+// a forward of these same inputs with keep_for_backward, lets the CUDA tensor-core path skip that
+// recompute (a `saved` for another problem shape is rejected; one for other values of the same
+// shape cannot be told apart, so it must come from these inputs). Gradients have the dtype of
+// their input (dinitial_state: f32, or f64 for f64 inputs).
 Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final_state,
-                   const KdaOptions& options, KdaGrads* grads);
+                   const KdaOptions& options, KdaGrads* grads, const KdaSaved* saved = nullptr);
 
 // Gate activation (spec §2.2). z [.., H, K] pre-activation logits; a_log [H] and dt_bias [H*K]
 // are optional (undefined: A = 0, i.e. e^A = 1, and b = 0); all of z's dtype (f32 or f64, CPU).

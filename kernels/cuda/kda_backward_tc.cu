@@ -909,9 +909,27 @@ Status AllowSmem(Kernel kernel, size_t bytes) {
                    "cudaFuncSetAttribute");
 }
 
+// A forward record the caller kept must describe this problem: its chunks and tensor shapes.
+Status CheckKept(const KdaProblem& p, const KdaTcSaved& kept, int64_t kd, int64_t vd) {
+  int64_t chunks = 0;
+  for (int64_t n = 0; n < p.num_sequences(); ++n) {
+    chunks += (p.seq_start[n + 1] - p.seq_start[n] + kChunk - 1) / kChunk;
+  }
+  const Shape h = {chunks, p.heads, kd, vd};
+  if (kept.chunks != chunks || kept.h.shape() != h ||
+      kept.w.shape() != Shape{chunks, p.heads, kChunk, kd} || !kept.tinv.defined() ||
+      !kept.vnew.defined()) {
+    return InvalidArgumentError("kda backward: the kept forward intermediates hold states " +
+                                ShapeToString(kept.h.shape()) + ", these inputs need " +
+                                ShapeToString(h) + " (keep them from a forward of these inputs)");
+  }
+  return Status::OK();
+}
+
 template <int KD, int VD, typename GIn>
 Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
-                     const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads) {
+                     const KdaTcSaved* kept, const Tensor& d_final_state, const KdaTcTuning& tuning,
+                     KdaGrads* grads) {
   const Device dev = p.device;
   const int64_t n_seq = p.num_sequences(), heads = p.heads, kd = KD, vd = VD, ck = kChunk;
   grads->dinitial_state = Tensor();
@@ -925,10 +943,15 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
                             Tensor::Allocate(in.initial_state.shape(), DType::kF32, dev));
   }
 
-  // 1. The forward, keeping what the backward reads.
-  KdaTcSaved saved;
-  KdaOutputs none;
-  ORRERY_RETURN_IF_ERROR(LaunchKdaForwardTc(p, in, tuning, &none, &saved));
+  // 1. The forward, keeping what the backward reads (unless the caller's forward kept it).
+  KdaTcSaved recomputed;
+  if (kept == nullptr) {
+    KdaOutputs none;
+    ORRERY_RETURN_IF_ERROR(LaunchKdaForwardTc(p, in, tuning, &none, &recomputed));
+  } else {
+    ORRERY_RETURN_IF_ERROR(CheckKept(p, *kept, KD, VD));
+  }
+  const KdaTcSaved& saved = kept != nullptr ? *kept : recomputed;
   if (tuning.backward_stages == 1) return Status::OK();
   const int64_t chunks = saved.chunks;
   const ChunkDesc* chunk_desc =
@@ -1106,24 +1129,25 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
 
 template <typename GIn>
 Status DispatchBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
-                          const Tensor& dht, const KdaTcTuning& tuning, KdaGrads* grads) {
+                          const KdaTcSaved* kept, const Tensor& dht, const KdaTcTuning& tuning,
+                          KdaGrads* grads) {
   if (p.key_dim == 128 && p.value_dim == 128) {
-    return RunBackwardTc<128, 128, GIn>(p, in, d_o, dht, tuning, grads);
+    return RunBackwardTc<128, 128, GIn>(p, in, d_o, kept, dht, tuning, grads);
   }
   if (p.key_dim == 128 && p.value_dim == 64) {
-    return RunBackwardTc<128, 64, GIn>(p, in, d_o, dht, tuning, grads);
+    return RunBackwardTc<128, 64, GIn>(p, in, d_o, kept, dht, tuning, grads);
   }
   if (p.key_dim == 64 && p.value_dim == 128) {
-    return RunBackwardTc<64, 128, GIn>(p, in, d_o, dht, tuning, grads);
+    return RunBackwardTc<64, 128, GIn>(p, in, d_o, kept, dht, tuning, grads);
   }
-  return RunBackwardTc<64, 64, GIn>(p, in, d_o, dht, tuning, grads);
+  return RunBackwardTc<64, 64, GIn>(p, in, d_o, kept, dht, tuning, grads);
 }
 
 }  // namespace
 
 Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
-                           const Tensor& d_final_state, const KdaTcTuning& tuning,
-                           KdaGrads* grads) {
+                           const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads,
+                           const KdaTcSaved* kept) {
   if (!KdaTcSupported(p, in)) {
     return UnimplementedError(
         "kda cuda: the tensor-core backward needs bf16 q/k/v/beta and K, V in {64, 128}; got " +
@@ -1131,9 +1155,9 @@ Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tenso
         " V = " + std::to_string(p.value_dim));
   }
   if (in.g.dtype() == DType::kF32) {
-    return DispatchBackwardTc<float>(p, in, d_o, d_final_state, tuning, grads);
+    return DispatchBackwardTc<float>(p, in, d_o, kept, d_final_state, tuning, grads);
   }
-  return DispatchBackwardTc<bf16>(p, in, d_o, d_final_state, tuning, grads);
+  return DispatchBackwardTc<bf16>(p, in, d_o, kept, d_final_state, tuning, grads);
 }
 
 }  // namespace orrery::kernels::cuda

@@ -15,10 +15,14 @@
 
 namespace orrery::kernels::cuda {
 
+struct KdaTcSaved;
+
+// `keep` (may be null) receives the tensor-core forward's intermediates when that path runs;
+// `kept` (may be null) is such a record for these inputs, so the backward skips its recompute.
 Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_final_state,
-                      KdaOutputs* out);
+                      KdaOutputs* out, KdaTcSaved* keep);
 Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
-                       const Tensor& d_final_state, KdaGrads* grads);
+                       const Tensor& d_final_state, KdaGrads* grads, const KdaTcSaved* kept);
 Status KdaDecodeStepCuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                          const Tensor& beta, float scale, Tensor* state, Tensor* o);
 
@@ -80,10 +84,11 @@ Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcT
 // The tensor-core backward (kda_backward_tc.cu), for KdaTcSupported problems: the forward above
 // with `saved`, a reverse state pass for dS (per segment, head and 64-wide V slice; the segment
 // split of the forward, chained through the transposed transitions), then two chunk-parallel
-// kernels for the intra-chunk gradient products. Allocates every gradient; waits for the
-// kernels.
+// kernels for the intra-chunk gradient products. With `kept` (from LaunchKdaForwardTc on these
+// inputs) the forward is not run again. Allocates every gradient; waits for the kernels.
 Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
-                           const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads);
+                           const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads,
+                           const KdaTcSaved* kept = nullptr);
 
 // Segments per sequence for a state pass of `blocks` blocks (sequences x heads x V slices)
 // over sequences of at most `max_chunks` chunks: tuning.segments_per_sequence, or chosen

@@ -257,7 +257,7 @@ Status LaunchKdaForward(const KdaProblem& p, const KdaInputs& in, const int64_t*
 }
 
 Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_final_state,
-                      KdaOutputs* out) {
+                      KdaOutputs* out, KdaTcSaved* keep) {
   ORRERY_RETURN_IF_ERROR(CheckCudaKdaSupported(p, in));
   ORRERY_ASSIGN_OR_RETURN(out->o, Tensor::Allocate(in.v.shape(), in.v.dtype(), p.device));
   out->final_state = Tensor();
@@ -266,7 +266,7 @@ Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_fina
                             Tensor::Allocate({p.num_sequences(), p.heads, p.key_dim, p.value_dim},
                                              DType::kF32, p.device));
   }
-  if (KdaTcSupported(p, in)) return LaunchKdaForwardTc(p, in, KdaTcTuning(), out);
+  if (KdaTcSupported(p, in)) return LaunchKdaForwardTc(p, in, KdaTcTuning(), out, keep);
   Tensor starts = Tensor::FromVector<int64_t>({p.num_sequences() + 1}, p.seq_start);
   ORRERY_ASSIGN_OR_RETURN(Tensor starts_dev, starts.To(p.device));
   ORRERY_RETURN_IF_ERROR(

@@ -3,12 +3,19 @@
 //
 // Prints one line per case (medians of CUDA-event timings after a warm-up); scripts/gpu_kda.sh
 // runs it next to fla's chunk_kda and docs/benchmarks.md records both.
+//
+//   kda_gpu_bench [--shape B,T,H,D]... [--quick] [--no-decode]
+//
+// --shape replaces the three shapes (repeatable); --quick times only the forward and
+// forward+backward (no stage split, no original gate), as a profiler run wants.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/philox.h"
@@ -84,7 +91,45 @@ void Check(const Status& s) {
   }
 }
 
-int Main() {
+struct BenchArgs {
+  std::vector<std::array<int64_t, 4>> shapes;
+  bool quick = false;
+  bool decode = true;
+};
+
+// One line and exit code 2 on a bad argument.
+BenchArgs ParseArgs(int argc, char** argv) {
+  BenchArgs a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") {
+      a.quick = true;
+    } else if (arg == "--no-decode") {
+      a.decode = false;
+    } else if (arg == "--shape" && i + 1 < argc) {
+      std::array<int64_t, 4> s{};
+      long long b, t, h, d;
+      if (std::sscanf(argv[++i], "%lld,%lld,%lld,%lld", &b, &t, &h, &d) != 4 || b < 1 || t < 1 ||
+          h < 1 || (d != 64 && d != 128)) {
+        std::fprintf(stderr, "kda_gpu_bench: --shape %s: expected B,T,H,D with D 64 or 128\n",
+                     argv[i]);
+        std::exit(2);
+      }
+      s = {b, t, h, d};
+      a.shapes.push_back(s);
+    } else {
+      std::fprintf(stderr,
+                   "kda_gpu_bench: unknown argument %s (--shape B,T,H,D, --quick, "
+                   "--no-decode)\n",
+                   arg.c_str());
+      std::exit(2);
+    }
+  }
+  if (a.shapes.empty()) a.shapes = {{8, 8192, 16, 128}, {1, 65536, 16, 128}, {1, 8192, 96, 128}};
+  return a;
+}
+
+int Main(const BenchArgs& args) {
   // Copy bandwidth: 2 GiB device to device, bytes read + written.
   {
     const size_t bytes = size_t{2} << 30;
@@ -98,8 +143,7 @@ int Main() {
     CHECK_CUDA(cudaFree(x));
     CHECK_CUDA(cudaFree(y));
   }
-  const int64_t shapes[][4] = {{8, 8192, 16, 128}, {1, 65536, 16, 128}, {1, 8192, 96, 128}};
-  for (const auto& s : shapes) {
+  for (const auto& s : args.shapes) {
     const int64_t b = s[0], t = s[1], h = s[2], d = s[3];
     KdaInputs in;
     in.q = Fill({b, t, h, d}, DType::kBF16, 1, true, 0, 0);
@@ -115,7 +159,7 @@ int Main() {
                 (long long)b, (long long)t, (long long)h, (long long)d, ms, tflops);
     // The tensor-core forward's parts: stage 1 alone (chunk preparation), and the state pass
     // with 1 (unsplit) or a fixed number of segments per sequence.
-    {
+    if (!args.quick) {
       const KdaProblem p = ValidateKdaInputs(in, options).value();
       auto tc = [&](int segments, bool prep_only) {
         cuda::KdaTcTuning tuning;
@@ -130,7 +174,7 @@ int Main() {
     }
     // Original gate with strong decays, g in (-20, 0): every diagonal 16-token tile spans more
     // than the tensor-core bound and is formed pairwise (what the bounded gate saves).
-    {
+    if (!args.quick) {
       KdaInputs orig = in;
       orig.g = Fill({b, t, h, d}, DType::kF32, 7, false, -20, 0);
       const double oms = MedianMs([&] { Check(KdaForward(orig, options, &out)); }, 10);
@@ -143,7 +187,7 @@ int Main() {
     // cost.
     Tensor d_o = Fill({b, t, h, d}, DType::kBF16, 6, false, -1, 1);
     KdaGrads grads;
-    {
+    if (!args.quick) {
       const KdaProblem p = ValidateKdaInputs(in, options).value();
       auto stage = [&](int stages) {
         cuda::KdaTcTuning tuning;
@@ -168,7 +212,20 @@ int Main() {
         10);
     std::printf("orrery fwdbwd B=%lld T=%lld H=%lld K=V=%lld ms=%.3f\n", (long long)b, (long long)t,
                 (long long)h, (long long)d, fb_ms);
-    {
+    // The same with the forward keeping its intermediates (KdaOptions::keep_for_backward): the
+    // backward skips its recompute.
+    KdaOptions keep = options;
+    keep.keep_for_backward = true;
+    const double fbk_ms = MedianMs(
+        [&] {
+          Check(KdaForward(in, keep, &out));
+          Check(KdaBackward(in, d_o, Tensor(), options, &grads, out.saved.get()));
+        },
+        10);
+    out.saved.reset();
+    std::printf("orrery fwdbwd-kept B=%lld T=%lld H=%lld K=V=%lld ms=%.3f\n", (long long)b,
+                (long long)t, (long long)h, (long long)d, fbk_ms);
+    if (!args.quick) {
       KdaInputs orig = in;
       orig.g = Fill({b, t, h, d}, DType::kF32, 7, false, -20, 0);
       const double oms = MedianMs(
@@ -181,7 +238,7 @@ int Main() {
                   (long long)t, (long long)h, oms);
     }
   }
-  for (int64_t n : {1, 64, 256}) {
+  for (int64_t n : args.decode ? std::vector<int64_t>{1, 64, 256} : std::vector<int64_t>{}) {
     const int64_t h = 32, d = 128;
     Tensor q = Fill({n, h, d}, DType::kBF16, 1, true, 0, 0),
            k = Fill({n, h, d}, DType::kBF16, 2, true, 0, 0);
@@ -202,4 +259,6 @@ int Main() {
 }  // namespace
 }  // namespace orrery::kernels
 
-int main() { return orrery::kernels::Main(); }
+int main(int argc, char** argv) {
+  return orrery::kernels::Main(orrery::kernels::ParseArgs(argc, argv));
+}

@@ -307,6 +307,87 @@ TEST(KdaGpu, TensorCoreBackwardSegmentsMatchCpuReference) {
   CheckBackward({{2, 1000, 2, 128, 64}, DType::kBF16, true, -1.0, {}}, 603, 16);  // 16 chunks
 }
 
+bool BitEqual(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.To(Device::Cpu()).value(), y = b.To(Device::Cpu()).value();
+  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
+         std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+// A forward with keep_for_backward computes exactly what the backward's own recompute does, so
+// the backward from the kept intermediates must give bit-identical gradients (and the kept
+// forward the same output); the recompute path is checked against the CPU reference above.
+TEST(KdaGpu, TensorCoreBackwardFromKeptForwardEqualsRecompute) {
+  SKIP_WITHOUT_GPU();
+  struct KeptCase {
+    KdaShape shape;
+    std::vector<int64_t> seq_lens;
+  };
+  const KeptCase cases[] = {{{2, 200, 3, 128, 64}, {}},
+                            {{1, 4096, 2, 128, 128}, {}},  // split into segments
+                            {{1, 300, 3, 64, 128}, {1, 0, 120, 179}}};
+  uint64_t seed = 700;
+  for (const KeptCase& c : cases) {
+    const KdaInputs x = RandomKdaInputs(c.shape, DType::kF32, seed++, false, -5.0);
+    KdaInputs in{ToGpu(x.q, DType::kBF16),
+                 ToGpu(x.k, DType::kBF16),
+                 ToGpu(x.v, DType::kBF16),
+                 ToGpu(x.g, DType::kF32),
+                 ToGpu(x.beta, DType::kBF16),
+                 Tensor(),
+                 Tensor()};
+    const int64_t n = c.seq_lens.empty() ? c.shape.b : static_cast<int64_t>(c.seq_lens.size());
+    if (!c.seq_lens.empty()) {
+      std::vector<int64_t> cu = {0};
+      for (int64_t len : c.seq_lens) cu.push_back(cu.back() + len);
+      in.cu_seqlens = Tensor::FromVector<int64_t>({n + 1}, cu);
+    }
+    PhiloxGenerator rng(seed, 0);
+    const Tensor d_o = ToGpu(testing::RandomNormal(x.v.shape(), DType::kF32, rng), DType::kBF16);
+    const Tensor dht = ToGpu(
+        testing::RandomNormal({n, c.shape.h, c.shape.k, c.shape.v}, DType::kF32, rng), DType::kF32);
+    KdaOptions plain, keep;
+    keep.keep_for_backward = true;
+    KdaOutputs out_plain, out_keep;
+    ASSERT_TRUE(KdaForward(in, plain, &out_plain).ok());
+    ASSERT_TRUE(KdaForward(in, keep, &out_keep).ok());
+    EXPECT_FALSE(out_plain.saved);
+    ASSERT_TRUE(out_keep.saved);
+    EXPECT_TRUE(BitEqual(out_plain.o, out_keep.o));
+    EXPECT_TRUE(BitEqual(out_plain.final_state, out_keep.final_state));
+    KdaGrads recomputed, from_kept;
+    ASSERT_TRUE(KdaBackward(in, d_o, dht, plain, &recomputed).ok());
+    const Status s = KdaBackward(in, d_o, dht, plain, &from_kept, out_keep.saved.get());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(BitEqual(recomputed.dq, from_kept.dq)) << "dq";
+    EXPECT_TRUE(BitEqual(recomputed.dk, from_kept.dk)) << "dk";
+    EXPECT_TRUE(BitEqual(recomputed.dv, from_kept.dv)) << "dv";
+    EXPECT_TRUE(BitEqual(recomputed.dg, from_kept.dg)) << "dg";
+    EXPECT_TRUE(BitEqual(recomputed.dbeta, from_kept.dbeta)) << "dbeta";
+  }
+}
+
+TEST(KdaGpu, BackwardRefusesKeptForwardOfAnotherShape) {
+  SKIP_WITHOUT_GPU();
+  auto gpu_inputs = [](const KdaShape& shape) {
+    const KdaInputs x = RandomKdaInputs(shape, DType::kF32, 9, false, -5.0);
+    return KdaInputs{ToGpu(x.q, DType::kBF16),
+                     ToGpu(x.k, DType::kBF16),
+                     ToGpu(x.v, DType::kBF16),
+                     ToGpu(x.g, DType::kF32),
+                     ToGpu(x.beta, DType::kBF16),
+                     Tensor(),
+                     Tensor()};
+  };
+  const KdaInputs a = gpu_inputs({1, 128, 2, 64, 64}), b = gpu_inputs({1, 200, 2, 64, 64});
+  KdaOptions keep;
+  keep.keep_for_backward = true;
+  KdaOutputs out;
+  ASSERT_TRUE(KdaForward(a, keep, &out).ok());
+  KdaGrads grads;
+  const Status s = KdaBackward(b, b.v, Tensor(), KdaOptions(), &grads, out.saved.get());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+}
+
 TEST(KdaGpu, BackwardRefusesWideValues) {
   SKIP_WITHOUT_GPU();
   const KdaInputs x = RandomKdaInputs({1, 8, 1, 16, 160}, DType::kF32, 1, false);
