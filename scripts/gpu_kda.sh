@@ -5,14 +5,15 @@
 #   scripts/gpu_kda.sh [BIN_DIR]
 #
 # BIN_DIR holds kda_gpu_tests and kda_gpu_bench (built elsewhere with -DORRERY_CUDA=ON, e.g.
-# build/tests) and, in BIN_DIR/lib, the shared libraries the GPU machine lacks (OpenBLAS and its
-# Fortran runtime); or all of that packed as BIN_DIR/bundle.tar.xz (smaller to carry), unpacked
-# here first. Without BIN_DIR the script builds with the gpu-machine preset first, which needs
-# OpenBLAS on that machine. fla is taken from .fla/ (a copy of fla-org/flash-linear-attention's
-# `fla` package, never committed) when it is there. Each part runs under a time limit
-# (KDA_TEST_TIMEOUT, KDA_BENCH_TIMEOUT, KDA_FLA_TIMEOUT seconds) so that the logs of the parts
-# that finished come back even when one hangs. fla's Triton compilation and autotuning take about
-# 2 minutes per shape on an H200 (measured), hence its longer default.
+# build/tests), optionally model_gpu_tests (the model's KDA layer on the GPU; run when present) and,
+# in BIN_DIR/lib, the shared libraries the GPU machine lacks (OpenBLAS and its Fortran runtime); or
+# all of that packed as BIN_DIR/bundle.tar.xz (smaller to carry), unpacked here first. Without
+# BIN_DIR the script builds with the gpu-machine preset first, which needs OpenBLAS on that machine.
+# fla is taken from .fla/ (a copy of fla-org/flash-linear-attention's `fla` package, never
+# committed) when it is there. Each part runs under a time limit (KDA_TEST_TIMEOUT,
+# KDA_BENCH_TIMEOUT, KDA_FLA_TIMEOUT seconds) so that the logs of the parts that finished come back
+# even when one hangs (MODEL_TEST_TIMEOUT for model_gpu_tests). fla's Triton compilation and
+# autotuning take about 2 minutes per shape on an H200 (measured), hence its longer default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-kda-out}"
@@ -20,7 +21,8 @@ mkdir -p "$out"
 bin="${1:-}"
 if [[ -z "$bin" ]]; then
   cmake --preset gpu-machine >"$out/build.log" 2>&1
-  cmake --build --preset gpu-machine --target kda_gpu_tests kda_gpu_bench >>"$out/build.log" 2>&1
+  cmake --build --preset gpu-machine --target kda_gpu_tests kda_gpu_bench model_gpu_tests \
+    >>"$out/build.log" 2>&1
   bin=build-gpu/tests
 elif [[ -f "$bin/bundle.tar.xz" ]]; then
   unpacked="$(mktemp -d)"
@@ -39,6 +41,11 @@ timeout "${KDA_TEST_TIMEOUT:-150}" "$bin/kda_gpu_tests" --gtest_filter='*TensorC
   tee "$out/tests_tc_backward.log" || status=1
 timeout "${KDA_TEST_TIMEOUT:-150}" "$bin/kda_gpu_tests" --gtest_filter='-*TensorCoreBackward*' 2>&1 |
   tee "$out/tests.log" || status=1
+# The model with its KDA core on the GPU against the CPU model, and `ops run --device cuda`.
+if [[ -x "$bin/model_gpu_tests" ]]; then
+  timeout "${MODEL_TEST_TIMEOUT:-150}" "$bin/model_gpu_tests" 2>&1 |
+    tee "$out/model_gpu_tests.log" || status=1
+fi
 timeout "${KDA_BENCH_TIMEOUT:-150}" "$bin/kda_gpu_bench" 2>&1 | tee "$out/bench.log" || status=1
 if [[ -d .fla ]]; then
   PYTHONPATH="$PWD/.fla:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 timeout "${KDA_FLA_TIMEOUT:-540}" \
