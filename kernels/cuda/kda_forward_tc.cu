@@ -71,8 +71,9 @@ struct PrepSmem {
   static constexpr int kSV = VD + 8;
   static constexpr int kSA = kChunk + 1;  // floats per A/T row
   // Regions are reused once their first content is dead, so that two blocks fit on one SM:
-  // beta v goes where G was (after the element-wise stage), T in bf16 where A_kk was (after
-  // the solve).
+  // X_q and X_k go where A_kk and T will be (they die when the intra-chunk products are in
+  // registers), beta v where G was (after the element-wise stage), T in bf16 where A_kk was
+  // (after the solve).
   static constexpr size_t kG = 0;
   static constexpr size_t kV = kG;
   static constexpr size_t kQ = kG + sizeof(float) * kChunk * kSG;
@@ -80,10 +81,13 @@ struct PrepSmem {
   static constexpr size_t kAkk = kK + sizeof(bf16) * kChunk * kSK;
   static constexpr size_t kTb = kAkk;
   static constexpr size_t kT = kAkk + sizeof(float) * kChunk * kSA;
-  static constexpr size_t kScratch = kT + sizeof(float) * kChunk * kSA;
+  static constexpr size_t kXq = kAkk;
+  static constexpr size_t kXk = kXq + sizeof(bf16) * kChunk * kSK;
+  static constexpr size_t kScratch =
+      std::max(kT + sizeof(float) * kChunk * kSA, kXk + sizeof(bf16) * kChunk * kSK);
   static constexpr size_t kBeta = kScratch + sizeof(float) * 3 * 256;
   static constexpr size_t kBytes = kBeta + sizeof(float) * kChunk;
-  static_assert(kQ % 16 == 0 && kK % 16 == 0 && kAkk % 16 == 0 && kT % 16 == 0 &&
+  static_assert(kQ % 16 == 0 && kK % 16 == 0 && kAkk % 16 == 0 && kT % 16 == 0 && kXk % 16 == 0 &&
                     kScratch % 16 == 0 && kBeta % 16 == 0,
                 "16-byte aligned regions");
   static_assert(sizeof(bf16) * kChunk * kSV <= sizeof(float) * kChunk * kSG, "v fits over G");
@@ -97,12 +101,14 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   constexpr int SG = L::kSG, SK = L::kSK, SV = L::kSV, SA = L::kSA, ST = kTileStrideA;
   extern __shared__ __align__(16) unsigned char smem[];
   float* G = reinterpret_cast<float*>(smem + L::kG);      // [64][SG] cumsum of g, log2
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);       // q, then beta k e^G
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);       // q, then beta k e^G (stage 4 on)
   bf16* ks = reinterpret_cast<bf16*>(smem + L::kK);       // k
   bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);       // beta v (over G, stage 4 on)
   float* akk = reinterpret_cast<float*>(smem + L::kAkk);  // A_kk (strictly lower), fp32
   float* tm = reinterpret_cast<float*>(smem + L::kT);     // T, fp32
   bf16* tb = reinterpret_cast<bf16*>(smem + L::kTb);      // T, bf16 (over A_kk, after the solve)
+  bf16* xq = reinterpret_cast<bf16*>(smem + L::kXq);      // X_q (over A_kk, before it)
+  bf16* xk = reinterpret_cast<bf16*>(smem + L::kXk);      // X_k (over A_kk and T, before them)
   float* scratch = reinterpret_cast<float*>(smem + L::kScratch);  // 3 x 16 x 16
   float* bs = reinterpret_cast<float*>(smem + L::kBeta);          // beta
 
@@ -147,11 +153,36 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   }
   __syncthreads();
 
-  // 2. A_qk and A_kk, tile pairs (a, b), b <= a: pair i of 10 on warp i % 8.
-  for (int pair = warp; pair < 10; pair += kPrepThreads / 32) {
+  // 2. The A operands of the intra-chunk tiles, X_q = Q e^{G - G_n} and X_k = K e^{G - G_n} with
+  // n the first row of the row's 16-row tile (exponents <= 0), over A_kk and T (dead until the
+  // products are in registers); and Q~ = s Q e^G out. Lanes along d: conflict-free, coalesced.
+  for (int i = tid; i < kChunk * KD / 2; i += kPrepThreads) {
+    const int r = i / (KD / 2), d = (i % (KD / 2)) * 2, n = r & ~15;
+    const float g0 = G[r * SG + d], g1 = G[r * SG + d + 1];
+    const float e0 = exp2f(g0 - G[n * SG + d]), e1 = exp2f(g1 - G[n * SG + d + 1]);
+    const float q0 = __bfloat162float(qs[r * SK + d]), q1 = __bfloat162float(qs[r * SK + d + 1]);
+    const float k0 = __bfloat162float(ks[r * SK + d]), k1 = __bfloat162float(ks[r * SK + d + 1]);
+    *reinterpret_cast<uint32_t*>(xq + r * SK + d) = PackBf16(q0 * e0, q1 * e1);
+    *reinterpret_cast<uint32_t*>(xk + r * SK + d) = PackBf16(k0 * e0, k1 * e1);
+    *reinterpret_cast<uint32_t*>(p.qg + (tile * kChunk + r) * KD + d) =
+        PackBf16(p.scale * q0 * exp2f(g0), p.scale * q1 * exp2f(g1));
+  }
+  __syncthreads();
+
+  // 3. A_qk and A_kk: 20 units (tile pair (a, b), b <= a; 8-column half nt), unit u on warp
+  // u % 8, products kept in registers until every warp is done with X.
+  constexpr int kUnits = 20, kUnitsPerWarp = (kUnits + kPrepThreads / 32 - 1) / (kPrepThreads / 32);
+  float aq[kUnitsPerWarp][4], ak[kUnitsPerWarp][4];
+#pragma unroll
+  for (int slot = 0; slot < kUnitsPerWarp; ++slot) {
+    const int unit = warp + slot * (kPrepThreads / 32);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) aq[slot][e] = ak[slot][e] = 0.0f;
+    if (unit >= kUnits) continue;
+    const int pair = unit >> 1, nt = unit & 1;
     const int a = pair < 1 ? 0 : pair < 3 ? 1 : pair < 6 ? 2 : 3;
     const int b = pair - a * (a + 1) / 2;
-    const int ref = 16 * a;
+    const int ref = 16 * a, c = 16 * b + 8 * nt + g8;
     bool use_mma = true;
     if (a == b) {
       float span = 0.0f;
@@ -160,71 +191,59 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
       for (int o = 16; o > 0; o >>= 1) span = fmaxf(span, __shfl_xor_sync(0xffffffffu, span, o));
       use_mma = span <= kMaxTileSpan;
     }
-    float aq[2][4] = {}, ak[2][4] = {};
     if (use_mma) {
+      // Y_b = K_b e^{G_ref - G} (exponent <= 0 off the diagonal, <= span on it).
       for (int k0 = 0; k0 < KD; k0 += 16) {
-        uint32_t xq[4], xk[4];
+        uint32_t fq[4], fk[4], y[2];
+        LoadFragA(fq, xq + ref * SK, SK, k0);
+        LoadFragA(fk, xk + ref * SK, SK, k0);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int r = ref + g8 + (j & 1) * 8, d = k0 + 2 * t4 + (j >> 1) * 8;
-          const float e0 = exp2f(G[r * SG + d] - G[ref * SG + d]);
-          const float e1 = exp2f(G[r * SG + d + 1] - G[ref * SG + d + 1]);
-          xq[j] = PackBf16(__bfloat162float(qs[r * SK + d]) * e0,
-                           __bfloat162float(qs[r * SK + d + 1]) * e1);
-          xk[j] = PackBf16(__bfloat162float(ks[r * SK + d]) * e0,
-                           __bfloat162float(ks[r * SK + d + 1]) * e1);
+        for (int j = 0; j < 2; ++j) {
+          const int d = k0 + 2 * t4 + 8 * j;
+          y[j] = PackBf16(__bfloat162float(ks[c * SK + d]) * exp2f(G[ref * SG + d] - G[c * SG + d]),
+                          __bfloat162float(ks[c * SK + d + 1]) *
+                              exp2f(G[ref * SG + d + 1] - G[c * SG + d + 1]));
         }
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int c = 16 * b + 8 * nt + g8;
-          uint32_t y[2];
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int d = k0 + 2 * t4 + 8 * j;
-            y[j] =
-                PackBf16(__bfloat162float(ks[c * SK + d]) * exp2f(G[ref * SG + d] - G[c * SG + d]),
-                         __bfloat162float(ks[c * SK + d + 1]) *
-                             exp2f(G[ref * SG + d + 1] - G[c * SG + d + 1]));
-          }
-          MmaBf16(aq[nt], xq, y);
-          MmaBf16(ak[nt], xk, y);
-        }
+        MmaBf16(aq[slot], fq, y);
+        MmaBf16(ak[slot], fk, y);
       }
     } else {
-      // Pairwise, exponents <= 0: entry (r, c) of the 16x16 tile on lane (r * 16 + c) % 32,
-      // scattered into the accumulator layout afterwards through shared memory would cost a
-      // round trip; instead each lane computes exactly the entries its accumulators hold.
+      // Pairwise in fp32, exponents <= 0: each lane computes exactly the entries its
+      // accumulators hold.
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = ref + g8 + (e >> 1) * 8, c = 16 * b + 8 * nt + 2 * t4 + (e & 1);
-          float sq = 0.0f, sk = 0.0f;
-          if (c <= r) {
-            for (int d = 0; d < KD; ++d) {
-              const float kc =
-                  __bfloat162float(ks[c * SK + d]) * exp2f(G[r * SG + d] - G[c * SG + d]);
-              sq += __bfloat162float(qs[r * SK + d]) * kc;
-              sk += __bfloat162float(ks[r * SK + d]) * kc;
-            }
+      for (int e = 0; e < 4; ++e) {
+        const int r = ref + g8 + (e >> 1) * 8, cc = 16 * b + 8 * nt + 2 * t4 + (e & 1);
+        float sq = 0.0f, sk = 0.0f;
+        if (cc <= r) {
+          for (int d = 0; d < KD; ++d) {
+            const float kc =
+                __bfloat162float(ks[cc * SK + d]) * exp2f(G[r * SG + d] - G[cc * SG + d]);
+            sq += __bfloat162float(qs[r * SK + d]) * kc;
+            sk += __bfloat162float(ks[r * SK + d]) * kc;
           }
-          aq[nt][e] = sq;
-          ak[nt][e] = sk;
         }
+        aq[slot][e] = sq;
+        ak[slot][e] = sk;
       }
     }
-    bf16* aqk_out = p.aqk + tile * kChunk * kChunk;
+  }
+  __syncthreads();  // X is dead: A_kk takes its place
+  bf16* aqk_out = p.aqk + tile * kChunk * kChunk;
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+  for (int slot = 0; slot < kUnitsPerWarp; ++slot) {
+    const int unit = warp + slot * (kPrepThreads / 32);
+    if (unit >= kUnits) continue;
+    const int pair = unit >> 1, nt = unit & 1;
+    const int a = pair < 1 ? 0 : pair < 3 ? 1 : pair < 6 ? 2 : 3;
+    const int b = pair - a * (a + 1) / 2;
 #pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = ref + g8 + (e >> 1) * 8, c = 16 * b + 8 * nt + 2 * t4;
-        const float q0 = c <= r ? p.scale * aq[nt][e] : 0.0f;
-        const float q1 = c + 1 <= r ? p.scale * aq[nt][e + 1] : 0.0f;
-        *reinterpret_cast<uint32_t*>(aqk_out + r * kChunk + c) = PackBf16(q0, q1);
-        akk[r * SA + c] = c < r ? bs[r] * ak[nt][e] : 0.0f;
-        akk[r * SA + c + 1] = c + 1 < r ? bs[r] * ak[nt][e + 1] : 0.0f;
-      }
+    for (int e = 0; e < 4; e += 2) {
+      const int r = 16 * a + g8 + (e >> 1) * 8, c = 16 * b + 8 * nt + 2 * t4;
+      const float q0 = c <= r ? p.scale * aq[slot][e] : 0.0f;
+      const float q1 = c + 1 <= r ? p.scale * aq[slot][e + 1] : 0.0f;
+      *reinterpret_cast<uint32_t*>(aqk_out + r * kChunk + c) = PackBf16(q0, q1);
+      akk[r * SA + c] = c < r ? bs[r] * ak[slot][e] : 0.0f;
+      akk[r * SA + c + 1] = c + 1 < r ? bs[r] * ak[slot][e + 1] : 0.0f;
     }
   }
   // Zeros above the diagonal tiles of A_qk (the state pass reads whole tiles).
@@ -234,30 +253,39 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
       *reinterpret_cast<uint32_t*>(p.aqk + tile * kChunk * kChunk + r * kChunk + c) = 0u;
     }
   }
-  __syncthreads();
 
-  // 3. Element-wise: Q~ = s q e^G, beta k e^G (over q), Kbar^T, gamma, beta v (over v).
+  // 4. Element-wise: beta k e^G (over q), Kbar^T, gamma.
   for (int i = tid; i < kChunk * KD / 2; i += kPrepThreads) {
     const int r = i / (KD / 2), d = (i % (KD / 2)) * 2;
     const float e0 = exp2f(G[r * SG + d]), e1 = exp2f(G[r * SG + d + 1]);
-    const float q0 = __bfloat162float(qs[r * SK + d]), q1 = __bfloat162float(qs[r * SK + d + 1]);
-    *reinterpret_cast<uint32_t*>(p.qg + (tile * kChunk + r) * KD + d) =
-        PackBf16(p.scale * q0 * e0, p.scale * q1 * e1);
     *reinterpret_cast<uint32_t*>(qs + r * SK + d) =
         PackBf16(bs[r] * __bfloat162float(ks[r * SK + d]) * e0,
                  bs[r] * __bfloat162float(ks[r * SK + d + 1]) * e1);
   }
-  for (int i = tid; i < KD * kChunk / 2; i += kPrepThreads) {
-    const int d = i / (kChunk / 2), r = (i % (kChunk / 2)) * 2;
+  {
+    // Kbar^T: thread owns column d and a run of rows, so its reads go along d (no bank
+    // conflicts) and it writes whole 16-byte pieces of row d of Kbar^T.
+    constexpr int kRowsPer = kChunk * KD / kPrepThreads;  // 32 (K = 128) or 16 (K = 64)
+    const int d = tid % KD, r0 = (tid / KD) * kRowsPer;
     const float gl = G[(kChunk - 1) * SG + d];
-    *reinterpret_cast<uint32_t*>(p.kbar_t + (tile * KD + d) * kChunk + r) =
-        PackBf16(__bfloat162float(ks[r * SK + d]) * exp2f(gl - G[r * SG + d]),
-                 __bfloat162float(ks[(r + 1) * SK + d]) * exp2f(gl - G[(r + 1) * SG + d]));
+    bf16* dst = p.kbar_t + (tile * KD + d) * kChunk + r0;
+#pragma unroll
+    for (int j = 0; j < kRowsPer; j += 8) {
+      uint4 piece;
+      uint32_t* w = reinterpret_cast<uint32_t*>(&piece);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = r0 + j + 2 * e;
+        w[e] = PackBf16(__bfloat162float(ks[r * SK + d]) * exp2f(gl - G[r * SG + d]),
+                        __bfloat162float(ks[(r + 1) * SK + d]) * exp2f(gl - G[(r + 1) * SG + d]));
+      }
+      *reinterpret_cast<uint4*>(dst + j) = piece;
+    }
   }
   if (tid < KD) p.gamma[tile * KD + tid] = exp2f(G[(kChunk - 1) * SG + tid]);
   __syncthreads();  // G is dead from here on; beta v takes its place
 
-  // 4. T = (I + A_kk)^-1. Diagonal 16-blocks by forward substitution (warps 0-3, lane = column)
+  // 5. T = (I + A_kk)^-1. Diagonal 16-blocks by forward substitution (warps 0-3, lane = column)
   // while warps 4-7 load beta v.
   if (warp >= 4) {
     for (int i = tid - 128; i < kChunk * VD / 8; i += kPrepThreads - 128) {
@@ -288,25 +316,25 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
     }
   }
   __syncthreads();
-  // Off-diagonal blocks by distance: T_ab = -T_aa sum_{b <= c < a} A_ac T_cb.
+  // Off-diagonal blocks by distance, T_ab = -T_aa sum_{b <= c < a} A_ac T_cb, the 4 - dist
+  // blocks of one distance spread over every thread (elements of block (b + dist, b) at
+  // scratch[256 b ..]).
   for (int dist = 1; dist < 4; ++dist) {
-    const int a = dist + warp, b = warp;
-    if (a < 4) {
-      float* tmp = scratch + warp * 256;
-      for (int e = lane; e < 256; e += 32) {
-        const int i = e / 16, j = e % 16;
-        float acc = 0.0f;
-        for (int m = 16 * b; m < 16 * a; ++m)
-          acc += akk[(16 * a + i) * SA + m] * tm[m * SA + 16 * b + j];
-        tmp[e] = acc;
-      }
-      __syncwarp();
-      for (int e = lane; e < 256; e += 32) {
-        const int i = e / 16, j = e % 16;
-        float acc = 0.0f;
-        for (int m = 0; m <= i; ++m) acc += tm[(16 * a + i) * SA + 16 * a + m] * tmp[m * 16 + j];
-        tm[(16 * a + i) * SA + 16 * b + j] = -acc;
-      }
+    const int elems = (4 - dist) * 256;
+    for (int e = tid; e < elems; e += kPrepThreads) {
+      const int b = e >> 8, a = b + dist, i = (e >> 4) & 15, j = e & 15;
+      float acc = 0.0f;
+      for (int m = 16 * b; m < 16 * a; ++m)
+        acc += akk[(16 * a + i) * SA + m] * tm[m * SA + 16 * b + j];
+      scratch[e] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < elems; e += kPrepThreads) {
+      const int b = e >> 8, a = b + dist, i = (e >> 4) & 15, j = e & 15;
+      float acc = 0.0f;
+      for (int m = 0; m <= i; ++m)
+        acc += tm[(16 * a + i) * SA + 16 * a + m] * scratch[(b << 8) + m * 16 + j];
+      tm[(16 * a + i) * SA + 16 * b + j] = -acc;
     }
     __syncthreads();
   }
@@ -318,7 +346,7 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   }
   __syncthreads();
 
-  // 5. W = T (beta k e^G), U = T (beta v): warp w owns rows 16 (w / 2) and half the columns.
+  // 6. W = T (beta k e^G), U = T (beta v): warp w owns rows 16 (w / 2) and half the columns.
   {
     const int a = warp >> 1, half = warp & 1;
     constexpr int kNW = KD / 16, kNU = VD / 16;  // n8 tiles per warp
@@ -327,16 +355,18 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
       uint32_t fa[4];
       LoadFragA(fa, tb + 16 * a * ST, ST, 16 * kt);
 #pragma unroll
-      for (int nt = 0; nt < kNW; ++nt) {
-        uint32_t fb[2];
-        LoadFragB(fb, qs, SK, 16 * kt, half * (KD / 2) + 8 * nt);
-        MmaBf16(acc_w[nt], fa, fb);
+      for (int nt = 0; nt < kNW; nt += 2) {
+        uint32_t fb0[2], fb1[2];
+        LoadFragB2(fb0, fb1, qs, SK, 16 * kt, half * (KD / 2) + 8 * nt);
+        MmaBf16(acc_w[nt], fa, fb0);
+        MmaBf16(acc_w[nt + 1], fa, fb1);
       }
 #pragma unroll
-      for (int nt = 0; nt < kNU; ++nt) {
-        uint32_t fb[2];
-        LoadFragB(fb, vs, SV, 16 * kt, half * (VD / 2) + 8 * nt);
-        MmaBf16(acc_u[nt], fa, fb);
+      for (int nt = 0; nt < kNU; nt += 2) {
+        uint32_t fb0[2], fb1[2];
+        LoadFragB2(fb0, fb1, vs, SV, 16 * kt, half * (VD / 2) + 8 * nt);
+        MmaBf16(acc_u[nt], fa, fb0);
+        MmaBf16(acc_u[nt + 1], fa, fb1);
       }
     }
 #pragma unroll

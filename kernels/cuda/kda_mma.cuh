@@ -89,6 +89,20 @@ __device__ __forceinline__ void LoadFragB(uint32_t (&b)[2], const __nv_bfloat16*
   b[1] = PackBf16(p[8 * stride], p[9 * stride]);
 }
 
+// B fragments of the two adjacent 16x8 tiles B[k0..k0+15][n0..n0+7] (b0) and
+// B[k0..k0+15][n0+8..n0+15] (b1) of a row-major B ([k][n] in shared memory, `stride` elements per
+// row), in one `ldmatrix.x4.trans`: lane l gives the address of row l % 8 of 8x8 matrix l / 8
+// (matrices: k0 | k0 + 8 rows, then the same at n0 + 8). Rows must be 16-byte aligned (stride a
+// multiple of 8 elements, n0 % 8 == 0).
+__device__ __forceinline__ void LoadFragB2(uint32_t (&b0)[2], uint32_t (&b1)[2],
+                                           const __nv_bfloat16* base, int stride, int k0, int n0) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3, row = lane & 7;
+  const __nv_bfloat16* p = base + (k0 + (mat & 1) * 8 + row) * stride + n0 + (mat >> 1) * 8;
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(addr));
+}
 // 16-byte global -> shared copy that bypasses the registers (and L1).
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
