@@ -41,6 +41,7 @@
 #include "kernels/cuda/kda_cuda.h"
 #include "kernels/cuda/kda_cuda_util.cuh"
 #include "kernels/cuda/kda_mma.cuh"
+#include "kernels/cuda/kda_tc_chunk_load.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
 
 namespace orrery::kernels::cuda {
@@ -578,48 +579,23 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   const int64_t row_base = tile * kChunk;
   const float scale = p.scale;
 
-  // 1. Load (rows past the end: zeros, so G stays flat there).
+  // 1. Load, and form the gate's cumsum G (rows past the end: zeros, so G stays flat there).
+  LoadChunkQK<KD, kChunkThreads>(qs, ks, SK, p.q, p.k, cd, heads, h);
   for (int i = tid; i < kChunk * KD / 8; i += kChunkThreads) {
     const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-    uint4 qv = make_uint4(0, 0, 0, 0), kv = qv;
-    if (r < len) {
-      const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
-      qv = *reinterpret_cast<const uint4*>(p.q + off);
-      kv = *reinterpret_cast<const uint4*>(p.k + off);
-    }
-    *reinterpret_cast<uint4*>(qs + r * SK + c) = qv;
-    *reinterpret_cast<uint4*>(ks + r * SK + c) = kv;
     CpAsync16(dws + r * SK + c, p.dw + (row_base + r) * KD + c);
   }
   for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
     const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
     CpAsync16(ts + r * ST + c, p.tinv + (row_base + r) * kChunk + c);
   }
-  for (int i = tid; i < kChunk * KD; i += kChunkThreads) {
-    const int r = i / KD, d = i % KD;
-    G[r * SG + d] = r < len ? LoadF(p.g + ((cd.row_start + r) * heads + h) * KD + d) : 0.0f;
-  }
   if (tid < kChunk) {
     bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
     dbs[tid] = 0.0f;
   }
   for (int d = tid; d < KD; d += kChunkThreads) dgcs[d] = 0.0f;
+  LoadChunkGateCumsum<KD, kChunkThreads>(G, SG, p.g, cd, heads, h);
   CpAsyncWaitAll();
-  __syncthreads();
-  // Cumsum (log2) in two halves of 32 rows, then the second half gets the first half's total.
-  if (tid < 2 * KD) {
-    const int d = tid % KD, r0 = (tid / KD) * (kChunk / 2);
-    float acc = 0.0f;
-    for (int r = r0; r < r0 + kChunk / 2; ++r) {
-      acc += G[r * SG + d] * kLog2e;
-      G[r * SG + d] = acc;
-    }
-  }
-  __syncthreads();
-  for (int i = tid; i < kChunk / 2 * KD; i += kChunkThreads) {
-    const int r = kChunk / 2 + i / KD, d = i % KD;
-    G[r * SG + d] += G[(kChunk / 2 - 1) * SG + d];
-  }
   __syncthreads();
 
   // 2. beta K e^G, s dA_qk strictly lower (the diagonal r = j adds s dA_qk[r][r] k_r to dq_r and
@@ -627,7 +603,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   for (int i = tid; i < kChunk * KD; i += kChunkThreads) {
     const int r = i / KD, d = i % KD;
     bks[r * SK + d] =
-        __float2bfloat16(bs[r] * __bfloat162float(ks[r * SK + d]) * exp2f(G[r * SG + d]));
+        __float2bfloat16(bs[r] * __bfloat162float(ks[r * SK + d]) * Exp2Ftz(G[r * SG + d]));
   }
   for (int i = tid; i < kChunk * kChunk; i += kChunkThreads) {
     const int r = i / kChunk, c = i % kChunk;
@@ -741,6 +717,19 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   for (int cb = 0; cb < kCB; ++cb) {
     const int n0 = half * (KD / 2) + 32 * cb;
     float bk_acc[4][4] = {}, pq[4][4] = {}, pk[4][4] = {}, js[4][4] = {};
+    // The V-side's fp32 terms of this block, loaded now so that their latency hides behind the
+    // products below.
+    float2 dqs_in[4][2], dkb_in[4][2];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int r = 16 * a + g8 + e2 * 8, d = n0 + 8 * nt + 2 * t4;
+        const int64_t xo = (row_base + r) * KD + d;
+        dqs_in[nt][e2] = *reinterpret_cast<const float2*>(p.dq_s + xo);
+        dkb_in[nt][e2] = *reinterpret_cast<const float2*>(p.dkbar + xo);
+      }
+    }
     for (int kt = a; kt < kChunk / 16; ++kt) {
       uint32_t fa[4];
       LoadFragAT(fa, ts, ST, 16 * a, 16 * kt);
@@ -765,9 +754,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
 #pragma unroll
         for (int jj = 0; jj < 2; ++jj) {
           const int j = 16 * kt + 2 * t4 + 8 * jj;
-          PackBf16Split(__bfloat162float(ks[j * SK + d]) * exp2f(gref - G[j * SG + d]),
-                        __bfloat162float(ks[(j + 1) * SK + d]) * exp2f(gref - G[(j + 1) * SG + d]),
-                        yh[jj], yl[jj]);
+          PackBf16Split(
+              __bfloat162float(ks[j * SK + d]) * Exp2Ftz(gref - G[j * SG + d]),
+              __bfloat162float(ks[(j + 1) * SK + d]) * Exp2Ftz(gref - G[(j + 1) * SG + d]), yh[jj],
+              yl[jj]);
         }
         MmaBf16(pq[nt], faq, yh);
         MmaBf16(pq[nt], faq, yl);
@@ -788,7 +778,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
 #pragma unroll
         for (int jj = 0; jj < 2; ++jj) {
           const int r = 16 * kt + 2 * t4 + 8 * jj;
-          const float e0 = exp2f(G[r * SG + d] - gm), e1 = exp2f(G[(r + 1) * SG + d] - gm);
+          const float e0 = Exp2Ftz(G[r * SG + d] - gm), e1 = Exp2Ftz(G[(r + 1) * SG + d] - gm);
           PackBf16Split(__bfloat162float(qs[r * SK + d]) * e0,
                         __bfloat162float(qs[(r + 1) * SK + d]) * e1, xqh[jj], xql[jj]);
           PackBf16Split(bs[r] * __bfloat162float(ks[r * SK + d]) * e0,
@@ -808,17 +798,17 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
       for (int e = 0; e < 4; ++e) {
         const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * nt + 2 * t4 + (e & 1);
         const float gr = G[r * SG + d];
-        float dqp = exp2f(gr - G[ref * SG + d]) * pq[nt][e];
-        float pkv = exp2f(gr - G[ref * SG + d]) * pk[nt][e];
-        float dkj = exp2f(G[mref * SG + d] - gr) * js[nt][e];
+        float dqp = Exp2Ftz(gr - G[ref * SG + d]) * pq[nt][e];
+        float pkv = Exp2Ftz(gr - G[ref * SG + d]) * pk[nt][e];
+        float dkj = Exp2Ftz(G[mref * SG + d] - gr) * js[nt][e];
         if (!mma_diag) {  // the diagonal tile pairwise, exponents <= 0
           for (int j = ref; j <= r; ++j) {
-            const float kj = __bfloat162float(ks[j * SK + d]) * exp2f(gr - G[j * SG + d]);
+            const float kj = __bfloat162float(ks[j * SK + d]) * Exp2Ftz(gr - G[j * SG + d]);
             dqp += __bfloat162float(aqs[r * ST + j]) * kj;
             pkv += __bfloat162float(aks[r * ST + j]) * kj;
           }
           for (int rr = r; rr <= mref; ++rr) {
-            const float ex = exp2f(G[rr * SG + d] - gr);
+            const float ex = Exp2Ftz(G[rr * SG + d] - gr);
             dkj +=
                 (__bfloat162float(aqs[rr * ST + r]) * __bfloat162float(qs[rr * SK + d]) +
                  __bfloat162float(aks[rr * ST + r]) * bs[rr] * __bfloat162float(ks[rr * SK + d])) *
@@ -827,9 +817,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
         }
         const float qv = __bfloat162float(qs[r * SK + d]), kv = __bfloat162float(ks[r * SK + d]);
         const float br = bs[r];
-        const float eg = exp2f(gr), ebar = exp2f(G[(kChunk - 1) * SG + d] - gr);
-        const int64_t xo = (row_base + r) * KD + d;
-        const float dqs = p.dq_s[xo], dkb = p.dkbar[xo], dbk = bk_acc[nt][e];
+        const float eg = Exp2Ftz(gr), ebar = Exp2Ftz(G[(kChunk - 1) * SG + d] - gr);
+        const float dqs = (e & 1) ? dqs_in[nt][e >> 1].y : dqs_in[nt][e >> 1].x;
+        const float dkb = (e & 1) ? dkb_in[nt][e >> 1].y : dkb_in[nt][e >> 1].x;
+        const float dbk = bk_acc[nt][e];
         dq_out[e] = scale * eg * dqs + dqp + aqd[r] * kv;
         dk_out[e] = br * dbk * eg + dkb * ebar + br * pkv + dkj + aqd[r] * qv;
         dg_keep[cb][nt][e] = scale * dqs * qv * eg + br * dbk * kv * eg - dkb * kv * ebar +

@@ -59,7 +59,7 @@ struct KdaTcTuning {
   int backward_stages = 0;
 };
 
-// bf16 q, k, v, beta (g f32 or bf16), K and V each 64 or 128.
+// bf16 q, k, v, beta (g f32 or bf16), K and V each 64 or 128, q/k/v/g bases 16-byte aligned.
 bool KdaTcSupported(const KdaProblem& p, const KdaInputs& in);
 
 // What the tensor-core forward keeps for the tensor-core backward (bf16 unless noted; chunks

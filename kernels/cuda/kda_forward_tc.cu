@@ -33,6 +33,7 @@
 #include "kernels/cuda/kda_cuda.h"
 #include "kernels/cuda/kda_cuda_util.cuh"
 #include "kernels/cuda/kda_mma.cuh"
+#include "kernels/cuda/kda_tc_chunk_load.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
 
 namespace orrery::kernels::cuda {
@@ -118,40 +119,10 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   const int len = static_cast<int>(cd.len);
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
 
-  // 1. Load the chunk (rows past the end: zeros, so G stays flat there).
-  for (int i = tid; i < kChunk * KD / 8; i += kPrepThreads) {
-    const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-    uint4 qv = make_uint4(0, 0, 0, 0), kv = qv;
-    if (r < len) {
-      const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
-      qv = *reinterpret_cast<const uint4*>(p.q + off);
-      kv = *reinterpret_cast<const uint4*>(p.k + off);
-    }
-    *reinterpret_cast<uint4*>(qs + r * SK + c) = qv;
-    *reinterpret_cast<uint4*>(ks + r * SK + c) = kv;
-  }
-  for (int i = tid; i < kChunk * KD; i += kPrepThreads) {
-    const int r = i / KD, d = i % KD;
-    G[r * SG + d] = r < len ? LoadF(p.g + ((cd.row_start + r) * heads + h) * KD + d) : 0.0f;
-  }
+  // 1. Load the chunk and form the gate's cumsum G (rows past the end: zeros, G flat there).
+  LoadChunkQK<KD, kPrepThreads>(qs, ks, SK, p.q, p.k, cd, heads, h);
   if (tid < kChunk) bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
-  __syncthreads();
-  // Cumsum in two halves of 32 rows (threads d and KD + d), then the second half gets the first
-  // half's total.
-  if (tid < 2 * KD) {
-    const int d = tid % KD, r0 = (tid / KD) * (kChunk / 2);
-    float acc = 0.0f;
-    for (int r = r0; r < r0 + kChunk / 2; ++r) {
-      acc += G[r * SG + d] * kLog2e;
-      G[r * SG + d] = acc;
-    }
-  }
-  __syncthreads();
-  for (int i = tid; i < kChunk / 2 * KD; i += kPrepThreads) {
-    const int r = kChunk / 2 + i / KD, d = i % KD;
-    G[r * SG + d] += G[(kChunk / 2 - 1) * SG + d];
-  }
-  __syncthreads();
+  LoadChunkGateCumsum<KD, kPrepThreads>(G, SG, p.g, cd, heads, h);
 
   // 2. The A operands of the intra-chunk tiles, X_q = Q e^{G - G_n} and X_k = K e^{G - G_n} with
   // n the first row of the row's 16-row tile (exponents <= 0), over A_kk and T (dead until the
@@ -159,13 +130,13 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   for (int i = tid; i < kChunk * KD / 2; i += kPrepThreads) {
     const int r = i / (KD / 2), d = (i % (KD / 2)) * 2, n = r & ~15;
     const float g0 = G[r * SG + d], g1 = G[r * SG + d + 1];
-    const float e0 = exp2f(g0 - G[n * SG + d]), e1 = exp2f(g1 - G[n * SG + d + 1]);
+    const float e0 = Exp2Ftz(g0 - G[n * SG + d]), e1 = Exp2Ftz(g1 - G[n * SG + d + 1]);
     const float q0 = __bfloat162float(qs[r * SK + d]), q1 = __bfloat162float(qs[r * SK + d + 1]);
     const float k0 = __bfloat162float(ks[r * SK + d]), k1 = __bfloat162float(ks[r * SK + d + 1]);
     *reinterpret_cast<uint32_t*>(xq + r * SK + d) = PackBf16(q0 * e0, q1 * e1);
     *reinterpret_cast<uint32_t*>(xk + r * SK + d) = PackBf16(k0 * e0, k1 * e1);
     *reinterpret_cast<uint32_t*>(p.qg + (tile * kChunk + r) * KD + d) =
-        PackBf16(p.scale * q0 * exp2f(g0), p.scale * q1 * exp2f(g1));
+        PackBf16(p.scale * q0 * Exp2Ftz(g0), p.scale * q1 * Exp2Ftz(g1));
   }
   __syncthreads();
 
@@ -200,9 +171,10 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int d = k0 + 2 * t4 + 8 * j;
-          y[j] = PackBf16(__bfloat162float(ks[c * SK + d]) * exp2f(G[ref * SG + d] - G[c * SG + d]),
-                          __bfloat162float(ks[c * SK + d + 1]) *
-                              exp2f(G[ref * SG + d + 1] - G[c * SG + d + 1]));
+          y[j] =
+              PackBf16(__bfloat162float(ks[c * SK + d]) * Exp2Ftz(G[ref * SG + d] - G[c * SG + d]),
+                       __bfloat162float(ks[c * SK + d + 1]) *
+                           Exp2Ftz(G[ref * SG + d + 1] - G[c * SG + d + 1]));
         }
         MmaBf16(aq[slot], fq, y);
         MmaBf16(ak[slot], fk, y);
@@ -217,7 +189,7 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
         if (cc <= r) {
           for (int d = 0; d < KD; ++d) {
             const float kc =
-                __bfloat162float(ks[cc * SK + d]) * exp2f(G[r * SG + d] - G[cc * SG + d]);
+                __bfloat162float(ks[cc * SK + d]) * Exp2Ftz(G[r * SG + d] - G[cc * SG + d]);
             sq += __bfloat162float(qs[r * SK + d]) * kc;
             sk += __bfloat162float(ks[r * SK + d]) * kc;
           }
@@ -257,7 +229,7 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   // 4. Element-wise: beta k e^G (over q), Kbar^T, gamma.
   for (int i = tid; i < kChunk * KD / 2; i += kPrepThreads) {
     const int r = i / (KD / 2), d = (i % (KD / 2)) * 2;
-    const float e0 = exp2f(G[r * SG + d]), e1 = exp2f(G[r * SG + d + 1]);
+    const float e0 = Exp2Ftz(G[r * SG + d]), e1 = Exp2Ftz(G[r * SG + d + 1]);
     *reinterpret_cast<uint32_t*>(qs + r * SK + d) =
         PackBf16(bs[r] * __bfloat162float(ks[r * SK + d]) * e0,
                  bs[r] * __bfloat162float(ks[r * SK + d + 1]) * e1);
@@ -276,13 +248,13 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = r0 + j + 2 * e;
-        w[e] = PackBf16(__bfloat162float(ks[r * SK + d]) * exp2f(gl - G[r * SG + d]),
-                        __bfloat162float(ks[(r + 1) * SK + d]) * exp2f(gl - G[(r + 1) * SG + d]));
+        w[e] = PackBf16(__bfloat162float(ks[r * SK + d]) * Exp2Ftz(gl - G[r * SG + d]),
+                        __bfloat162float(ks[(r + 1) * SK + d]) * Exp2Ftz(gl - G[(r + 1) * SG + d]));
       }
       *reinterpret_cast<uint4*>(dst + j) = piece;
     }
   }
-  if (tid < KD) p.gamma[tile * KD + tid] = exp2f(G[(kChunk - 1) * SG + tid]);
+  if (tid < KD) p.gamma[tile * KD + tid] = Exp2Ftz(G[(kChunk - 1) * SG + tid]);
   __syncthreads();  // G is dead from here on; beta v takes its place
 
   // 5. T = (I + A_kk)^-1. Diagonal 16-blocks by forward substitution (warps 0-3, lane = column)
@@ -933,9 +905,14 @@ Status LaunchKdaSegmentCombine(int64_t kd, int64_t vd, int64_t n_seq, int64_t he
 }
 
 bool KdaTcSupported(const KdaProblem& p, const KdaInputs& in) {
+  // The kernels read q, k, v and g rows in 16-byte pieces.
+  auto aligned = [](const Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
+  };
   return p.dtype == DType::kBF16 && (p.key_dim == 64 || p.key_dim == 128) &&
          (p.value_dim == 64 || p.value_dim == 128) &&
-         (in.g.dtype() == DType::kF32 || in.g.dtype() == DType::kBF16);
+         (in.g.dtype() == DType::kF32 || in.g.dtype() == DType::kBF16) && aligned(in.q) &&
+         aligned(in.k) && aligned(in.v) && aligned(in.g);
 }
 
 Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,

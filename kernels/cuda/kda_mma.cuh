@@ -58,17 +58,19 @@ __device__ __forceinline__ void LoadFragA(uint32_t (&a)[4], const __nv_bfloat16*
 }
 
 // A fragment of the 16x16 tile A[row0..row0+15][k0..k0+15] of A = X^T, where X is a row-major
-// bf16 matrix ([k][row], `stride` elements per row): two 16-bit loads per register.
+// bf16 matrix in shared memory ([k][row], `stride` elements per row), in one
+// `ldmatrix.x4.trans`: 8x8 matrix i covers X rows k0 + 8 (i / 2) and columns row0 + 8 (i % 2),
+// lane l gives the address of row l % 8 of matrix l / 8. X's rows must be 16-byte aligned
+// (stride a multiple of 8 elements, row0 % 8 == 0).
 __device__ __forceinline__ void LoadFragAT(uint32_t (&a)[4], const __nv_bfloat16* base, int stride,
                                            int row0, int k0) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const __nv_bfloat16* p = base + (k0 + 2 * t) * stride + row0 + g;
-  a[0] = PackBf16(p[0], p[stride]);
-  a[1] = PackBf16(p[8], p[stride + 8]);
-  a[2] = PackBf16(p[8 * stride], p[9 * stride]);
-  a[3] = PackBf16(p[8 * stride + 8], p[9 * stride + 8]);
+  const int lane = threadIdx.x & 31, mat = lane >> 3, row = lane & 7;
+  const __nv_bfloat16* p = base + (k0 + (mat >> 1) * 8 + row) * stride + row0 + (mat & 1) * 8;
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
 }
-
 // B fragment of the 16x8 tile B[k0..k0+15][0..7] where B is stored transposed ("col"): row n of
 // `base` holds B[.][n] along k (`stride` elements per row).
 __device__ __forceinline__ void LoadFragBT(uint32_t (&b)[2], const __nv_bfloat16* base, int stride,
@@ -79,16 +81,18 @@ __device__ __forceinline__ void LoadFragBT(uint32_t (&b)[2], const __nv_bfloat16
   b[1] = *reinterpret_cast<const uint32_t*>(p + 8);
 }
 
-// B fragment of the 16x8 tile B[k0..k0+15][n0..n0+7] of a row-major B ([k][n], `stride`
-// elements per row): two 16-bit loads per register.
+// B fragment of the 16x8 tile B[k0..k0+15][n0..n0+7] of a row-major B ([k][n] in shared memory,
+// `stride` elements per row), in one `ldmatrix.x2.trans` (lanes 0-15 give the row addresses).
+// Rows must be 16-byte aligned (stride a multiple of 8 elements, n0 % 8 == 0).
 __device__ __forceinline__ void LoadFragB(uint32_t (&b)[2], const __nv_bfloat16* base, int stride,
                                           int k0, int n0) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const __nv_bfloat16* p = base + (k0 + 2 * t) * stride + n0 + g;
-  b[0] = PackBf16(p[0], p[stride]);
-  b[1] = PackBf16(p[8 * stride], p[9 * stride]);
+  const int lane = threadIdx.x & 15;
+  const __nv_bfloat16* p = base + (k0 + lane) * stride + n0;
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(b[0]), "=r"(b[1])
+               : "r"(addr));
 }
-
 // B fragments of the two adjacent 16x8 tiles B[k0..k0+15][n0..n0+7] (b0) and
 // B[k0..k0+15][n0+8..n0+15] (b1) of a row-major B ([k][n] in shared memory, `stride` elements per
 // row), in one `ldmatrix.x4.trans`: lane l gives the address of row l % 8 of 8x8 matrix l / 8
