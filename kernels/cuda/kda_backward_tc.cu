@@ -143,6 +143,22 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
     }
   };
   store_s();
+  // Stage one of a chunk's copies: A_qk and Kbar^T (with dO, what dVnew reads).
+  auto load_akb = [&](int64_t ch) {
+    const int64_t tile = ch * heads + h;
+    for (int i = tid; i < KD * kChunk / 8; i += kPassThreads) {
+      const int d = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+      CpAsync16(kb + d * ST + c, p.kbar_t + (tile * KD + d) * kChunk + c);
+    }
+    if (!transition) {
+      for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
+        const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
+        CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
+      }
+    }
+    CpAsyncCommit();
+  };
+  if (seg.chunk_end > seg.chunk_begin) load_akb(seg.chunk_end - 1);
 
   for (int64_t ch = seg.chunk_end - 1; ch >= seg.chunk_begin; --ch) {
     const int64_t tile = ch * heads + h;
@@ -161,20 +177,12 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
         }
       }
     }
-    // Load the chunk's operands (the previous iteration ended with a barrier).
-    for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
-      const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-      CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
-      if (!transition) CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
-    }
-    for (int i = tid; i < KD * kChunk / 8; i += kPassThreads) {
-      const int d = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
-      CpAsync16(kb + d * ST + c, p.kbar_t + (tile * KD + d) * kChunk + c);
-    }
+    // The chunk's other operands in two stages, dO (with A_qk and Kbar, already on their way,
+    // what dVnew reads), then W, s Q e^G and gamma (read by the dS update). The previous
+    // iteration ended with a barrier.
     if (!transition) {
       for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
         const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
-        CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
         if (r < cd.len) {
           CpAsync16(dos + r * SU + c, p.d_o + ((cd.row_start + r) * heads + h) * vd + v0 + c);
         } else {
@@ -182,9 +190,16 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
         }
       }
     }
+    CpAsyncCommit();
+    for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
+      const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+      CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
+      if (!transition) CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
+    }
     for (int i = tid; i < KD / 4; i += kPassThreads)
       CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
-    CpAsyncWaitAll();
+    CpAsyncCommit();
+    CpAsyncWaitPending<1>();
     __syncthreads();
 
     // dVnew = A_qk^T dO + Kbar dS for rows 16 warp .. 16 warp + 15; -dVnew^T to shared memory.
@@ -230,9 +245,12 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
         }
       }
     }
+    CpAsyncWaitPending<0>();
     __syncthreads();
+    // A_qk and Kbar are read: the previous chunk's arriving while this one finishes.
+    if (ch - 1 >= seg.chunk_begin) load_akb(ch - 1);
 
-    // dS <- Diag(gamma) dS + (s Q e^G)^T dO - W^T dVnew.
+      // dS <- Diag(gamma) dS + (s Q e^G)^T dO - W^T dVnew.
 #pragma unroll
     for (int mi = 0; mi < kMT; ++mi) {
       const int d0 = warp * (KD / 4) + 16 * mi;

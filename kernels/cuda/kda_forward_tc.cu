@@ -453,6 +453,20 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
     }
   };
   store_s();
+  // Stage one of a chunk's copies: W and U (what Vnew = U - W S reads first).
+  auto load_wu = [&](int64_t ch) {
+    const int64_t tile = ch * heads + h;
+    for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
+      const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+      CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
+    }
+    for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
+      const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
+      if (!transition) CpAsync16(us + r * SU + c, p.u + (tile * kChunk + r) * vd + v0 + c);
+    }
+    CpAsyncCommit();
+  };
+  if (seg.chunk_begin < seg.chunk_end) load_wu(seg.chunk_begin);
 
   for (int64_t ch = seg.chunk_begin; ch < seg.chunk_end; ++ch) {
     const int64_t tile = ch * heads + h;
@@ -470,10 +484,10 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
         }
       }
     }
-    // Load the chunk's operands (the previous iteration ended with a barrier).
+    // The chunk's other operands; W and U are already on their way (issued for this chunk
+    // while the previous one finished). The previous iteration ended with a barrier.
     for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
       const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-      CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
       if (write_o) CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
     }
     for (int i = tid; i < KD * kChunk / 8; i += kPassThreads) {
@@ -482,12 +496,12 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
     }
     for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
       const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
-      if (!transition) CpAsync16(us + r * SU + c, p.u + (tile * kChunk + r) * vd + v0 + c);
       if (write_o) CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
     }
     for (int i = tid; i < KD / 4; i += kPassThreads)
       CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
-    CpAsyncWaitAll();
+    CpAsyncCommit();
+    CpAsyncWaitPending<1>();  // W and U
     __syncthreads();
 
     // Vnew = U - W S for rows 16 warp .. 16 warp + 15, stored transposed in bf16.
@@ -518,7 +532,10 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
         }
       }
     }
+    CpAsyncWaitPending<0>();
     __syncthreads();
+    // W and U are read: the next chunk's start arriving while this one finishes.
+    if (ch + 1 < seg.chunk_end) load_wu(ch + 1);
 
     // O = Q~ S + A_qk Vnew (Q~ carries the scale).
     if (write_o) {

@@ -116,5 +116,14 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
+// Closes the group of copies issued since the last commit (a pipeline stage).
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most `kPending` committed groups are still in flight (the latest ones).
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWaitPending() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 
 }  // namespace orrery::kernels::cuda
