@@ -35,6 +35,11 @@ class OpIo {
   }
 
   DType compute() const { return compute_; }
+  // Whether the input file holds `name` as bf16 (before any widening).
+  bool StoredAsBf16(const std::string& name) const {
+    StatusOr<Tensor> t = file_.Get(name);
+    return t.ok() && t->dtype() == DType::kBF16;
+  }
   bool backward() const { return options_.backward; }
 
   Status Error(const std::string& what) const {
@@ -188,6 +193,18 @@ Status RunKda(OpIo& io, const OpRunOptions& options, bool recurrent) {
   }
   ORRERY_ASSIGN_OR_RETURN(Device device, ParseDevice(options.device));
   kernels::KdaInputs run = in;
+  // bf16 q, k, v, beta (and do) stay bf16 on the GPU, so that the tensor-core kernels take them
+  // (narrowing the widened values back is exact); g and the states stay f32.
+  bool tensor_cores = device.is_cuda() && !recurrent && l2 == 0;
+  for (const char* name : {"q", "k", "v", "beta"}) tensor_cores &= io.StoredAsBf16(name);
+  if (io.backward()) tensor_cores &= io.StoredAsBf16("do");
+  if (tensor_cores) {
+    for (Tensor* t : {&run.q, &run.k, &run.v, &run.beta, &d_o}) {
+      if (t->defined()) {
+        ORRERY_ASSIGN_OR_RETURN(*t, t->Cast(DType::kBF16));
+      }
+    }
+  }
   if (device.is_cuda()) {
     for (Tensor* t : {&run.q, &run.k, &run.v, &run.g, &run.beta, &run.initial_state}) {
       if (t->defined()) {
@@ -201,7 +218,11 @@ Status RunKda(OpIo& io, const OpRunOptions& options, bool recurrent) {
       ORRERY_ASSIGN_OR_RETURN(d_final, d_final.To(device));
     }
   }
-  auto cpu = [](const Tensor& t) -> StatusOr<Tensor> { return t.To(Device::Cpu()); };
+  // Results come back as f32 (bf16 ones from the tensor-core path widen exactly).
+  auto cpu = [](const Tensor& t) -> StatusOr<Tensor> {
+    ORRERY_ASSIGN_OR_RETURN(Tensor c, t.To(Device::Cpu()));
+    return c.dtype() == DType::kBF16 ? c.Cast(DType::kF32) : StatusOr<Tensor>(std::move(c));
+  };
   kernels::KdaOutputs out;
   Status st = kernels::KdaForward(run, opt, &out);
   if (!st.ok()) return io.Error(st.message());

@@ -307,6 +307,17 @@ TEST(KdaGpu, TensorCoreBackwardSegmentsMatchCpuReference) {
   CheckBackward({{2, 1000, 2, 128, 64}, DType::kBF16, true, -1.0, {}}, 603, 16);  // 16 chunks
 }
 
+// x's q, k, v, beta in bf16 and g in f32 on the GPU: what the tensor-core path takes.
+KdaInputs TensorCoreInputs(const KdaInputs& x) {
+  return KdaInputs{ToGpu(x.q, DType::kBF16),
+                   ToGpu(x.k, DType::kBF16),
+                   ToGpu(x.v, DType::kBF16),
+                   ToGpu(x.g, DType::kF32),
+                   ToGpu(x.beta, DType::kBF16),
+                   Tensor(),
+                   Tensor()};
+}
+
 bool BitEqual(const Tensor& a, const Tensor& b) {
   const Tensor x = a.To(Device::Cpu()).value(), y = b.To(Device::Cpu()).value();
   return x.shape() == y.shape() && x.dtype() == y.dtype() &&
@@ -328,13 +339,7 @@ TEST(KdaGpu, TensorCoreBackwardFromKeptForwardEqualsRecompute) {
   uint64_t seed = 700;
   for (const KeptCase& c : cases) {
     const KdaInputs x = RandomKdaInputs(c.shape, DType::kF32, seed++, false, -5.0);
-    KdaInputs in{ToGpu(x.q, DType::kBF16),
-                 ToGpu(x.k, DType::kBF16),
-                 ToGpu(x.v, DType::kBF16),
-                 ToGpu(x.g, DType::kF32),
-                 ToGpu(x.beta, DType::kBF16),
-                 Tensor(),
-                 Tensor()};
+    KdaInputs in = TensorCoreInputs(x);
     const int64_t n = c.seq_lens.empty() ? c.shape.b : static_cast<int64_t>(c.seq_lens.size());
     if (!c.seq_lens.empty()) {
       std::vector<int64_t> cu = {0};
@@ -368,17 +373,8 @@ TEST(KdaGpu, TensorCoreBackwardFromKeptForwardEqualsRecompute) {
 
 TEST(KdaGpu, BackwardRefusesKeptForwardOfAnotherShape) {
   SKIP_WITHOUT_GPU();
-  auto gpu_inputs = [](const KdaShape& shape) {
-    const KdaInputs x = RandomKdaInputs(shape, DType::kF32, 9, false, -5.0);
-    return KdaInputs{ToGpu(x.q, DType::kBF16),
-                     ToGpu(x.k, DType::kBF16),
-                     ToGpu(x.v, DType::kBF16),
-                     ToGpu(x.g, DType::kF32),
-                     ToGpu(x.beta, DType::kBF16),
-                     Tensor(),
-                     Tensor()};
-  };
-  const KdaInputs a = gpu_inputs({1, 128, 2, 64, 64}), b = gpu_inputs({1, 200, 2, 64, 64});
+  const KdaInputs a = TensorCoreInputs(RandomKdaInputs({1, 128, 2, 64, 64}, DType::kF32, 9, false));
+  const KdaInputs b = TensorCoreInputs(RandomKdaInputs({1, 200, 2, 64, 64}, DType::kF32, 9, false));
   KdaOptions keep;
   keep.keep_for_backward = true;
   KdaOutputs out;
