@@ -19,16 +19,25 @@ import subprocess
 import sys
 import tempfile
 
-FORMATS = {"F32": ("f", 4), "F64": ("d", 8), "I64": ("q", 8)}
+FORMATS = {"F32": ("f", 4), "F64": ("d", 8), "I64": ("q", 8), "BF16": ("H", 2)}
 
 
-def write_safetensors(path, tensors, dtype="F32"):
-    """tensors: name -> (shape, flat list); every tensor stored as `dtype`."""
+def bf16_bits(x):
+    """The bf16 nearest to x (ties to even), as its 16-bit pattern."""
+    (u,) = struct.unpack("<I", struct.pack("<f", x))
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def write_safetensors(path, tensors, dtype="F32", dtypes=None):
+    """tensors: name -> (shape, flat list); every tensor stored as `dtype`, or as dtypes[name]."""
     header, blobs, offset = {}, [], 0
     for name, (shape, values) in tensors.items():
-        code, size = FORMATS[dtype if name != "cu_seqlens" else "I64"]
+        dt = "I64" if name == "cu_seqlens" else (dtypes or {}).get(name, dtype)
+        code, size = FORMATS[dt]
+        if dt == "BF16":
+            values = [bf16_bits(v) for v in values]
         blob = struct.pack("<%d%s" % (len(values), code), *values)
-        header[name] = {"dtype": dtype if name != "cu_seqlens" else "I64", "shape": shape,
+        header[name] = {"dtype": dt, "shape": shape,
                         "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
         offset += len(blob)
