@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/kda_cpu.h"
 #include "kernels/kda_problem.h"
+#include "kernels/kda_transforms.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/kda_cuda.h"
 #endif
@@ -166,9 +167,11 @@ StatusOr<KdaProblem> ValidateKdaInputs(const KdaInputs& in, const KdaOptions& op
   return p;
 }
 
-Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* out) {
-  ORRERY_ASSIGN_OR_RETURN(KdaProblem p, ValidateKdaInputs(in, options));
-  out->saved.reset();
+namespace {
+
+// The recurrence on validated (already transformed) inputs, by device.
+Status RunForward(const KdaProblem& p, const KdaInputs& in, const KdaOptions& options,
+                  KdaOutputs* out) {
   if (p.device.is_cpu()) return cpu::KdaForwardCpu(p, in, options.output_final_state, out);
 #if defined(ORRERY_KERNELS_CUDA)
   if (!options.keep_for_backward) {
@@ -184,9 +187,34 @@ Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* ou
 #endif
 }
 
+Status RunBackward(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
+                   const Tensor& d_final_state, KdaGrads* grads, const KdaSaved* saved) {
+  if (p.device.is_cpu()) return cpu::KdaBackwardCpu(p, in, d_o, d_final_state, grads);
+#if defined(ORRERY_KERNELS_CUDA)
+  return cuda::KdaBackwardCuda(p, in, d_o, d_final_state, grads,
+                               saved != nullptr && saved->tc.chunks > 0 ? &saved->tc : nullptr);
+#else
+  (void)saved;  // only the CUDA kernels keep anything
+  return FailedPreconditionError("kda backward: inputs are on " + p.device.ToString() +
+                                 " but this build has no CUDA kernels");
+#endif
+}
+
+}  // namespace
+
+Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* out) {
+  ORRERY_ASSIGN_OR_RETURN(KdaProblem p, ValidateKdaInputs(in, options));
+  ORRERY_RETURN_IF_ERROR(ValidateKdaTransformInputs(p, in, options.transforms));
+  out->saved.reset();
+  if (!options.transforms.any()) return RunForward(p, in, options, out);
+  ORRERY_ASSIGN_OR_RETURN(KdaTransformed x, ApplyKdaInputTransforms(p, in, options.transforms));
+  return RunForward(p, x.in, options, out);
+}
+
 Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final_state,
                    const KdaOptions& options, KdaGrads* grads, const KdaSaved* saved) {
   ORRERY_ASSIGN_OR_RETURN(KdaProblem p, ValidateKdaInputs(in, options));
+  ORRERY_RETURN_IF_ERROR(ValidateKdaTransformInputs(p, in, options.transforms));
   if (!d_o.defined()) return InvalidArgumentError("kda backward: d_o is missing");
   ORRERY_RETURN_IF_ERROR(ExpectShape("d_o", d_o, in.v.shape()));
   ORRERY_RETURN_IF_ERROR(ExpectSameDevice("d_o", d_o, p.device));
@@ -204,15 +232,12 @@ Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final
                                   ", expected " + std::string(DTypeName(sd)));
     }
   }
-  if (p.device.is_cpu()) return cpu::KdaBackwardCpu(p, in, d_o, d_final_state, grads);
-#if defined(ORRERY_KERNELS_CUDA)
-  return cuda::KdaBackwardCuda(p, in, d_o, d_final_state, grads,
-                               saved != nullptr && saved->tc.chunks > 0 ? &saved->tc : nullptr);
-#else
-  (void)saved;  // only the CUDA kernels keep anything
-  return FailedPreconditionError("kda backward: inputs are on " + p.device.ToString() +
-                                 " but this build has no CUDA kernels");
-#endif
+  *grads = KdaGrads();
+  if (!options.transforms.any()) return RunBackward(p, in, d_o, d_final_state, grads, saved);
+  // The transformed inputs are formed again (cheap, elementwise) rather than kept.
+  ORRERY_ASSIGN_OR_RETURN(KdaTransformed x, ApplyKdaInputTransforms(p, in, options.transforms));
+  ORRERY_RETURN_IF_ERROR(RunBackward(p, x.in, d_o, d_final_state, grads, saved));
+  return ChainKdaInputTransforms(p, in, x, options.transforms, grads);
 }
 
 Status KdaDecodeStep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,

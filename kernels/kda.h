@@ -34,6 +34,24 @@ enum class KdaGateKind {
   kOriginal,  // g = -exp(A_log) * softplus(z + dt_bias)                           (Kimi Linear)
 };
 
+// What the op computes from raw inputs before the recurrence (fla's use_qk_l2norm_in_kernel,
+// use_beta_sigmoid_in_kernel, use_gate_in_kernel). With a transform on, the matching input is the
+// raw one and the gradients are with respect to it: q and k before their L2 norm, beta the logit
+// before the sigmoid, g the gate's pre-activation z (with KdaInputs::a_log and dt_bias, either
+// optional, as KdaGateForward takes them; KdaGrads::da_log / ddt_bias). The CPU applies the
+// reference functions below; CUDA applies them in one elementwise pass before the recurrence and
+// one after the backward (g then reaches the chunk kernels in f32).
+struct KdaInputTransforms {
+  bool qk_l2norm = false;  // q, k <- x (sum x^2 + l2norm_eps)^-1/2 over K
+  float l2norm_eps = 1e-6f;
+  bool beta_sigmoid = false;  // beta <- sigmoid(beta)
+  bool gate = false;          // g <- KdaGateForward(g, a_log, dt_bias, gate_kind, gate_lower_bound)
+  KdaGateKind gate_kind = KdaGateKind::kBounded;
+  float gate_lower_bound = -5.0f;
+
+  bool any() const { return qk_l2norm || beta_sigmoid || gate; }
+};
+
 struct KdaOptions {
   KdaAlgorithm algorithm = KdaAlgorithm::kChunked;
   int chunk_size = 64;  // 16, 32 or 64
@@ -45,12 +63,16 @@ struct KdaOptions {
   // chunk start, bf16: about 1.8 KB per token-head at K = V = 128); elsewhere `saved` stays
   // empty and the backward recomputes, as it does without it.
   bool keep_for_backward = false;
+  KdaInputTransforms transforms;
 };
 
 struct KdaInputs {
   Tensor q, k, v, g, beta;
   Tensor initial_state;  // optional (undefined = zeros)
   Tensor cu_seqlens;     // optional
+  // With transforms.gate only, both optional: A_log [H] and dt_bias [H * K], f32 (f64 with f64
+  // inputs), on q's device.
+  Tensor a_log{}, dt_bias{};
 };
 
 // Intermediates a forward kept for the backward (opaque; see KdaOptions::keep_for_backward).
@@ -67,7 +89,8 @@ Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* ou
 
 struct KdaGrads {
   Tensor dq, dk, dv, dg, dbeta;
-  Tensor dinitial_state;  // defined when in.initial_state is
+  Tensor dinitial_state;        // defined when in.initial_state is
+  Tensor da_log{}, ddt_bias{};  // defined when transforms.gate and in.a_log / in.dt_bias are
 };
 
 // Backward: gradients of every input given do [B,T,H,V] and, optionally, dfinal_state [N,H,K,V]

@@ -175,7 +175,27 @@ Status RunKda(OpIo& io, const OpRunOptions& options, bool recurrent) {
   ORRERY_ASSIGN_OR_RETURN(double scale, io.Attr("scale", 0.0));
   opt.scale = static_cast<float>(scale);
   opt.output_final_state = true;
+  // The op's input transforms (fla's use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel,
+  // use_gate_in_kernel with A_log, dt_bias and lower_bound).
+  kernels::KdaInputTransforms& tr = opt.transforms;
   ORRERY_ASSIGN_OR_RETURN(double l2, io.Attr("use_qk_l2norm", 0));
+  ORRERY_ASSIGN_OR_RETURN(double beta_sigmoid, io.Attr("use_beta_sigmoid", 0));
+  ORRERY_ASSIGN_OR_RETURN(double gate, io.Attr("use_gate", 0));
+  ORRERY_ASSIGN_OR_RETURN(std::string gate_kind, io.AttrString("gate", "bounded"));
+  ORRERY_ASSIGN_OR_RETURN(double lower_bound, io.Attr("lower_bound", -5.0));
+  tr.qk_l2norm = l2 != 0;
+  tr.beta_sigmoid = beta_sigmoid != 0;
+  tr.gate = gate != 0;
+  tr.gate_lower_bound = static_cast<float>(lower_bound);
+  if (gate_kind != "bounded" && gate_kind != "original") {
+    return InvalidArgumentError("--attr gate=" + gate_kind + ": expected bounded or original");
+  }
+  tr.gate_kind =
+      gate_kind == "bounded" ? kernels::KdaGateKind::kBounded : kernels::KdaGateKind::kOriginal;
+  if (tr.gate) {
+    ORRERY_ASSIGN_OR_RETURN(in.a_log, io.Optional("A_log", 1, "[H]"));
+    ORRERY_ASSIGN_OR_RETURN(in.dt_bias, io.Optional("dt_bias", 1, "[H * K]"));
+  }
   Tensor d_o, d_final;
   if (io.backward()) {
     ORRERY_ASSIGN_OR_RETURN(d_o, io.Float("do", 4, "[B, T, H, V]"));
@@ -185,17 +205,11 @@ Status RunKda(OpIo& io, const OpRunOptions& options, bool recurrent) {
     }
   }
   ORRERY_RETURN_IF_ERROR(io.Finish());
-  // Optional q/k L2 norm in the op (fla's use_qk_l2norm_in_kernel).
-  Tensor q_raw = in.q, k_raw = in.k, q_rstd, k_rstd;
-  if (l2 != 0) {
-    ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(q_raw, 1e-6f, &in.q, &q_rstd));
-    ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormForward(k_raw, 1e-6f, &in.k, &k_rstd));
-  }
   ORRERY_ASSIGN_OR_RETURN(Device device, ParseDevice(options.device));
   kernels::KdaInputs run = in;
   // bf16 q, k, v, beta (and do) stay bf16 on the GPU, so that the tensor-core kernels take them
   // (narrowing the widened values back is exact); g and the states stay f32.
-  bool tensor_cores = device.is_cuda() && !recurrent && l2 == 0;
+  bool tensor_cores = device.is_cuda() && !recurrent;
   for (const char* name : {"q", "k", "v", "beta"}) tensor_cores &= io.StoredAsBf16(name);
   if (io.backward()) tensor_cores &= io.StoredAsBf16("do");
   if (tensor_cores) {
@@ -206,7 +220,8 @@ Status RunKda(OpIo& io, const OpRunOptions& options, bool recurrent) {
     }
   }
   if (device.is_cuda()) {
-    for (Tensor* t : {&run.q, &run.k, &run.v, &run.g, &run.beta, &run.initial_state}) {
+    for (Tensor* t : {&run.q, &run.k, &run.v, &run.g, &run.beta, &run.initial_state, &run.a_log,
+                      &run.dt_bias}) {
       if (t->defined()) {
         ORRERY_ASSIGN_OR_RETURN(*t, t->To(device));
       }
@@ -236,13 +251,6 @@ Status RunKda(OpIo& io, const OpRunOptions& options, bool recurrent) {
   if (!st.ok()) return io.Error(st.message());
   ORRERY_ASSIGN_OR_RETURN(Tensor dq, cpu(g.dq));
   ORRERY_ASSIGN_OR_RETURN(Tensor dk, cpu(g.dk));
-  if (l2 != 0) {
-    Tensor dq_raw, dk_raw;
-    ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormBackward(in.q, q_rstd, dq, &dq_raw));
-    ORRERY_RETURN_IF_ERROR(kernels::KdaL2NormBackward(in.k, k_rstd, dk, &dk_raw));
-    dq = dq_raw;
-    dk = dk_raw;
-  }
   io.Out("dq", dq);
   io.Out("dk", dk);
   ORRERY_ASSIGN_OR_RETURN(Tensor dv, cpu(g.dv));
@@ -254,6 +262,12 @@ Status RunKda(OpIo& io, const OpRunOptions& options, bool recurrent) {
   if (g.dinitial_state.defined()) {
     ORRERY_ASSIGN_OR_RETURN(Tensor dh0, cpu(g.dinitial_state));
     io.Out("dinitial_state", dh0);
+  }
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"dA_log", &g.da_log},
+                                std::pair<const char*, const Tensor*>{"ddt_bias", &g.ddt_bias}}) {
+    if (!t->defined()) continue;
+    ORRERY_ASSIGN_OR_RETURN(Tensor host, cpu(*t));
+    io.Out(name, host);
   }
   return Status::OK();
 }

@@ -26,6 +26,18 @@ Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs& in, const Tensor& d
 Status KdaDecodeStepCuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                          const Tensor& beta, float scale, Tensor* state, Tensor* o);
 
+// KdaInputTransforms on the GPU (kda_input_transforms.cu; kernels/kda_transforms.h): one
+// elementwise pass forms the recurrence's inputs (*out starts as a copy of raw; q, k, beta keep
+// their dtype, g becomes f32) and the L2 norms' reciprocals; one pass after the backward turns the
+// gradients w.r.t. them into gradients w.r.t. raw (da_log / ddt_bias summed in f32 with atomics,
+// so their last bits depend on the order of the blocks).
+Status KdaTransformInputsCuda(const KdaProblem& p, const KdaInputs& raw,
+                              const KdaInputTransforms& t, KdaInputs* out, Tensor* q_rstd,
+                              Tensor* k_rstd);
+Status KdaChainTransformsCuda(const KdaProblem& p, const KdaInputs& raw,
+                              const KdaInputs& transformed, const Tensor& q_rstd,
+                              const Tensor& k_rstd, const KdaInputTransforms& t, KdaGrads* grads);
+
 // Shared by the forward and the backward (kda_forward.cu, kda_backward.cu).
 
 // K <= 128 and an f32 initial state; one clear line otherwise.

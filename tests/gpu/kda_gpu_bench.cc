@@ -225,6 +225,32 @@ int Main(const BenchArgs& args) {
     out.saved.reset();
     std::printf("orrery fwdbwd-kept B=%lld T=%lld H=%lld K=V=%lld ms=%.3f\n", (long long)b,
                 (long long)t, (long long)h, (long long)d, fbk_ms);
+    // fla's inputs: raw bf16 q, k (the op normalises them), the gate's bf16 pre-activation with
+    // A_log and dt_bias, beta logits; every transform in the op (KdaInputTransforms).
+    if (!args.quick) {
+      KdaInputs raw = in;
+      raw.q = Fill({b, t, h, d}, DType::kBF16, 8, false, -1, 1);
+      raw.k = Fill({b, t, h, d}, DType::kBF16, 9, false, -1, 1);
+      raw.g = Fill({b, t, h, d}, DType::kBF16, 10, false, -3, 3);
+      raw.beta = Fill({b, t, h}, DType::kBF16, 11, false, -3, 3);
+      raw.a_log = Fill({h}, DType::kF32, 12, false, -1, 0.5f);
+      raw.dt_bias = Fill({h * d}, DType::kF32, 13, false, -1, 1);
+      KdaOptions tr = options;
+      tr.transforms.qk_l2norm = tr.transforms.beta_sigmoid = tr.transforms.gate = true;
+      const double tf_ms = MedianMs([&] { Check(KdaForward(raw, tr, &out)); }, 10);
+      KdaOptions tr_keep = tr;
+      tr_keep.keep_for_backward = true;
+      const double tfb_ms = MedianMs(
+          [&] {
+            Check(KdaForward(raw, tr_keep, &out));
+            Check(KdaBackward(raw, d_o, Tensor(), tr, &grads, out.saved.get()));
+          },
+          10);
+      out.saved.reset();
+      std::printf(
+          "orrery transforms-in-op B=%lld T=%lld H=%lld K=V=%lld fwd_ms=%.3f fwdbwd-kept_ms=%.3f\n",
+          (long long)b, (long long)t, (long long)h, (long long)d, tf_ms, tfb_ms);
+    }
     if (!args.quick) {
       KdaInputs orig = in;
       orig.g = Fill({b, t, h, d}, DType::kF32, 7, false, -20, 0);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <tuple>
 
 #include "core/device.h"
 #include "kernels/cuda/kda_cuda.h"
@@ -382,6 +383,93 @@ TEST(KdaGpu, BackwardRefusesKeptForwardOfAnotherShape) {
   KdaGrads grads;
   const Status s = KdaBackward(b, b.v, Tensor(), KdaOptions(), &grads, out.saved.get());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+}
+
+// The op's input transforms on the GPU (q/k L2 norm, beta sigmoid, gate activation from z with
+// A_log and dt_bias, both gate forms) against the f64 CPU op with the same transforms on the same
+// raw values: forward outputs and every raw input's gradient, da_log and ddt_bias included.
+// Tolerances: fla's for bf16 (spec 2.8; da_log and ddt_bias are sums over tokens of dg-like
+// terms, so dg's 2e-2), fp32 levels for f32 as in CheckBackward.
+void CheckTransforms(const KdaShape& shape, DType dtype, DType g_dtype, KdaGateKind kind,
+                     std::vector<int64_t> seq_lens, uint64_t seed) {
+  KdaInputs raw = RandomKdaInputs(shape, DType::kF64, seed, false);
+  PhiloxGenerator rng(seed + 1, 0);
+  raw.q = testing::RandomNormal(raw.q.shape(), DType::kF64, rng);
+  raw.k = testing::RandomNormal(raw.k.shape(), DType::kF64, rng);
+  raw.g = testing::RandomNormal(raw.g.shape(), DType::kF64, rng);
+  raw.beta = testing::RandomNormal(raw.beta.shape(), DType::kF64, rng);
+  raw.a_log = Round(testing::RandomUniform({shape.h}, DType::kF64, rng, -1.0, 0.5), DType::kF32);
+  raw.dt_bias = Round(testing::RandomNormal({shape.h * shape.k}, DType::kF64, rng), DType::kF32);
+  for (Tensor* t : {&raw.q, &raw.k, &raw.v, &raw.beta}) *t = Round(*t, dtype);
+  raw.g = Round(raw.g, g_dtype);
+  const int64_t n = seq_lens.empty() ? shape.b : static_cast<int64_t>(seq_lens.size());
+  if (!seq_lens.empty()) {
+    std::vector<int64_t> cu = {0};
+    for (int64_t len : seq_lens) cu.push_back(cu.back() + len);
+    raw.cu_seqlens = Tensor::FromVector<int64_t>({n + 1}, cu);
+  }
+  const Shape st = {n, shape.h, shape.k, shape.v};
+  raw.initial_state = Round(testing::RandomNormal(st, DType::kF64, rng), DType::kF32);
+  const Tensor d_o = Round(testing::RandomNormal(raw.v.shape(), DType::kF64, rng), dtype);
+  const Tensor dht = Round(testing::RandomNormal(st, DType::kF64, rng), DType::kF32);
+  KdaOptions options;
+  options.transforms.qk_l2norm = options.transforms.beta_sigmoid = true;
+  options.transforms.gate = true;
+  options.transforms.gate_kind = kind;
+  KdaOutputs ref_out;
+  KdaGrads ref;
+  ASSERT_TRUE(KdaForward(raw, options, &ref_out).ok());
+  const Status rs = KdaBackward(raw, d_o, dht, options, &ref);
+  ASSERT_TRUE(rs.ok()) << rs.ToString();
+
+  KdaInputs gpu = raw;
+  for (Tensor* t : {&gpu.q, &gpu.k, &gpu.v, &gpu.beta}) *t = ToGpu(*t, dtype);
+  gpu.g = ToGpu(raw.g, g_dtype);
+  for (Tensor* t : {&gpu.a_log, &gpu.dt_bias, &gpu.initial_state}) *t = ToGpu(*t, DType::kF32);
+  KdaOutputs out;
+  KdaGrads got;
+  const Status fs = KdaForward(gpu, options, &out);
+  ASSERT_TRUE(fs.ok()) << fs.ToString();
+  const Status bs = KdaBackward(gpu, ToGpu(d_o, dtype), ToGpu(dht, DType::kF32), options, &got);
+  ASSERT_TRUE(bs.ok()) << bs.ToString();
+  ASSERT_EQ(got.dg.dtype(), g_dtype);
+  ASSERT_TRUE(got.da_log.defined() && got.ddt_bias.defined());
+  const bool bf16 = dtype == DType::kBF16;
+  const double t_out = bf16 ? 5e-3 : 1e-4, t_grad = bf16 ? 8e-3 : 1e-4, t_g = bf16 ? 2e-2 : 1e-3;
+  const std::tuple<const char*, const Tensor*, const Tensor*, double> checks[] = {
+      {"o", &out.o, &ref_out.o, t_out},
+      {"final_state", &out.final_state, &ref_out.final_state, t_out},
+      {"dq", &got.dq, &ref.dq, t_grad},
+      {"dk", &got.dk, &ref.dk, t_grad},
+      {"dv", &got.dv, &ref.dv, t_grad},
+      {"dh0", &got.dinitial_state, &ref.dinitial_state, t_grad},
+      {"dz", &got.dg, &ref.dg, t_g},
+      {"dbeta", &got.dbeta, &ref.dbeta, t_g},
+      {"da_log", &got.da_log, &ref.da_log, t_g},
+      {"ddt_bias", &got.ddt_bias, &ref.ddt_bias, t_g}};
+  std::printf("  transforms %s g %s %s B=%lld T=%lld H=%lld K=%lld V=%lld packed=%zu:",
+              std::string(DTypeName(dtype)).c_str(), std::string(DTypeName(g_dtype)).c_str(),
+              kind == KdaGateKind::kBounded ? "bounded" : "original", (long long)shape.b,
+              (long long)shape.t, (long long)shape.h, (long long)shape.k, (long long)shape.v,
+              seq_lens.size());
+  for (const auto& [name, a, b, tol] : checks) {
+    const double e = RelRmsError(*a, *b);
+    std::printf(" %s %.2e", name, e);
+    EXPECT_LT(e, tol) << name;
+  }
+  std::printf("\n");
+}
+
+TEST(KdaGpu, InputTransformsMatchCpuReference) {
+  SKIP_WITHOUT_GPU();
+  CheckTransforms({2, 200, 3, 128, 128}, DType::kBF16, DType::kF32, KdaGateKind::kBounded, {}, 800);
+  CheckTransforms({1, 300, 2, 64, 64}, DType::kBF16, DType::kBF16, KdaGateKind::kOriginal,
+                  {1, 0, 120, 179}, 801);
+  CheckTransforms({1, 4096, 2, 128, 64}, DType::kBF16, DType::kF32, KdaGateKind::kBounded, {},
+                  802);  // the segment split
+  CheckTransforms({2, 100, 2, 64, 32}, DType::kF32, DType::kF32, KdaGateKind::kBounded, {}, 803);
+  CheckTransforms({1, 150, 2, 32, 48}, DType::kF32, DType::kF32, KdaGateKind::kOriginal, {70, 80},
+                  804);
 }
 
 TEST(KdaGpu, BackwardRefusesWideValues) {

@@ -120,8 +120,11 @@ TEST(KdaPacked, RowsEqualSequencesAlone) {
 
 // Loss = <o, wo> + <final_state, ws> with fixed random weights; the backward gets do = wo,
 // d_final_state = ws. Every element of every input is checked against central differences.
-void CheckGradients(const KdaInputs& base, KdaAlgorithm algorithm, int chunk) {
+// With `transforms`, the inputs are the raw ones (and a_log / dt_bias are checked too).
+void CheckGradients(const KdaInputs& base, KdaAlgorithm algorithm, int chunk,
+                    const KdaInputTransforms& transforms = {}) {
   KdaOptions options;
+  options.transforms = transforms;
   options.algorithm = algorithm;
   options.chunk_size = chunk;
   KdaOutputs out0;
@@ -143,12 +146,14 @@ void CheckGradients(const KdaInputs& base, KdaAlgorithm algorithm, int chunk) {
   const Status s = KdaBackward(base, wo, ws, options, &grads);
   ASSERT_TRUE(s.ok()) << s.ToString();
   const std::pair<const char*, Tensor KdaInputs::*> inputs[] = {
-      {"q", &KdaInputs::q},       {"k", &KdaInputs::k},
-      {"v", &KdaInputs::v},       {"g", &KdaInputs::g},
-      {"beta", &KdaInputs::beta}, {"initial_state", &KdaInputs::initial_state}};
-  const Tensor* analytic[] = {&grads.dq, &grads.dk,    &grads.dv,
-                              &grads.dg, &grads.dbeta, &grads.dinitial_state};
-  for (int i = 0; i < 6; ++i) {
+      {"q", &KdaInputs::q},         {"k", &KdaInputs::k},
+      {"v", &KdaInputs::v},         {"g", &KdaInputs::g},
+      {"beta", &KdaInputs::beta},   {"initial_state", &KdaInputs::initial_state},
+      {"a_log", &KdaInputs::a_log}, {"dt_bias", &KdaInputs::dt_bias}};
+  const Tensor* analytic[] = {&grads.dq,     &grads.dk,      &grads.dv,
+                              &grads.dg,     &grads.dbeta,   &grads.dinitial_state,
+                              &grads.da_log, &grads.ddt_bias};
+  for (int i = 0; i < 8; ++i) {
     const auto& [name, member] = inputs[i];
     if (!(base.*member).defined()) continue;
     ASSERT_TRUE(analytic[i]->defined()) << name;
@@ -194,6 +199,64 @@ TEST(KdaBackward, PackedSequencesMatchFiniteDifferences) {
   in.initial_state = RandomNormal({3, 2, 4, 3}, DType::kF64, rng);
   in.cu_seqlens = Tensor::FromVector<int64_t>({4}, {0, 11, 12, 29});
   CheckGradients(in, KdaAlgorithm::kChunked, 16);
+}
+
+// The op's input transforms (q/k L2 norm, beta sigmoid, gate activation from z, A_log and
+// dt_bias): every raw input's gradient, a_log's and dt_bias's against central differences through
+// the whole transformed op, for both gate forms; and the forward equals the transforms applied by
+// hand (the reference functions) followed by the plain op, exactly.
+TEST(KdaBackward, InputTransformsMatchFiniteDifferences) {
+  for (const KdaGateKind kind : {KdaGateKind::kBounded, KdaGateKind::kOriginal}) {
+    KdaInputs raw = RandomKdaInputs({1, 21, 2, 4, 3}, DType::kF64, 14, true);
+    PhiloxGenerator rng(15, 0);
+    raw.q = RandomNormal(raw.q.shape(), DType::kF64, rng);  // not normalised: the op does it
+    raw.k = RandomNormal(raw.k.shape(), DType::kF64, rng);
+    raw.g = RandomNormal(raw.g.shape(), DType::kF64, rng);        // the gate's pre-activation z
+    raw.beta = RandomNormal(raw.beta.shape(), DType::kF64, rng);  // a logit
+    raw.a_log = testing::RandomUniform({2}, DType::kF64, rng, -1.0, 0.5);
+    raw.dt_bias = RandomNormal({8}, DType::kF64, rng);
+    KdaInputTransforms t;
+    t.qk_l2norm = t.beta_sigmoid = t.gate = true;
+    t.gate_kind = kind;
+    t.gate_lower_bound = -5.0f;
+    KdaOptions with;
+    with.transforms = t;
+    KdaOutputs fused, by_hand;
+    ASSERT_TRUE(KdaForward(raw, with, &fused).ok());
+    KdaInputs prepared = raw;
+    prepared.a_log = prepared.dt_bias = Tensor();
+    Tensor rstd;
+    ASSERT_TRUE(KdaL2NormForward(raw.q, t.l2norm_eps, &prepared.q, &rstd).ok());
+    ASSERT_TRUE(KdaL2NormForward(raw.k, t.l2norm_eps, &prepared.k, &rstd).ok());
+    for (int64_t i = 0; i < raw.beta.numel(); ++i) {
+      prepared.beta.data<double>()[i] = 1.0 / (1.0 + std::exp(-raw.beta.data<double>()[i]));
+    }
+    ASSERT_TRUE(KdaGateForward(raw.g, raw.a_log, raw.dt_bias, kind, -5.0f, &prepared.g).ok());
+    ASSERT_TRUE(KdaForward(prepared, KdaOptions(), &by_hand).ok());
+    EXPECT_EQ(MaxRelError(fused.o, by_hand.o), 0.0);
+    EXPECT_EQ(MaxRelError(fused.final_state, by_hand.final_state), 0.0);
+    CheckGradients(raw, KdaAlgorithm::kChunked, 16, t);
+  }
+}
+
+TEST(KdaErrors, InputTransformParametersAreChecked) {
+  KdaInputs in = RandomKdaInputs({1, 8, 2, 4, 3}, DType::kF32, 16, false);
+  KdaOutputs out;
+  KdaOptions options;
+  in.a_log = Tensor::Zeros({2}, DType::kF32);
+  Status s = KdaForward(in, options, &out);  // a_log without the gate transform
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("transforms.gate is off"), std::string::npos) << s.message();
+  options.transforms.gate = true;
+  in.a_log = Tensor::Zeros({3}, DType::kF32);  // H = 2
+  s = KdaForward(in, options, &out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("a_log"), std::string::npos) << s.message();
+  in.a_log = Tensor::Zeros({2}, DType::kF32);
+  options.transforms.gate_lower_bound = 1.0f;
+  s = KdaForward(in, options, &out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("gate_lower_bound"), std::string::npos) << s.message();
 }
 
 TEST(KdaBackward, ChunkedEqualsRecurrentAtLargerShapes) {

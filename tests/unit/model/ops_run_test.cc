@@ -113,6 +113,22 @@ TEST(OpsRunTest, KdaGradientsMatchFiniteDifferences) {
   // The op normalises q and k itself here, so any raw q, k are valid.
   CheckGradients("kda", in, {"o", "final_state"}, {{"chunk_size", "16"}, {"use_qk_l2norm", "1"}});
   CheckGradients("kda_recurrent", in, {"o", "final_state"}, {{"use_qk_l2norm", "1"}});
+  // Every transform of the op: beta as a logit, g as the gate's pre-activation with A_log and
+  // dt_bias (whose gradients the op writes too), both gate forms.
+  Tensors raw = in;
+  raw["beta"] = Random({b, t, h}, gen);
+  raw["g"] = Random({b, t, h, k}, gen);
+  raw["A_log"] = Random({h}, gen, 0.3, -0.2);
+  raw["dt_bias"] = Random({h * k}, gen, 0.5);
+  for (const char* gate : {"bounded", "original"}) {
+    CheckGradients("kda", raw, {"o", "final_state"},
+                   {{"chunk_size", "16"},
+                    {"use_qk_l2norm", "1"},
+                    {"use_beta_sigmoid", "1"},
+                    {"use_gate", "1"},
+                    {"gate", gate},
+                    {"lower_bound", "-4"}});
+  }
 }
 
 TEST(OpsRunTest, MlaAttnResGluRmsNormGradientsMatchFiniteDifferences) {
@@ -182,6 +198,18 @@ TEST(OpsRunTest, BadInputIsOneClearError) {
   r = RunOpFile("softmax", in, false, {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("unknown op"), std::string::npos);
+  Tensors gated{{"q", Random({1, 4, 1, 2}, gen)}, {"k", Random({1, 4, 1, 2}, gen)},
+                {"v", Random({1, 4, 1, 2}, gen)}, {"g", Random({1, 4, 1, 2}, gen)},
+                {"beta", Random({1, 4, 1}, gen)}, {"A_log", Random({1}, gen)}};
+  r = RunOpFile("kda", gated, false, {});  // A_log belongs to use_gate=1
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unexpected tensor 'A_log'"), std::string::npos)
+      << r.status().message();
+  r = RunOpFile("kda", gated, false, {{"use_gate", "1"}, {"gate", "softplus"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("gate=softplus: expected bounded or original"),
+            std::string::npos)
+      << r.status().message();
   Tensors kda{{"q", Random({1, 4, 1, 3}, gen)}};
   r = RunOpFile("kda", kda, false, {});
   ASSERT_FALSE(r.ok());

@@ -1,0 +1,312 @@
+// KdaInputTransforms on the GPU: the q/k L2 norm, the beta sigmoid and the gate activation
+// (bounded g_min sigmoid(e^A (z + b)) or original -e^A softplus(z + b), spec §2.2) in one
+// elementwise pass before the recurrence, and their chain rule in one pass after its backward.
+//
+// Both kernels: a block per (head, run of kTokens tokens), one warp per token row at a time, lane
+// l on the columns l, l + 32, ... of K. The backward sums dA_log and ddt_bias over its tokens in
+// registers and shared memory first, then adds them with one atomic per (block, column).
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/kda_cuda.h"
+#include "kernels/cuda/kda_cuda_util.cuh"
+
+namespace orrery::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kTokens = 256;    // token rows per block
+constexpr int kMaxPerLane = 8;  // K <= 256
+
+__device__ __forceinline__ float WarpSum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ __forceinline__ float SigmoidF(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+__device__ __forceinline__ float SoftplusF(float x) {  // log(1 + e^x) without overflow
+  return x > 0.0f ? x + log1pf(__expf(-x)) : log1pf(__expf(x));
+}
+
+struct TransformParams {
+  int64_t rows;  // B * T
+  int heads, kd;
+  bool qk_l2norm, beta_sigmoid, gate, bounded;
+  float eps, g_min;
+  const float *a_log, *dt_bias;  // or null
+};
+
+template <typename In, typename GIn>
+struct ForwardArgs {
+  const In *q, *k, *beta;
+  const GIn* z;
+  In *q_out, *k_out, *beta_out;
+  float *g_out, *q_rstd, *k_rstd;
+};
+
+// Normalises one row of K in place of `out`, returning 1 / sqrt(sum x^2 + eps).
+template <typename In>
+__device__ __forceinline__ float NormaliseRow(const In* x, In* out, int kd, float eps, int lane) {
+  float v[kMaxPerLane];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int d = lane + 32 * j;
+    v[j] = d < kd ? LoadF(x + d) : 0.0f;
+    ss += v[j] * v[j];
+  }
+  const float r = rsqrtf(WarpSum(ss) + eps);
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < kd) StoreF(out + d, v[j] * r);
+  }
+  return r;
+}
+
+template <typename In, typename GIn>
+__global__ void __launch_bounds__(kThreads)
+    KdaTransformInputsKernel(TransformParams p, ForwardArgs<In, GIn> a) {
+  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, kd = p.kd;
+  const float ea = p.a_log != nullptr ? __expf(p.a_log[h]) : 1.0f;
+  const int64_t t_end = min(p.rows, static_cast<int64_t>(blockIdx.y + 1) * kTokens);
+  for (int64_t t = static_cast<int64_t>(blockIdx.y) * kTokens + warp; t < t_end; t += kWarps) {
+    const int64_t row = t * p.heads + h;
+    if (p.qk_l2norm) {
+      const float rq = NormaliseRow(a.q + row * kd, a.q_out + row * kd, kd, p.eps, lane);
+      const float rk = NormaliseRow(a.k + row * kd, a.k_out + row * kd, kd, p.eps, lane);
+      if (lane == 0) {
+        a.q_rstd[row] = rq;
+        a.k_rstd[row] = rk;
+      }
+    }
+    if (p.beta_sigmoid && lane == 0) StoreF(a.beta_out + row, SigmoidF(LoadF(a.beta + row)));
+    if (p.gate) {
+      for (int d = lane; d < kd; d += 32) {
+        const float x = LoadF(a.z + row * kd + d) + (p.dt_bias ? p.dt_bias[h * kd + d] : 0.0f);
+        a.g_out[row * kd + d] = p.bounded ? p.g_min * SigmoidF(ea * x) : -ea * SoftplusF(x);
+      }
+    }
+  }
+}
+
+template <typename In, typename GIn>
+struct ChainArgs {
+  const In *q_hat, *k_hat, *beta_hat;  // the recurrence's inputs
+  const GIn* z;                        // raw gate input
+  const float *q_rstd, *k_rstd;
+  In *dq, *dk, *dbeta;  // in place: w.r.t. the transformed inputs in, w.r.t. raw out
+  const float* dg;      // w.r.t. the activated gate (f32)
+  GIn* dz;
+  float *da_log, *ddt_bias;  // or null; zeroed, summed into
+};
+
+// dx <- rstd (dx - x_hat <x_hat, dx>) for one row, in place.
+template <typename In>
+__device__ __forceinline__ void ChainRow(const In* x_hat, In* dx, float rstd, int kd, int lane) {
+  float xv[kMaxPerLane], dv[kMaxPerLane];
+  float dot = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int d = lane + 32 * j;
+    xv[j] = d < kd ? LoadF(x_hat + d) : 0.0f;
+    dv[j] = d < kd ? LoadF(dx + d) : 0.0f;
+    dot += xv[j] * dv[j];
+  }
+  dot = WarpSum(dot);
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < kd) StoreF(dx + d, rstd * (dv[j] - xv[j] * dot));
+  }
+}
+
+template <typename In, typename GIn>
+__global__ void __launch_bounds__(kThreads)
+    KdaChainTransformsKernel(TransformParams p, ChainArgs<In, GIn> a) {
+  __shared__ float db_part[kWarps][kMaxPerLane * 32];
+  __shared__ float da_part[kWarps];
+  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, kd = p.kd;
+  const float ea = p.a_log != nullptr ? __expf(p.a_log[h]) : 1.0f;
+  float db[kMaxPerLane] = {}, da = 0.0f;
+  const int64_t t_end = min(p.rows, static_cast<int64_t>(blockIdx.y + 1) * kTokens);
+  for (int64_t t = static_cast<int64_t>(blockIdx.y) * kTokens + warp; t < t_end; t += kWarps) {
+    const int64_t row = t * p.heads + h;
+    if (p.qk_l2norm) {
+      ChainRow(a.q_hat + row * kd, a.dq + row * kd, a.q_rstd[row], kd, lane);
+      ChainRow(a.k_hat + row * kd, a.dk + row * kd, a.k_rstd[row], kd, lane);
+    }
+    if (p.beta_sigmoid && lane == 0) {
+      const float b = LoadF(a.beta_hat + row);
+      StoreF(a.dbeta + row, LoadF(a.dbeta + row) * b * (1.0f - b));
+    }
+    if (p.gate) {
+#pragma unroll
+      for (int j = 0; j < kMaxPerLane; ++j) {
+        const int d = lane + 32 * j;
+        if (d >= kd) continue;
+        const float x = LoadF(a.z + row * kd + d) + (p.dt_bias ? p.dt_bias[h * kd + d] : 0.0f);
+        float dx, dA;  // dg/dx and dg/dA_log
+        if (p.bounded) {
+          const float s = SigmoidF(ea * x);
+          dx = p.g_min * s * (1.0f - s) * ea;
+          dA = dx * x;
+        } else {
+          dx = -ea * SigmoidF(x);
+          dA = -ea * SoftplusF(x);
+        }
+        const float dg = a.dg[row * kd + d];
+        StoreF(a.dz + row * kd + d, dg * dx);
+        db[j] += dg * dx;
+        da += dg * dA;
+      }
+    }
+  }
+  if (!p.gate || (a.da_log == nullptr && a.ddt_bias == nullptr)) return;
+    // The block's sums: over the lanes' tokens (registers), the warps (shared memory), then one
+    // atomic per column.
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) db_part[warp][lane + 32 * j] = db[j];
+  da = WarpSum(da);
+  if (lane == 0) da_part[warp] = da;
+  __syncthreads();
+  if (a.ddt_bias != nullptr) {
+    for (int d = threadIdx.x; d < kd; d += kThreads) {
+      float sum = 0.0f;
+      for (int w = 0; w < kWarps; ++w) sum += db_part[w][d];
+      atomicAdd(a.ddt_bias + h * kd + d, sum);
+    }
+  }
+  if (a.da_log != nullptr && threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w) sum += da_part[w];
+    atomicAdd(a.da_log + h, sum);
+  }
+}
+
+TransformParams Params(const KdaProblem& p, const KdaInputs& raw, const KdaInputTransforms& t) {
+  TransformParams tp;
+  tp.rows = p.batch * p.tokens;
+  tp.heads = static_cast<int>(p.heads);
+  tp.kd = static_cast<int>(p.key_dim);
+  tp.qk_l2norm = t.qk_l2norm;
+  tp.beta_sigmoid = t.beta_sigmoid;
+  tp.gate = t.gate;
+  tp.bounded = t.gate_kind == KdaGateKind::kBounded;
+  tp.eps = t.l2norm_eps;
+  tp.g_min = t.gate_lower_bound;
+  tp.a_log = raw.a_log.defined() ? raw.a_log.data<float>() : nullptr;
+  tp.dt_bias = raw.dt_bias.defined() ? raw.dt_bias.data<float>() : nullptr;
+  return tp;
+}
+
+dim3 Grid(const KdaProblem& p) {
+  return dim3(static_cast<unsigned>(p.heads),
+              static_cast<unsigned>((p.batch * p.tokens + kTokens - 1) / kTokens));
+}
+
+template <typename T>
+T* Ptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(const_cast<void*>(t.raw_data())) : nullptr;
+}
+
+template <typename In, typename GIn>
+Status TransformInputs(const KdaProblem& p, const KdaInputs& raw, const KdaInputTransforms& t,
+                       KdaInputs* out, Tensor* q_rstd, Tensor* k_rstd) {
+  const Device dev = p.device;
+  const Shape rows = {p.batch, p.tokens, p.heads};
+  if (t.qk_l2norm) {
+    ORRERY_ASSIGN_OR_RETURN(out->q, Tensor::Allocate(raw.q.shape(), raw.q.dtype(), dev));
+    ORRERY_ASSIGN_OR_RETURN(out->k, Tensor::Allocate(raw.k.shape(), raw.k.dtype(), dev));
+    ORRERY_ASSIGN_OR_RETURN(*q_rstd, Tensor::Allocate(rows, DType::kF32, dev));
+    ORRERY_ASSIGN_OR_RETURN(*k_rstd, Tensor::Allocate(rows, DType::kF32, dev));
+  }
+  if (t.beta_sigmoid) {
+    ORRERY_ASSIGN_OR_RETURN(out->beta, Tensor::Allocate(raw.beta.shape(), raw.beta.dtype(), dev));
+  }
+  if (t.gate) {
+    ORRERY_ASSIGN_OR_RETURN(out->g, Tensor::Allocate(raw.g.shape(), DType::kF32, dev));
+  }
+  ForwardArgs<In, GIn> a{Ptr<const In>(raw.q),  Ptr<const In>(raw.k), Ptr<const In>(raw.beta),
+                         Ptr<const GIn>(raw.g), Ptr<In>(out->q),      Ptr<In>(out->k),
+                         Ptr<In>(out->beta),    Ptr<float>(out->g),   Ptr<float>(*q_rstd),
+                         Ptr<float>(*k_rstd)};
+  if (p.batch * p.tokens > 0) {
+    KdaTransformInputsKernel<In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "input transforms launch"));
+  }
+  return Status::OK();
+}
+
+template <typename In, typename GIn>
+Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInputs& x,
+                       const Tensor& q_rstd, const Tensor& k_rstd, const KdaInputTransforms& t,
+                       KdaGrads* grads) {
+  const Device dev = p.device;
+  Tensor dz;
+  if (t.gate) {
+    ORRERY_ASSIGN_OR_RETURN(dz, Tensor::Allocate(raw.g.shape(), raw.g.dtype(), dev));
+    for (const auto& [param, grad] :
+         {std::pair<const Tensor*, Tensor*>{&raw.a_log, &grads->da_log},
+          std::pair<const Tensor*, Tensor*>{&raw.dt_bias, &grads->ddt_bias}}) {
+      if (!param->defined()) continue;
+      ORRERY_ASSIGN_OR_RETURN(*grad, Tensor::Allocate(param->shape(), DType::kF32, dev));
+      ORRERY_RETURN_IF_ERROR(
+          CudaCheck(cudaMemset(grad->raw_data(), 0, grad->nbytes()), "cudaMemset"));
+    }
+  }
+  ChainArgs<In, GIn> a{Ptr<const In>(x.q),
+                       Ptr<const In>(x.k),
+                       Ptr<const In>(x.beta),
+                       Ptr<const GIn>(raw.g),
+                       Ptr<const float>(q_rstd),
+                       Ptr<const float>(k_rstd),
+                       Ptr<In>(grads->dq),
+                       Ptr<In>(grads->dk),
+                       Ptr<In>(grads->dbeta),
+                       Ptr<const float>(grads->dg),
+                       Ptr<GIn>(dz),
+                       Ptr<float>(grads->da_log),
+                       Ptr<float>(grads->ddt_bias)};
+  if (p.batch * p.tokens > 0) {
+    KdaChainTransformsKernel<In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "input transforms backward launch"));
+  }
+  if (t.gate) grads->dg = dz;
+  // dz and the kernel's reads of the transformed inputs outlive this call only through the
+  // tensors it returns; wait so that freed scratch is not handed out under the kernel.
+  return CudaCheck(cudaDeviceSynchronize(), "input transforms backward");
+}
+
+}  // namespace
+
+Status KdaTransformInputsCuda(const KdaProblem& p, const KdaInputs& raw,
+                              const KdaInputTransforms& t, KdaInputs* out, Tensor* q_rstd,
+                              Tensor* k_rstd) {
+  const bool bf16 = p.dtype == DType::kBF16, g_bf16 = raw.g.dtype() == DType::kBF16;
+  if (bf16) {
+    return g_bf16 ? TransformInputs<__nv_bfloat16, __nv_bfloat16>(p, raw, t, out, q_rstd, k_rstd)
+                  : TransformInputs<__nv_bfloat16, float>(p, raw, t, out, q_rstd, k_rstd);
+  }
+  return TransformInputs<float, float>(p, raw, t, out, q_rstd, k_rstd);
+}
+
+Status KdaChainTransformsCuda(const KdaProblem& p, const KdaInputs& raw,
+                              const KdaInputs& transformed, const Tensor& q_rstd,
+                              const Tensor& k_rstd, const KdaInputTransforms& t, KdaGrads* grads) {
+  if (t.gate && grads->dg.dtype() != DType::kF32) {
+    return InternalError("kda cuda: the activated gate's gradient is " + grads->dg.ToString() +
+                         ", expected f32");
+  }
+  const bool bf16 = p.dtype == DType::kBF16, g_bf16 = raw.g.dtype() == DType::kBF16;
+  if (bf16) {
+    return g_bf16 ? ChainTransforms<__nv_bfloat16, __nv_bfloat16>(p, raw, transformed, q_rstd,
+                                                                  k_rstd, t, grads)
+                  : ChainTransforms<__nv_bfloat16, float>(p, raw, transformed, q_rstd, k_rstd, t,
+                                                          grads);
+  }
+  return ChainTransforms<float, float>(p, raw, transformed, q_rstd, k_rstd, t, grads);
+}
+
+}  // namespace orrery::kernels::cuda
