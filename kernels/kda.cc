@@ -170,18 +170,21 @@ StatusOr<KdaProblem> ValidateKdaInputs(const KdaInputs& in, const KdaOptions& op
 namespace {
 
 // The recurrence on validated (already transformed) inputs, by device.
+// `fused`: CUDA tensor-core inputs only, `in` raw and the transforms applied as chunks load.
 Status RunForward(const KdaProblem& p, const KdaInputs& in, const KdaOptions& options,
-                  KdaOutputs* out) {
+                  KdaOutputs* out, const KdaInputTransforms* fused) {
   if (p.device.is_cpu()) return cpu::KdaForwardCpu(p, in, options.output_final_state, out);
 #if defined(ORRERY_KERNELS_CUDA)
   if (!options.keep_for_backward) {
-    return cuda::KdaForwardCuda(p, in, options.output_final_state, out, nullptr);
+    return cuda::KdaForwardCuda(p, in, options.output_final_state, out, nullptr, fused);
   }
   auto saved = std::make_shared<KdaSaved>();
-  ORRERY_RETURN_IF_ERROR(cuda::KdaForwardCuda(p, in, options.output_final_state, out, &saved->tc));
+  ORRERY_RETURN_IF_ERROR(
+      cuda::KdaForwardCuda(p, in, options.output_final_state, out, &saved->tc, fused));
   out->saved = std::move(saved);
   return Status::OK();
 #else
+  (void)fused;  // only the CUDA kernels fuse anything
   return FailedPreconditionError("kda: inputs are on " + p.device.ToString() +
                                  " but this build has no CUDA kernels");
 #endif
@@ -206,9 +209,15 @@ Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* ou
   ORRERY_ASSIGN_OR_RETURN(KdaProblem p, ValidateKdaInputs(in, options));
   ORRERY_RETURN_IF_ERROR(ValidateKdaTransformInputs(p, in, options.transforms));
   out->saved.reset();
-  if (!options.transforms.any()) return RunForward(p, in, options, out);
+  if (!options.transforms.any()) return RunForward(p, in, options, out, nullptr);
+#if defined(ORRERY_KERNELS_CUDA)
+  // The tensor-core forward applies the transforms as it loads each chunk: no separate pass.
+  if (p.device.is_cuda() && cuda::KdaTcSupported(p, in)) {
+    return RunForward(p, in, options, out, &options.transforms);
+  }
+#endif
   ORRERY_ASSIGN_OR_RETURN(KdaTransformed x, ApplyKdaInputTransforms(p, in, options.transforms));
-  return RunForward(p, x.in, options, out);
+  return RunForward(p, x.in, options, out, nullptr);
 }
 
 Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final_state,

@@ -19,8 +19,10 @@ struct KdaTcSaved;
 
 // `keep` (may be null) receives the tensor-core forward's intermediates when that path runs;
 // `kept` (may be null) is such a record for these inputs, so the backward skips its recompute.
+// `fused` (may be null; tensor-core path only): `in` holds raw inputs and the prep kernel applies
+// these transforms as it loads each chunk.
 Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_final_state,
-                      KdaOutputs* out, KdaTcSaved* keep);
+                      KdaOutputs* out, KdaTcSaved* keep, const KdaInputTransforms* fused);
 Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                        const Tensor& d_final_state, KdaGrads* grads, const KdaTcSaved* kept);
 Status KdaDecodeStepCuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
@@ -90,8 +92,11 @@ struct KdaTcSaved {
 // out->o may be undefined (not written; the backward's recompute), else allocated ([B, T, H, V]
 // bf16); out->final_state may be undefined. With `saved`, the intermediates above are kept
 // there. Waits for the kernels before returning (its scratch is freed on return).
+// With `fused`, `in` holds the raw inputs of those transforms (and in.a_log / in.dt_bias), which
+// the prep kernel applies as each chunk loads (no separate pass).
 Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
-                          KdaOutputs* out, KdaTcSaved* saved = nullptr);
+                          KdaOutputs* out, KdaTcSaved* saved = nullptr,
+                          const KdaInputTransforms* fused = nullptr);
 
 // The tensor-core backward (kda_backward_tc.cu), for KdaTcSupported problems: the forward above
 // with `saved`, a reverse state pass for dS (per segment, head and 64-wide V slice; the segment

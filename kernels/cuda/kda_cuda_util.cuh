@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "core/status.h"
@@ -29,6 +30,37 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
+}
+
+// Four consecutive elements as floats: one 16-byte f32 or 8-byte bf16 access (aligned to it).
+__device__ __forceinline__ float4 LoadF4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ float4 LoadF4(const __nv_bfloat16* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+  return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
+}
+__device__ __forceinline__ void StoreF4(float* p, float4 x) { *reinterpret_cast<float4*>(p) = x; }
+__device__ __forceinline__ void StoreF4(__nv_bfloat16* p, float4 x) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x, x.y), hi = __floats2bfloat162_rn(x.z, x.w);
+  uint2 raw;
+  raw.x = *reinterpret_cast<const uint32_t*>(&lo);
+  raw.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+__device__ __forceinline__ float SigmoidF(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+__device__ __forceinline__ float SoftplusF(float x) {  // log(1 + e^x) without overflow
+  return x > 0.0f ? x + log1pf(__expf(-x)) : log1pf(__expf(x));
+}
+
+// The KDA gate (spec §2.2) at x = z + dt_bias with ea = e^A_log: bounded g_min sigmoid(ea x) or
+// original -ea softplus(x).
+__device__ __forceinline__ float KdaGateValue(float x, float ea, bool bounded, float g_min) {
+  return bounded ? g_min * SigmoidF(ea * x) : -ea * SoftplusF(x);
 }
 
 }  // namespace orrery::kernels::cuda

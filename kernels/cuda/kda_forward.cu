@@ -257,7 +257,7 @@ Status LaunchKdaForward(const KdaProblem& p, const KdaInputs& in, const int64_t*
 }
 
 Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_final_state,
-                      KdaOutputs* out, KdaTcSaved* keep) {
+                      KdaOutputs* out, KdaTcSaved* keep, const KdaInputTransforms* fused) {
   ORRERY_RETURN_IF_ERROR(CheckCudaKdaSupported(p, in));
   ORRERY_ASSIGN_OR_RETURN(out->o, Tensor::Allocate(in.v.shape(), in.v.dtype(), p.device));
   out->final_state = Tensor();
@@ -266,7 +266,10 @@ Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_fina
                             Tensor::Allocate({p.num_sequences(), p.heads, p.key_dim, p.value_dim},
                                              DType::kF32, p.device));
   }
-  if (KdaTcSupported(p, in)) return LaunchKdaForwardTc(p, in, KdaTcTuning(), out, keep);
+  if (KdaTcSupported(p, in)) return LaunchKdaForwardTc(p, in, KdaTcTuning(), out, keep, fused);
+  if (fused != nullptr) {
+    return InternalError("kda cuda: input transforms fused into a forward without tensor cores");
+  }
   Tensor starts = Tensor::FromVector<int64_t>({p.num_sequences() + 1}, p.seq_start);
   ORRERY_ASSIGN_OR_RETURN(Tensor starts_dev, starts.To(p.device));
   ORRERY_RETURN_IF_ERROR(

@@ -63,6 +63,7 @@ struct PrepParams {
   bf16* tinv;    // [chunks, H, 64, 64]  T = (I + A_kk)^-1, zeros above the diagonal; or null
   int heads;
   float scale;
+  ChunkInputTransforms tr;  // applied to q, k, g, beta as they load
 };
 
 template <int KD, int VD>
@@ -96,7 +97,8 @@ struct PrepSmem {
                 "T in bf16 fits over A_kk");
 };
 
-template <int KD, int VD, typename GIn>
+// kTransforms: p.tr applies (raw inputs); compiled apart so that the plain path carries none of it.
+template <int KD, int VD, typename GIn, bool kTransforms>
 __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GIn> p) {
   using L = PrepSmem<KD, VD>;
   constexpr int SG = L::kSG, SK = L::kSK, SV = L::kSV, SA = L::kSA, ST = kTileStrideA;
@@ -120,9 +122,12 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
 
   // 1. Load the chunk and form the gate's cumsum G (rows past the end: zeros, G flat there).
-  LoadChunkQK<KD, kPrepThreads>(qs, ks, SK, p.q, p.k, cd, heads, h);
-  if (tid < kChunk) bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
-  LoadChunkGateCumsum<KD, kPrepThreads>(G, SG, p.g, cd, heads, h);
+  const ChunkInputTransforms* tr = kTransforms ? &p.tr : nullptr;
+  LoadChunkQK<KD, kPrepThreads>(qs, ks, SK, p.q, p.k, cd, heads, h, tr);
+  if (tid < kChunk) {
+    bs[tid] = tid < len ? LoadBeta(p.beta + (cd.row_start + tid) * heads + h, tr) : 0.0f;
+  }
+  LoadChunkGateCumsum<KD, kPrepThreads>(G, SG, p.g, cd, heads, h, tr);
 
   // 2. The A operands of the intra-chunk tiles, X_q = Q e^{G - G_n} and X_k = K e^{G - G_n} with
   // n the first row of the row's 16-row tile (exponents <= 0), over A_kk and T (dead until the
@@ -680,7 +685,7 @@ StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& device) {
 
 template <int KD, int VD, typename GIn>
 Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning, KdaOutputs* out,
-             KdaTcSaved* saved) {
+             KdaTcSaved* saved, const KdaInputTransforms* fused) {
   const int64_t n_seq = p.num_sequences(), heads = p.heads;
   // Chunk table and segments.
   std::vector<int64_t> chunk_table;  // (row_start, len) pairs
@@ -785,14 +790,25 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     pp.tinv = saved != nullptr ? static_cast<bf16*>(tinv.raw_data()) : nullptr;
     pp.heads = static_cast<int>(heads);
     pp.scale = p.scale;
+    if (fused != nullptr) {
+      pp.tr.qk_l2norm = fused->qk_l2norm;
+      pp.tr.beta_sigmoid = fused->beta_sigmoid;
+      pp.tr.gate = fused->gate;
+      pp.tr.bounded = fused->gate_kind == KdaGateKind::kBounded;
+      pp.tr.eps = fused->l2norm_eps;
+      pp.tr.g_min = fused->gate_lower_bound;
+      pp.tr.a_log = in.a_log.defined() ? in.a_log.data<float>() : nullptr;
+      pp.tr.dt_bias = in.dt_bias.defined() ? in.dt_bias.data<float>() : nullptr;
+    }
     const size_t smem = PrepSmem<KD, VD>::kBytes;
-    ORRERY_RETURN_IF_ERROR(CudaCheck(
-        cudaFuncSetAttribute(KdaChunkPrepKernel<KD, VD, GIn>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-        "cudaFuncSetAttribute"));
-    KdaChunkPrepKernel<KD, VD, GIn>
-        <<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads)), kPrepThreads, smem>>>(
-            pp);
+    auto kernel = fused != nullptr ? KdaChunkPrepKernel<KD, VD, GIn, true>
+                                   : KdaChunkPrepKernel<KD, VD, GIn, false>;
+    ORRERY_RETURN_IF_ERROR(
+        CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)),
+                  "cudaFuncSetAttribute"));
+    kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads)), kPrepThreads,
+             smem>>>(pp);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "chunk prep kernel launch"));
   }
 
@@ -868,13 +884,15 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
 
 template <typename GIn>
 Status DispatchTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
-                  KdaOutputs* out, KdaTcSaved* saved) {
+                  KdaOutputs* out, KdaTcSaved* saved, const KdaInputTransforms* fused) {
   if (p.key_dim == 128 && p.value_dim == 128) {
-    return RunTc<128, 128, GIn>(p, in, tuning, out, saved);
+    return RunTc<128, 128, GIn>(p, in, tuning, out, saved, fused);
   }
-  if (p.key_dim == 128 && p.value_dim == 64) return RunTc<128, 64, GIn>(p, in, tuning, out, saved);
-  if (p.key_dim == 64 && p.value_dim == 128) return RunTc<64, 128, GIn>(p, in, tuning, out, saved);
-  return RunTc<64, 64, GIn>(p, in, tuning, out, saved);
+  if (p.key_dim == 128 && p.value_dim == 64)
+    return RunTc<128, 64, GIn>(p, in, tuning, out, saved, fused);
+  if (p.key_dim == 64 && p.value_dim == 128)
+    return RunTc<64, 128, GIn>(p, in, tuning, out, saved, fused);
+  return RunTc<64, 64, GIn>(p, in, tuning, out, saved, fused);
 }
 
 }  // namespace
@@ -933,7 +951,7 @@ bool KdaTcSupported(const KdaProblem& p, const KdaInputs& in) {
 }
 
 Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
-                          KdaOutputs* out, KdaTcSaved* saved) {
+                          KdaOutputs* out, KdaTcSaved* saved, const KdaInputTransforms* fused) {
   if (!KdaTcSupported(p, in)) {
     return UnimplementedError(
         "kda cuda: the tensor-core forward needs bf16 q/k/v/beta and "
@@ -941,8 +959,8 @@ Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcT
         std::string(DTypeName(p.dtype)) + " K = " + std::to_string(p.key_dim) +
         " V = " + std::to_string(p.value_dim));
   }
-  if (in.g.dtype() == DType::kF32) return DispatchTc<float>(p, in, tuning, out, saved);
-  return DispatchTc<bf16>(p, in, tuning, out, saved);
+  if (in.g.dtype() == DType::kF32) return DispatchTc<float>(p, in, tuning, out, saved, fused);
+  return DispatchTc<bf16>(p, in, tuning, out, saved, fused);
 }
 
 }  // namespace orrery::kernels::cuda

@@ -2,10 +2,16 @@
 // (bounded g_min sigmoid(e^A (z + b)) or original -e^A softplus(z + b), spec §2.2) in one
 // elementwise pass before the recurrence, and their chain rule in one pass after its backward.
 //
-// Both kernels: a block per (head, run of kTokens tokens), one warp per token row at a time, lane
-// l on the columns l, l + 32, ... of K. The backward sums dA_log and ddt_bias over its tokens in
-// registers and shared memory first, then adds them with one atomic per (block, column).
+// Both kernels: a block per (head, run of kTokens tokens), one warp per token row at a time. With
+// kVec = 4 (K a multiple of 4, 16-byte aligned rows: what the model and the benchmarks give) lane
+// l holds the columns 4 l .. 4 l + 3 of each 128 and moves them in one access; kVec = 1 serves
+// any other K (lane l on the columns l, l + 32, ...). The backward sums dA_log and ddt_bias over
+// its tokens in registers and shared memory first, then adds them with one atomic per (block,
+// column).
 #include <cuda_bf16.h>
+
+#include <cstdint>
+#include <initializer_list>
 
 #include "kernels/cuda/kda_cuda.h"
 #include "kernels/cuda/kda_cuda_util.cuh"
@@ -21,12 +27,6 @@ constexpr int kMaxPerLane = 8;  // K <= 256
 __device__ __forceinline__ float WarpSum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
-}
-
-__device__ __forceinline__ float SigmoidF(float x) { return 1.0f / (1.0f + __expf(-x)); }
-
-__device__ __forceinline__ float SoftplusF(float x) {  // log(1 + e^x) without overflow
-  return x > 0.0f ? x + log1pf(__expf(-x)) : log1pf(__expf(x));
 }
 
 struct TransformParams {
@@ -45,27 +45,57 @@ struct ForwardArgs {
   float *g_out, *q_rstd, *k_rstd;
 };
 
-// Normalises one row of K in place of `out`, returning 1 / sqrt(sum x^2 + eps).
-template <typename In>
+// The column of a lane's e-th element of a row (e < kMaxPerLane).
+template <int kVec>
+__device__ __forceinline__ int Column(int e, int lane) {
+  return (e / kVec) * 32 * kVec + lane * kVec + e % kVec;
+}
+
+// A lane's elements of one row of `kd` (zeros past its end).
+template <int kVec, typename T>
+__device__ __forceinline__ void LoadRow(const T* row, int kd, int lane, float (&v)[kMaxPerLane]) {
+#pragma unroll
+  for (int e = 0; e < kMaxPerLane; e += kVec) {
+    const int d = Column<kVec>(e, lane);
+    if constexpr (kVec == 4) {
+      const float4 x = d < kd ? LoadF4(row + d) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      v[e] = x.x, v[e + 1] = x.y, v[e + 2] = x.z, v[e + 3] = x.w;
+    } else {
+      v[e] = d < kd ? LoadF(row + d) : 0.0f;
+    }
+  }
+}
+
+template <int kVec, typename T>
+__device__ __forceinline__ void StoreRow(T* row, int kd, int lane, const float (&v)[kMaxPerLane]) {
+#pragma unroll
+  for (int e = 0; e < kMaxPerLane; e += kVec) {
+    const int d = Column<kVec>(e, lane);
+    if (d >= kd) continue;
+    if constexpr (kVec == 4) {
+      StoreF4(row + d, make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]));
+    } else {
+      StoreF(row + d, v[e]);
+    }
+  }
+}
+
+// Normalises one row of K into `out`, returning 1 / sqrt(sum x^2 + eps).
+template <int kVec, typename In>
 __device__ __forceinline__ float NormaliseRow(const In* x, In* out, int kd, float eps, int lane) {
   float v[kMaxPerLane];
+  LoadRow<kVec>(x, kd, lane, v);
   float ss = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int d = lane + 32 * j;
-    v[j] = d < kd ? LoadF(x + d) : 0.0f;
-    ss += v[j] * v[j];
-  }
+  for (int e = 0; e < kMaxPerLane; ++e) ss += v[e] * v[e];
   const float r = rsqrtf(WarpSum(ss) + eps);
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int d = lane + 32 * j;
-    if (d < kd) StoreF(out + d, v[j] * r);
-  }
+  for (int e = 0; e < kMaxPerLane; ++e) v[e] *= r;
+  StoreRow<kVec>(out, kd, lane, v);
   return r;
 }
 
-template <typename In, typename GIn>
+template <int kVec, typename In, typename GIn>
 __global__ void __launch_bounds__(kThreads)
     KdaTransformInputsKernel(TransformParams p, ForwardArgs<In, GIn> a) {
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, kd = p.kd;
@@ -74,8 +104,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = static_cast<int64_t>(blockIdx.y) * kTokens + warp; t < t_end; t += kWarps) {
     const int64_t row = t * p.heads + h;
     if (p.qk_l2norm) {
-      const float rq = NormaliseRow(a.q + row * kd, a.q_out + row * kd, kd, p.eps, lane);
-      const float rk = NormaliseRow(a.k + row * kd, a.k_out + row * kd, kd, p.eps, lane);
+      const float rq = NormaliseRow<kVec>(a.q + row * kd, a.q_out + row * kd, kd, p.eps, lane);
+      const float rk = NormaliseRow<kVec>(a.k + row * kd, a.k_out + row * kd, kd, p.eps, lane);
       if (lane == 0) {
         a.q_rstd[row] = rq;
         a.k_rstd[row] = rk;
@@ -83,10 +113,15 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (p.beta_sigmoid && lane == 0) StoreF(a.beta_out + row, SigmoidF(LoadF(a.beta + row)));
     if (p.gate) {
-      for (int d = lane; d < kd; d += 32) {
-        const float x = LoadF(a.z + row * kd + d) + (p.dt_bias ? p.dt_bias[h * kd + d] : 0.0f);
-        a.g_out[row * kd + d] = p.bounded ? p.g_min * SigmoidF(ea * x) : -ea * SoftplusF(x);
+      float z[kMaxPerLane];
+      LoadRow<kVec>(a.z + row * kd, kd, lane, z);
+#pragma unroll
+      for (int e = 0; e < kMaxPerLane; ++e) {
+        const int d = Column<kVec>(e, lane);
+        const float b = p.dt_bias != nullptr && d < kd ? p.dt_bias[h * kd + d] : 0.0f;
+        z[e] = KdaGateValue(z[e] + b, ea, p.bounded, p.g_min);
       }
+      StoreRow<kVec>(a.g_out + row * kd, kd, lane, z);
     }
   }
 }
@@ -103,26 +138,21 @@ struct ChainArgs {
 };
 
 // dx <- rstd (dx - x_hat <x_hat, dx>) for one row, in place.
-template <typename In>
+template <int kVec, typename In>
 __device__ __forceinline__ void ChainRow(const In* x_hat, In* dx, float rstd, int kd, int lane) {
   float xv[kMaxPerLane], dv[kMaxPerLane];
+  LoadRow<kVec>(x_hat, kd, lane, xv);
+  LoadRow<kVec>(dx, kd, lane, dv);
   float dot = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int d = lane + 32 * j;
-    xv[j] = d < kd ? LoadF(x_hat + d) : 0.0f;
-    dv[j] = d < kd ? LoadF(dx + d) : 0.0f;
-    dot += xv[j] * dv[j];
-  }
+  for (int e = 0; e < kMaxPerLane; ++e) dot += xv[e] * dv[e];
   dot = WarpSum(dot);
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int d = lane + 32 * j;
-    if (d < kd) StoreF(dx + d, rstd * (dv[j] - xv[j] * dot));
-  }
+  for (int e = 0; e < kMaxPerLane; ++e) dv[e] = rstd * (dv[e] - xv[e] * dot);
+  StoreRow<kVec>(dx, kd, lane, dv);
 }
 
-template <typename In, typename GIn>
+template <int kVec, typename In, typename GIn>
 __global__ void __launch_bounds__(kThreads)
     KdaChainTransformsKernel(TransformParams p, ChainArgs<In, GIn> a) {
   __shared__ float db_part[kWarps][kMaxPerLane * 32];
@@ -134,19 +164,21 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = static_cast<int64_t>(blockIdx.y) * kTokens + warp; t < t_end; t += kWarps) {
     const int64_t row = t * p.heads + h;
     if (p.qk_l2norm) {
-      ChainRow(a.q_hat + row * kd, a.dq + row * kd, a.q_rstd[row], kd, lane);
-      ChainRow(a.k_hat + row * kd, a.dk + row * kd, a.k_rstd[row], kd, lane);
+      ChainRow<kVec>(a.q_hat + row * kd, a.dq + row * kd, a.q_rstd[row], kd, lane);
+      ChainRow<kVec>(a.k_hat + row * kd, a.dk + row * kd, a.k_rstd[row], kd, lane);
     }
     if (p.beta_sigmoid && lane == 0) {
       const float b = LoadF(a.beta_hat + row);
       StoreF(a.dbeta + row, LoadF(a.dbeta + row) * b * (1.0f - b));
     }
     if (p.gate) {
+      float z[kMaxPerLane], dg[kMaxPerLane];
+      LoadRow<kVec>(a.z + row * kd, kd, lane, z);
+      LoadRow<kVec>(a.dg + row * kd, kd, lane, dg);
 #pragma unroll
-      for (int j = 0; j < kMaxPerLane; ++j) {
-        const int d = lane + 32 * j;
-        if (d >= kd) continue;
-        const float x = LoadF(a.z + row * kd + d) + (p.dt_bias ? p.dt_bias[h * kd + d] : 0.0f);
+      for (int e = 0; e < kMaxPerLane; ++e) {
+        const int d = Column<kVec>(e, lane);
+        const float x = z[e] + (p.dt_bias != nullptr && d < kd ? p.dt_bias[h * kd + d] : 0.0f);
         float dx, dA;  // dg/dx and dg/dA_log
         if (p.bounded) {
           const float s = SigmoidF(ea * x);
@@ -156,18 +188,18 @@ __global__ void __launch_bounds__(kThreads)
           dx = -ea * SigmoidF(x);
           dA = -ea * SoftplusF(x);
         }
-        const float dg = a.dg[row * kd + d];
-        StoreF(a.dz + row * kd + d, dg * dx);
-        db[j] += dg * dx;
-        da += dg * dA;
+        z[e] = dg[e] * dx;  // dz (zero past the row's end: dg is)
+        db[e] += z[e];
+        da += dg[e] * dA;
       }
+      StoreRow<kVec>(a.dz + row * kd, kd, lane, z);
     }
   }
   if (!p.gate || (a.da_log == nullptr && a.ddt_bias == nullptr)) return;
     // The block's sums: over the lanes' tokens (registers), the warps (shared memory), then one
     // atomic per column.
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) db_part[warp][lane + 32 * j] = db[j];
+  for (int e = 0; e < kMaxPerLane; ++e) db_part[warp][Column<kVec>(e, lane)] = db[e];
   da = WarpSum(da);
   if (lane == 0) da_part[warp] = da;
   __syncthreads();
@@ -206,6 +238,16 @@ dim3 Grid(const KdaProblem& p) {
               static_cast<unsigned>((p.batch * p.tokens + kTokens - 1) / kTokens));
 }
 
+// Whether rows of K can move in 4-element pieces: K % 4 == 0 and every (defined) base 16-byte
+// aligned.
+bool Vectorised(const KdaProblem& p, std::initializer_list<const Tensor*> tensors) {
+  if (p.key_dim % 4 != 0) return false;
+  for (const Tensor* t : tensors) {
+    if (t->defined() && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return false;
+  }
+  return true;
+}
+
 template <typename T>
 T* Ptr(const Tensor& t) {
   return t.defined() ? static_cast<T*>(const_cast<void*>(t.raw_data())) : nullptr;
@@ -233,7 +275,11 @@ Status TransformInputs(const KdaProblem& p, const KdaInputs& raw, const KdaInput
                          Ptr<In>(out->beta),    Ptr<float>(out->g),   Ptr<float>(*q_rstd),
                          Ptr<float>(*k_rstd)};
   if (p.batch * p.tokens > 0) {
-    KdaTransformInputsKernel<In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+    if (Vectorised(p, {&raw.q, &raw.k, &raw.g, &out->q, &out->k, &out->g})) {
+      KdaTransformInputsKernel<4, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+    } else {
+      KdaTransformInputsKernel<1, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+    }
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "input transforms launch"));
   }
   return Status::OK();
@@ -270,7 +316,11 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
                        Ptr<float>(grads->da_log),
                        Ptr<float>(grads->ddt_bias)};
   if (p.batch * p.tokens > 0) {
-    KdaChainTransformsKernel<In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+    if (Vectorised(p, {&x.q, &x.k, &raw.g, &grads->dq, &grads->dk, &grads->dg, &dz})) {
+      KdaChainTransformsKernel<4, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+    } else {
+      KdaChainTransformsKernel<1, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+    }
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "input transforms backward launch"));
   }
   if (t.gate) grads->dg = dz;

@@ -7,16 +7,58 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/kda_cuda_util.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
 
 namespace orrery::kernels::cuda {
 
+// The op's input transforms (KdaInputTransforms, kernels/kda.h) applied while a chunk loads, so
+// that the raw inputs need no separate pass; all off: the inputs are used as given.
+struct ChunkInputTransforms {
+  bool qk_l2norm = false, beta_sigmoid = false, gate = false, bounded = true;
+  float eps = 0.0f, g_min = 0.0f;
+  const float *a_log = nullptr, *dt_bias = nullptr;  // optional with gate
+};
+
+// beta of one row as the recurrence takes it (tr null: as given).
+template <typename In>
+__device__ __forceinline__ float LoadBeta(const In* beta, const ChunkInputTransforms* tr) {
+  const float b = LoadF(beta);
+  return tr != nullptr && tr->beta_sigmoid ? SigmoidF(b) : b;
+}
+
+// Scales the 8 bf16 of `v` by 1 / sqrt(sum of squares over the row + eps), the row being the
+// kLanes consecutive lanes that hold its 16-byte pieces (all lanes of the warp call this).
+template <int kLanes>
+__device__ __forceinline__ uint4 NormalisePiece(uint4 v, float eps) {
+  __nv_bfloat162* x = reinterpret_cast<__nv_bfloat162*>(&v);
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(x[j]);
+    ss += f.x * f.x + f.y * f.y;
+  }
+#pragma unroll
+  for (int o = 1; o < kLanes; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float r = rsqrtf(ss + eps);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(x[j]);
+    x[j] = __floats2bfloat162_rn(f.x * r, f.y * r);
+  }
+  return v;
+}
+
 // q and k rows [64][K] (bf16, `stride` elements per shared row, a multiple of 8); rows past the
 // chunk's end are zeros. Global rows must be 16-byte aligned (KdaTcSupported checks the bases).
+// With tr->qk_l2norm each row is normalised as it loads (the row's pieces are on consecutive
+// lanes of one warp: K / 8 of them, and kThreads * 8 is a multiple of K).
 template <int KD, int kThreads>
 __device__ __forceinline__ void LoadChunkQK(__nv_bfloat16* qs, __nv_bfloat16* ks, int stride,
                                             const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                            const ChunkDesc& cd, int heads, int h) {
+                                            const ChunkDesc& cd, int heads, int h,
+                                            const ChunkInputTransforms* tr = nullptr) {
+  static_assert(32 % (KD / 8) == 0 && (kThreads * 8) % KD == 0, "a row's pieces in one warp");
   for (int i = threadIdx.x; i < kTcChunk * KD / 8; i += kThreads) {
     const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
     uint4 qv = make_uint4(0, 0, 0, 0), kv = qv;
@@ -25,35 +67,42 @@ __device__ __forceinline__ void LoadChunkQK(__nv_bfloat16* qs, __nv_bfloat16* ks
       qv = *reinterpret_cast<const uint4*>(q + off);
       kv = *reinterpret_cast<const uint4*>(k + off);
     }
+    if (tr != nullptr && tr->qk_l2norm) {
+      qv = NormalisePiece<KD / 8>(qv, tr->eps);
+      kv = NormalisePiece<KD / 8>(kv, tr->eps);
+    }
     *reinterpret_cast<uint4*>(qs + r * stride + c) = qv;
     *reinterpret_cast<uint4*>(ks + r * stride + c) = kv;
   }
-}
-
-// Four consecutive gate values as floats (16-byte f32 or 8-byte bf16 loads).
-__device__ __forceinline__ float4 LoadGate4(const float* g) {
-  return *reinterpret_cast<const float4*>(g);
-}
-__device__ __forceinline__ float4 LoadGate4(const __nv_bfloat16* g) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(g);
-  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
-  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
-  return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
 }
 
 // The chunk-local cumulative gate in log2, G[r][d] = log2(e) * sum_{i <= r} g[i][d], into
 // shared memory ([64][sg] floats, sg a multiple of 4); rows past the chunk's end add zeros, so G
 // stays flat there. Needs kThreads >= 2 K (two 32-row halves summed in parallel, then the
 // second half gets the first half's total). Ends with a barrier.
+// With tr->gate, g holds the gate's pre-activation z and is activated as it loads.
 template <int KD, int kThreads, typename GIn>
 __device__ __forceinline__ void LoadChunkGateCumsum(float* G, int sg, const GIn* g,
-                                                    const ChunkDesc& cd, int heads, int h) {
+                                                    const ChunkDesc& cd, int heads, int h,
+                                                    const ChunkInputTransforms* tr = nullptr) {
   static_assert(kThreads >= 2 * KD, "one thread per column and half chunk");
   const int tid = threadIdx.x;
+  const bool gate = tr != nullptr && tr->gate;
+  const float ea = gate && tr->a_log != nullptr ? __expf(tr->a_log[h]) : 1.0f;
   for (int i = tid; i < kTcChunk * KD / 4; i += kThreads) {
     const int r = i / (KD / 4), d = (i % (KD / 4)) * 4;
     float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < cd.len) x = LoadGate4(g + ((cd.row_start + r) * heads + h) * KD + d);
+    if (r < cd.len) {
+      x = LoadF4(g + ((cd.row_start + r) * heads + h) * KD + d);
+      if (gate) {
+        float* e = reinterpret_cast<float*>(&x);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float z = e[j] + (tr->dt_bias != nullptr ? tr->dt_bias[h * KD + d + j] : 0.0f);
+          e[j] = KdaGateValue(z, ea, tr->bounded, tr->g_min);
+        }
+      }
+    }
     *reinterpret_cast<float4*>(G + r * sg + d) = x;
   }
   __syncthreads();
