@@ -308,15 +308,11 @@ TEST(KdaGpu, TensorCoreBackwardSegmentsMatchCpuReference) {
   CheckBackward({{2, 1000, 2, 128, 64}, DType::kBF16, true, -1.0, {}}, 603, 16);  // 16 chunks
 }
 
-// x's q, k, v, beta in bf16 and g in f32 on the GPU: what the tensor-core path takes.
-KdaInputs TensorCoreInputs(const KdaInputs& x) {
-  return KdaInputs{ToGpu(x.q, DType::kBF16),
-                   ToGpu(x.k, DType::kBF16),
-                   ToGpu(x.v, DType::kBF16),
-                   ToGpu(x.g, DType::kF32),
-                   ToGpu(x.beta, DType::kBF16),
-                   Tensor(),
-                   Tensor()};
+// x's q, k, v, beta in `dtype` and g in f32 on the GPU (bf16: what the tensor-core path takes).
+KdaInputs GpuInputs(const KdaInputs& x, DType dtype = DType::kBF16) {
+  return KdaInputs{
+      ToGpu(x.q, dtype),    ToGpu(x.k, dtype), ToGpu(x.v, dtype), ToGpu(x.g, DType::kF32),
+      ToGpu(x.beta, dtype), Tensor(),          Tensor()};
 }
 
 bool BitEqual(const Tensor& a, const Tensor& b) {
@@ -340,7 +336,7 @@ TEST(KdaGpu, TensorCoreBackwardFromKeptForwardEqualsRecompute) {
   uint64_t seed = 700;
   for (const KeptCase& c : cases) {
     const KdaInputs x = RandomKdaInputs(c.shape, DType::kF32, seed++, false, -5.0);
-    KdaInputs in = TensorCoreInputs(x);
+    KdaInputs in = GpuInputs(x);
     const int64_t n = c.seq_lens.empty() ? c.shape.b : static_cast<int64_t>(c.seq_lens.size());
     if (!c.seq_lens.empty()) {
       std::vector<int64_t> cu = {0};
@@ -374,8 +370,8 @@ TEST(KdaGpu, TensorCoreBackwardFromKeptForwardEqualsRecompute) {
 
 TEST(KdaGpu, BackwardRefusesKeptForwardOfAnotherShape) {
   SKIP_WITHOUT_GPU();
-  const KdaInputs a = TensorCoreInputs(RandomKdaInputs({1, 128, 2, 64, 64}, DType::kF32, 9, false));
-  const KdaInputs b = TensorCoreInputs(RandomKdaInputs({1, 200, 2, 64, 64}, DType::kF32, 9, false));
+  const KdaInputs a = GpuInputs(RandomKdaInputs({1, 128, 2, 64, 64}, DType::kF32, 9, false));
+  const KdaInputs b = GpuInputs(RandomKdaInputs({1, 200, 2, 64, 64}, DType::kF32, 9, false));
   KdaOptions keep;
   keep.keep_for_backward = true;
   KdaOutputs out;
@@ -475,13 +471,7 @@ TEST(KdaGpu, InputTransformsMatchCpuReference) {
 TEST(KdaGpu, BackwardRefusesWideValues) {
   SKIP_WITHOUT_GPU();
   const KdaInputs x = RandomKdaInputs({1, 8, 1, 16, 160}, DType::kF32, 1, false);
-  KdaInputs g{ToGpu(x.q, DType::kF32),
-              ToGpu(x.k, DType::kF32),
-              ToGpu(x.v, DType::kF32),
-              ToGpu(x.g, DType::kF32),
-              ToGpu(x.beta, DType::kF32),
-              Tensor(),
-              Tensor()};
+  const KdaInputs g = GpuInputs(x, DType::kF32);
   KdaGrads grads;
   const Status s = KdaBackward(g, ToGpu(x.v, DType::kF32), Tensor(), KdaOptions(), &grads);
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);

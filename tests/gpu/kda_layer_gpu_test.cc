@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -266,6 +267,27 @@ std::map<std::string, SafetensorsFile> RunKdaOpOnCpuAndCuda(
   return results;
 }
 
+// The cuda run's outputs (written as f32) against the cpu run's, relative RMS below tol(name) and
+// above min_err (a floor that shows the arithmetic differed, e.g. bf16 rounding took place).
+void ExpectOpsRunOutputsMatch(const std::map<std::string, SafetensorsFile>& results,
+                              const std::function<double(const std::string&)>& tol,
+                              double min_err = 0.0) {
+  for (const std::string name :
+       {"o", "final_state", "dq", "dk", "dv", "dg", "dbeta", "dinitial_state"}) {
+    StatusOr<Tensor> want = results.at("cpu").Get(name);
+    StatusOr<Tensor> got = results.at("cuda").Get(name);
+    ASSERT_TRUE(want.ok() && got.ok()) << name;
+    ASSERT_EQ(got->dtype(), DType::kF32) << name;
+    ASSERT_EQ(got->shape(), want->shape()) << name;
+    EXPECT_GT(Norm(*want), 0.0) << name;
+    const double err = RelRms(*got, *want);
+    EXPECT_LT(err, tol(name)) << name;
+    if (min_err > 0.0) {
+      EXPECT_GT(err, min_err) << name << ": no bf16 rounding; did the tensor-core path run?";
+    }
+  }
+}
+
 // `orrery ops run --op kda --device cuda --backward` (f32 inputs: the f32 kernels) against the
 // same file run on the cpu.
 TEST(KdaLayerGpuTest, OpsRunOnCudaMatchesCpu) {
@@ -300,16 +322,9 @@ TEST(KdaLayerGpuTest, OpsRunOnCudaMatchesCpu) {
   ASSERT_EQ(results.size(), 2u);
   // f32 kernels against the f32 CPU reference: the bounds of tests/gpu/kda_gpu_test.cc for f32
   // (1e-4; 1e-3 for dg and dbeta, reverse cumulative sums of many terms).
-  for (const std::string name :
-       {"o", "final_state", "dq", "dk", "dv", "dg", "dbeta", "dinitial_state"}) {
-    StatusOr<Tensor> want = results.at("cpu").Get(name);
-    StatusOr<Tensor> got = results.at("cuda").Get(name);
-    ASSERT_TRUE(want.ok() && got.ok()) << name;
-    ASSERT_EQ(got->shape(), want->shape()) << name;
-    const double tol = name == "dg" || name == "dbeta" ? 1e-3 : 1e-4;
-    EXPECT_GT(Norm(*want), 0.0) << name;
-    EXPECT_LT(RelRms(*got, *want), tol) << name;
-  }
+  ExpectOpsRunOutputsMatch(results, [](const std::string& name) {
+    return name == "dg" || name == "dbeta" ? 1e-3 : 1e-4;
+  });
 }
 
 // bf16 q, k, v, beta and do: ops run keeps them bf16 on the GPU and the tensor-core kernels run
@@ -348,20 +363,14 @@ TEST(KdaLayerGpuTest, OpsRunBf16OnCudaTakesTheTensorCores) {
       {"do", random({b, t, h, v}, DType::kBF16, id)}};
   const auto results = RunKdaOpOnCpuAndCuda(inputs, {}, "bf16");
   ASSERT_EQ(results.size(), 2u);
-  for (const std::string name :
-       {"o", "final_state", "dq", "dk", "dv", "dg", "dbeta", "dinitial_state"}) {
-    StatusOr<Tensor> want = results.at("cpu").Get(name);
-    StatusOr<Tensor> got = results.at("cuda").Get(name);
-    ASSERT_TRUE(want.ok() && got.ok()) << name;
-    ASSERT_EQ(got->dtype(), DType::kF32) << name;
-    ASSERT_EQ(got->shape(), want->shape()) << name;
-    const double tol = name == "o" || name == "final_state" ? 5e-3
-                       : name == "dg" || name == "dbeta"    ? 2e-2
-                                                            : 8e-3;
-    const double err = RelRms(*got, *want);
-    EXPECT_LT(err, tol) << name;
-    EXPECT_GT(err, 1e-5) << name << ": no bf16 rounding; did the tensor-core path run?";
-  }
+  ExpectOpsRunOutputsMatch(
+      results,
+      [](const std::string& name) {
+        return name == "o" || name == "final_state" ? 5e-3
+               : name == "dg" || name == "dbeta"    ? 2e-2
+                                                    : 8e-3;
+      },
+      1e-5);
 }
 
 }  // namespace
