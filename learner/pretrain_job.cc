@@ -37,6 +37,7 @@ StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options) {
   o.run_dir = run_dir;
   o.max_steps = options.max_steps;
   o.resume = options.resume;
+  o.on_metric = options.on_metric;
   o.pad_id = format->pad_id();
   o.checkpoint_files = {{"model.toml", *model_text}, {"tokenizer.json", *tokenizer_text}};
   int64_t params = 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "learner/pretrain_config.h"
@@ -16,6 +17,7 @@ struct PretrainJobOptions {
   std::string run_dir;     // checkpoints and metrics.jsonl go here
   int64_t max_steps = -1;  // -1: every stage's budget
   bool resume = false;     // continue from the newest checkpoint in run_dir
+  std::function<void(const MetricRecord&)> on_metric;  // PretrainerOptions::on_metric
 };
 
 StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options);

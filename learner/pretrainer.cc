@@ -166,6 +166,12 @@ StatusOr<double> Pretrainer::Evaluate(int64_t seq_len) {
   return total.tokens > 0 ? total.loss_sum / static_cast<double>(total.tokens) : 0.0;
 }
 
+Status Pretrainer::Record(const MetricRecord& m) {
+  ORRERY_RETURN_IF_ERROR(metrics_->Write(m));
+  if (options_.on_metric) options_.on_metric(m);
+  return Status::OK();
+}
+
 StatusOr<PretrainSummary> Pretrainer::Run() {
   const PretrainConfig& c = options_.config;
   PretrainSummary summary;
@@ -213,7 +219,7 @@ StatusOr<PretrainSummary> Pretrainer::Run() {
         m.scalars["seq_len"] = static_cast<double>(stage.seq_len);
         m.scalars["eval_loss"] = ss.first_eval_loss;
         m.scalars["stage_start"] = 1;
-        ORRERY_RETURN_IF_ERROR(metrics_->Write(m));
+        ORRERY_RETURN_IF_ERROR(Record(m));
       }
     }
     while (state_.stage_steps < stage_steps) {
@@ -245,7 +251,7 @@ StatusOr<PretrainSummary> Pretrainer::Run() {
       m.scalars["loss"] = r.loss;
       m.scalars["lr"] = r.lr;
       m.scalars["grad_norm"] = r.grad_norm;
-      m.scalars["tokens_per_s"] = tps;
+      m.scalars["tokens_per_second"] = tps;
       m.scalars["tokens"] = static_cast<double>(state_.tokens);
       for (size_t l = 0; l < r.balance.size(); ++l) {
         m.vectors["expert_load/layer" + std::to_string(l)] = r.balance[l].load;
@@ -258,7 +264,7 @@ StatusOr<PretrainSummary> Pretrainer::Run() {
         m.scalars["eval_loss"] = eval;
         ss.last_eval_loss = eval;
       }
-      ORRERY_RETURN_IF_ERROR(metrics_->Write(m));
+      ORRERY_RETURN_IF_ERROR(Record(m));
       const double run_tps = static_cast<double>(tokens_this_run) / std::max(elapsed(), 1e-9);
       char extra[160];
       std::snprintf(extra, sizeof(extra), "stage %s (%lld) | loss %.4f | lr %.2e | %s tok/s",

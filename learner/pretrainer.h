@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +56,9 @@ struct PretrainerOptions {
   int32_t pad_id = 0;
   // Copied into every checkpoint (model.toml, tokenizer.json) so it is self-contained.
   std::map<std::string, std::string> checkpoint_files;
+  // Also given every record after it is written to metrics.jsonl (e.g. the launcher's live
+  // dashboard); called on the training thread, so it must not block.
+  std::function<void(const MetricRecord&)> on_metric;
 };
 
 struct StageSummary {
@@ -89,6 +94,8 @@ class Pretrainer {
              AdamW optimizer);
   Status Restore();
   StatusOr<std::string> SaveCheckpoint();
+  // Writes `m` to metrics.jsonl, then hands it to options_.on_metric.
+  Status Record(const MetricRecord& m);
 
   PretrainerOptions options_;
   TrainableModel* model_;

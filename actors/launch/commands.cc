@@ -17,6 +17,7 @@
 #include "actors/launch/plan.h"
 #include "actors/launch/run_phases.h"
 #include "actors/metrics/metrics_hub.h"
+#include "actors/metrics/metrics_publisher.h"
 #include "actors/runtime/client.h"
 #include "actors/runtime/coordinator_protocol.h"
 #include "actors/runtime/echo_role.h"
@@ -198,14 +199,6 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
         ": --external runs only the coordinator; run the pretraining and RL phases with a "
         "local launch"));
   }
-  if (Status s = phases->BeforeFleet(); !s.ok()) return ReportError(s);
-  if (stop.cancelled()) return ReportError(CancelledError("stopped before the fleet started"));
-  zmq::context_t zmq;
-  FleetState state;
-  StatusOr<std::unique_ptr<CoordinatorServer>> server =
-      CoordinatorServer::Start(zmq, plan->coordinator, state);
-  if (!server.ok()) return ReportError(server.status());
-  ORRERY_LOG(INFO) << "coordinator at " << (*server)->endpoint() << "; run dir " << plan->run_dir;
   std::unique_ptr<MetricsHub> hub;
   if (fleet.dashboard) {
     MetricsHubOptions o;
@@ -220,6 +213,27 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
                 fleet.metrics_endpoint.c_str());
     std::fflush(stdout);
   }
+  // Pretraining runs in this process: its records go to the hub too (PUB to the hub's endpoint;
+  // RUN/pretrain/metrics.jsonl stays the durable copy).
+  std::unique_ptr<MetricsPublisher> live;
+  if (hub) {
+    StatusOr<std::unique_ptr<MetricsPublisher>> opened =
+        MetricsPublisher::Open({"", fleet.metrics_endpoint});
+    if (!opened.ok()) return ReportError(opened.status().WithContext("dashboard"));
+    live = std::move(opened).value();
+  }
+  auto on_metric = [&live](const MetricRecord& m) {
+    // Without a file Publish cannot fail; the hub may drop a record, metrics.jsonl keeps it.
+    if (live) (void)live->Publish(m);
+  };
+  if (Status s = phases->BeforeFleet(on_metric); !s.ok()) return ReportError(s);
+  if (stop.cancelled()) return ReportError(CancelledError("stopped before the fleet started"));
+  zmq::context_t zmq;
+  FleetState state;
+  StatusOr<std::unique_ptr<CoordinatorServer>> server =
+      CoordinatorServer::Start(zmq, plan->coordinator, state);
+  if (!server.ok()) return ReportError(server.status());
+  ORRERY_LOG(INFO) << "coordinator at " << (*server)->endpoint() << "; run dir " << plan->run_dir;
   FleetReporter reporter(zmq, state, plan->run_dir, fleet.metrics_endpoint);
 
   Status result;

@@ -71,7 +71,7 @@ StatusOr<RunPhases> RunPhases::Load(const RunPhaseOptions& options) {
   return p;
 }
 
-Status RunPhases::BeforeFleet() {
+Status RunPhases::BeforeFleet(const std::function<void(const MetricRecord&)>& on_metric) {
   const std::string run_dir = options_.run.dir;
   if (pretrain_) {
     ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc,
@@ -81,6 +81,7 @@ Status RunPhases::BeforeFleet() {
     job.config = ReadPretrainConfig(root);
     job.run_dir = run_dir + "/pretrain";
     job.resume = LatestCheckpoint(job.run_dir + "/checkpoints").ok();
+    job.on_metric = on_metric;
     std::printf("== pretraining phase: %s%s\n", job.run_dir.c_str(),
                 job.resume ? " (resuming)" : "");
     std::fflush(stdout);

@@ -12,11 +12,13 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "actors/rl/policy_eval.h"
 #include "actors/rl/rl_config.h"
 #include "core/config.h"
+#include "core/metrics.h"
 #include "core/run_config.h"
 
 namespace orrery {
@@ -36,8 +38,9 @@ class RunPhases {
   bool pretrain() const { return pretrain_; }
   bool rl() const { return rl_; }
 
-  // Phases before the fleet: pretraining, the RL manifest, the initial evaluation.
-  Status BeforeFleet();
+  // Phases before the fleet: pretraining, the RL manifest, the initial evaluation. `on_metric`
+  // (may be empty) also gets every pretraining record, e.g. for the launcher's live dashboard.
+  Status BeforeFleet(const std::function<void(const MetricRecord&)>& on_metric = {});
   // True once the fleet's run state says the RL phase is over (polled by the supervisor loop).
   static bool FleetDone(const std::string& phase) { return phase == "rl-done"; }
   // After the fleet stopped with the RL phase done: the final evaluation and the summary.

@@ -92,7 +92,7 @@ for line in open(sys.argv[1]):
         steps[r["step"]] = r["metrics"]
 assert sorted(steps) == [1, 2, 3, 4], sorted(steps)
 for s, m in steps.items():
-    for key in ("loss", "lr", "grad_norm", "tokens_per_s", "stage", "seq_len", "expert_load/layer0"):
+    for key in ("loss", "lr", "grad_norm", "tokens_per_second", "stage", "seq_len", "expert_load/layer0"):
         assert key in m, (s, key)
     assert isinstance(m["expert_load/layer0"], list), s
 assert steps[4]["seq_len"] == 128 and "eval_loss" in steps[4], steps[4]

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 
 #include "core/metrics.h"
 #include "learner/cross_entropy.h"
@@ -98,7 +99,8 @@ PretrainConfig TestConfig(const std::string& data_dir) {
 }
 
 StatusOr<PretrainSummary> RunTrainer(const PretrainConfig& c, const TokenDataset& data,
-                                     const std::string& run_dir, int64_t max_steps, bool resume) {
+                                     const std::string& run_dir, int64_t max_steps, bool resume,
+                                     std::function<void(const MetricRecord&)> on_metric = nullptr) {
   BigramModel model;
   PretrainerOptions o;
   o.config = c;
@@ -106,6 +108,7 @@ StatusOr<PretrainSummary> RunTrainer(const PretrainConfig& c, const TokenDataset
   o.max_steps = max_steps;
   o.resume = resume;
   o.show_progress = false;
+  o.on_metric = std::move(on_metric);
   ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<Pretrainer> p, Pretrainer::Create(o, &model, &data));
   return p->Run();
 }
@@ -135,7 +138,9 @@ class PretrainerTest : public ::testing::Test {
 
 TEST_F(PretrainerTest, RunsEveryStageAndLearns) {
   PretrainConfig c = TestConfig(dir_.path() + "/data");
-  StatusOr<PretrainSummary> s = RunTrainer(c, *data_, dir_.path() + "/run", -1, false);
+  std::vector<MetricRecord> live;  // what on_metric saw (the launcher's dashboard feed)
+  StatusOr<PretrainSummary> s = RunTrainer(c, *data_, dir_.path() + "/run", -1, false,
+                                           [&live](const MetricRecord& m) { live.push_back(m); });
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_TRUE(s->finished);
   EXPECT_EQ(s->steps, 12);
@@ -149,6 +154,11 @@ TEST_F(PretrainerTest, RunsEveryStageAndLearns) {
   for (const MetricRecord& r : records) transitions += r.scalars.count("stage_start");
   EXPECT_EQ(transitions, 2);
   EXPECT_TRUE(records.back().vectors.count("expert_load/layer0"));
+  ASSERT_EQ(live.size(), records.size());  // every record, in the file's order
+  for (size_t i = 0; i < live.size(); ++i) {
+    EXPECT_EQ(live[i].step, records[i].step) << i;
+    EXPECT_EQ(live[i].scalars.size(), records[i].scalars.size()) << i;
+  }
   // Checkpoints every 3 steps, keeping 2: steps 9 and 12 remain.
   EXPECT_EQ(*LatestCheckpoint(dir_.path() + "/run/checkpoints"),
             dir_.path() + "/run/checkpoints/step-00000012");
