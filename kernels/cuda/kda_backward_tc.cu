@@ -43,6 +43,7 @@
 #include "kernels/cuda/kda_mma.cuh"
 #include "kernels/cuda/kda_tc_chunk_load.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
+#include "kernels/cuda/kda_tc_state_slice.cuh"
 
 namespace orrery::kernels::cuda {
 namespace {
@@ -91,8 +92,7 @@ template <int KD>
 __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevParams p) {
   using L = RevSmem<KD>;
   constexpr int SK = L::kSK, SU = L::kSU, ST = kST;
-  constexpr int kMT = KD / 64;      // 16-row tiles of dS per warp
-  constexpr int kNT = kSliceV / 8;  // 8-column tiles of the slice
+  constexpr int kMT = StateSlice<KD>::kMT, kNT = StateSlice<KD>::kNT;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);    // W          [64][SK]
   bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);    // s Q e^G    [64][SK]
@@ -109,40 +109,13 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   const bool transition = v0 >= vd;  // carries P (columns v0 - vd of the K x K transition)
   const SegmentDesc seg = p.segments[blockIdx.x];
 
-  // dS: warp w owns rows d = w * KD / 4 + 16 mi + {g8, g8 + 8}, columns 8 nt + 2 t4 + {0, 1}.
-  float dS[kMT][kNT][4];
-#pragma unroll
-  for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4 + (e & 1);
-        float x = 0.0f;
-        if (transition) {
-          x = d == v0 - vd + c ? 1.0f : 0.0f;
-        } else if (seg.state_in != nullptr) {
-          x = seg.state_in[(static_cast<int64_t>(h) * KD + d) * p.in_ld + v0 + c];
-        }
-        dS[mi][nt][e] = x;
-      }
-    }
-  }
-  auto store_s = [&] {
-#pragma unroll
-    for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8,
-                    c = 8 * nt + 2 * t4 + (e & 1);
-          ss[c * SK + d] = __float2bfloat16(dS[mi][nt][e]);
-        }
-      }
-    }
-  };
-  store_s();
+  // dS: the slice this block carries (kda_tc_state_slice.cuh).
+  StateSlice<KD> dS;
+  dS.Init(transition, v0 - vd,
+          seg.state_in != nullptr ? seg.state_in + static_cast<int64_t>(h) * KD * p.in_ld + v0
+                                  : nullptr,
+          p.in_ld);
+  dS.StoreTransposedBf16(ss, SK);
   // Stage one of a chunk's copies: A_qk and Kbar^T (with dO, what dVnew reads).
   auto load_akb = [&](int64_t ch) {
     const int64_t tile = ch * heads + h;
@@ -163,20 +136,7 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   for (int64_t ch = seg.chunk_end - 1; ch >= seg.chunk_begin; --ch) {
     const int64_t tile = ch * heads + h;
     const ChunkDesc cd = p.chunks[ch];
-    if (p.dh != nullptr && !transition) {
-#pragma unroll
-      for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; e += 2) {
-            const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
-            *reinterpret_cast<uint32_t*>(p.dh + (tile * KD + d) * vd + v0 + c) =
-                PackBf16(dS[mi][nt][e], dS[mi][nt][e + 1]);
-          }
-        }
-      }
-    }
+    if (p.dh != nullptr && !transition) dS.StoreBf16(p.dh + tile * KD * vd + v0, vd);
     // The chunk's other operands in two stages, dO (with A_qk and Kbar, already on their way,
     // what dVnew reads), then W, s Q e^G and gamma (read by the dS update). The previous
     // iteration ended with a barrier.
@@ -250,15 +210,11 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
     // A_qk and Kbar are read: the previous chunk's arriving while this one finishes.
     if (ch - 1 >= seg.chunk_begin) load_akb(ch - 1);
 
-      // dS <- Diag(gamma) dS + (s Q e^G)^T dO - W^T dVnew.
+    // dS <- Diag(gamma) dS + (s Q e^G)^T dO - W^T dVnew.
+    dS.ScaleRows(gam);
 #pragma unroll
     for (int mi = 0; mi < kMT; ++mi) {
       const int d0 = warp * (KD / 4) + 16 * mi;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dS[mi][nt][e] *= gam[d0 + g8 + (e >> 1) * 8];
-      }
 #pragma unroll
       for (int kt = 0; kt < kChunk / 16; ++kt) {
         uint32_t fw[4];
@@ -267,7 +223,7 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
         for (int nt = 0; nt < kNT; ++nt) {
           uint32_t fb[2];
           LoadFragBT(fb, vt + 8 * nt * ST, ST, 16 * kt);
-          MmaBf16(dS[mi][nt], fw, fb);
+          MmaBf16(dS.x[mi][nt], fw, fb);
         }
         if (!transition) {
           uint32_t fq[4];
@@ -276,28 +232,17 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
           for (int nt = 0; nt < kNT; ++nt) {
             uint32_t fb[2];
             LoadFragB(fb, dos, SU, 16 * kt, 8 * nt);
-            MmaBf16(dS[mi][nt], fq, fb);
+            MmaBf16(dS.x[mi][nt], fq, fb);
           }
         }
       }
     }
     __syncthreads();
-    store_s();
+    dS.StoreTransposedBf16(ss, SK);
   }
 
   if (seg.state_out != nullptr) {
-#pragma unroll
-    for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8,
-                    c = 8 * nt + 2 * t4 + (e & 1);
-          seg.state_out[(static_cast<int64_t>(h) * KD + d) * p.out_ld + v0 + c] = dS[mi][nt][e];
-        }
-      }
-    }
+    dS.StoreF32(seg.state_out + static_cast<int64_t>(h) * KD * p.out_ld + v0, p.out_ld);
   }
 }
 

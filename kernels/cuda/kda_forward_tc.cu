@@ -35,6 +35,7 @@
 #include "kernels/cuda/kda_mma.cuh"
 #include "kernels/cuda/kda_tc_chunk_load.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
+#include "kernels/cuda/kda_tc_state_slice.cuh"
 
 namespace orrery::kernels::cuda {
 namespace {
@@ -405,8 +406,7 @@ template <int KD>
 __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p) {
   using L = PassSmem<KD>;
   constexpr int SK = L::kSK, SU = L::kSU, ST = kTileStrideA;
-  constexpr int kMT = KD / 64;      // 16-row tiles of S per warp
-  constexpr int kNT = kSliceV / 8;  // 8-column tiles of the slice
+  constexpr int kMT = StateSlice<KD>::kMT, kNT = StateSlice<KD>::kNT;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);   // W        [64][SK]
   bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);   // Q~       [64][SK]
@@ -424,40 +424,13 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
   const bool write_o = p.o != nullptr && !transition;
   const SegmentDesc seg = p.segments[blockIdx.x];
 
-  // S: warp w owns rows d = w * KD / 4 + 16 mi + {g8, g8 + 8}, columns 8 nt + 2 t4 + {0, 1}.
-  float S[kMT][kNT][4];
-#pragma unroll
-  for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4 + (e & 1);
-        float x = 0.0f;
-        if (transition) {
-          x = d == v0 - vd + c ? 1.0f : 0.0f;
-        } else if (seg.state_in != nullptr) {
-          x = seg.state_in[(static_cast<int64_t>(h) * KD + d) * p.in_ld + v0 + c];
-        }
-        S[mi][nt][e] = x;
-      }
-    }
-  }
-  auto store_s = [&] {
-#pragma unroll
-    for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8,
-                    c = 8 * nt + 2 * t4 + (e & 1);
-          ss[c * SK + d] = __float2bfloat16(S[mi][nt][e]);
-        }
-      }
-    }
-  };
-  store_s();
+  // S: the slice this block carries (kda_tc_state_slice.cuh).
+  StateSlice<KD> S;
+  S.Init(transition, v0 - vd,
+         seg.state_in != nullptr ? seg.state_in + static_cast<int64_t>(h) * KD * p.in_ld + v0
+                                 : nullptr,
+         p.in_ld);
+  S.StoreTransposedBf16(ss, SK);
   // Stage one of a chunk's copies: W and U (what Vnew = U - W S reads first).
   auto load_wu = [&](int64_t ch) {
     const int64_t tile = ch * heads + h;
@@ -475,20 +448,7 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
 
   for (int64_t ch = seg.chunk_begin; ch < seg.chunk_end; ++ch) {
     const int64_t tile = ch * heads + h;
-    if (p.h_out != nullptr && !transition) {
-#pragma unroll
-      for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; e += 2) {
-            const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
-            *reinterpret_cast<uint32_t*>(p.h_out + (tile * KD + d) * vd + v0 + c) =
-                PackBf16(S[mi][nt][e], S[mi][nt][e + 1]);
-          }
-        }
-      }
-    }
+    if (p.h_out != nullptr && !transition) S.StoreBf16(p.h_out + tile * KD * vd + v0, vd);
     // The chunk's other operands; W and U are already on their way (issued for this chunk
     // while the previous one finished). The previous iteration ended with a barrier.
     for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
@@ -581,14 +541,10 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
     }
 
     // S <- Diag(gamma) S + Kbar^T Vnew.
+    S.ScaleRows(gam);
 #pragma unroll
     for (int mi = 0; mi < kMT; ++mi) {
       const int d0 = warp * (KD / 4) + 16 * mi;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) S[mi][nt][e] *= gam[d0 + g8 + (e >> 1) * 8];
-      }
 #pragma unroll
       for (int kt = 0; kt < kChunk / 16; ++kt) {
         uint32_t fa[4];
@@ -597,27 +553,16 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
         for (int nt = 0; nt < kNT; ++nt) {
           uint32_t fb[2];
           LoadFragBT(fb, vt + 8 * nt * ST, ST, 16 * kt);
-          MmaBf16(S[mi][nt], fa, fb);
+          MmaBf16(S.x[mi][nt], fa, fb);
         }
       }
     }
     __syncthreads();
-    store_s();
+    S.StoreTransposedBf16(ss, SK);
   }
 
   if (seg.state_out != nullptr) {
-#pragma unroll
-    for (int mi = 0; mi < kMT; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int d = warp * (KD / 4) + 16 * mi + g8 + (e >> 1) * 8,
-                    c = 8 * nt + 2 * t4 + (e & 1);
-          seg.state_out[(static_cast<int64_t>(h) * KD + d) * p.out_ld + v0 + c] = S[mi][nt][e];
-        }
-      }
-    }
+    S.StoreF32(seg.state_out + static_cast<int64_t>(h) * KD * p.out_ld + v0, p.out_ld);
   }
 }
 

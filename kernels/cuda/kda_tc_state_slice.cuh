@@ -1,0 +1,106 @@
+// The K x 64 slice of the state S (forward) or of its gradient dS (backward) that a state-pass
+// block of 4 warps holds in fp32 MMA accumulators (kda_forward_tc.cu, kda_backward_tc.cu): warp w
+// owns rows d = w K / 4 + 16 mi + {g8, g8 + 8} and columns 8 nt + 2 t4 + {0, 1}
+// (g8 = lane / 4, t4 = lane % 4; the m16n8 accumulator layout of kda_mma.cuh).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/kda_mma.cuh"
+#include "kernels/cuda/kda_tc_layout.cuh"
+
+namespace orrery::kernels::cuda {
+
+template <int KD>
+struct StateSlice {
+  static constexpr int kMT = KD / 64;        // 16-row tiles per warp
+  static constexpr int kNT = kTcSliceV / 8;  // 8-column tiles of the slice
+  float x[kMT][kNT][4];
+
+  __device__ static int Row(int mi, int e) {
+    const int lane = threadIdx.x & 31;
+    return (threadIdx.x >> 5) * (KD / 4) + 16 * mi + (lane >> 2) + (e >> 1) * 8;
+  }
+  __device__ static int Col(int nt, int e) {
+    return 8 * nt + 2 * ((threadIdx.x & 31) & 3) + (e & 1);
+  }
+
+  // Transition slices (the K x K transition's columns identity_col0 .. + 63) start as the
+  // identity's columns; others as in[d * ld + c] (fp32), or zeros when `in` is null.
+  __device__ void Init(bool transition, int identity_col0, const float* in, int64_t ld) {
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int d = Row(mi, e), c = Col(nt, e);
+          float v = 0.0f;
+          if (transition) {
+            v = d == identity_col0 + c ? 1.0f : 0.0f;
+          } else if (in != nullptr) {
+            v = in[d * ld + c];
+          }
+          x[mi][nt][e] = v;
+        }
+      }
+    }
+  }
+
+  // The slice transposed and rounded to bf16 in shared memory: st[c * stride + d] (the MMAs' B
+  // operand).
+  __device__ void StoreTransposedBf16(__nv_bfloat16* st, int stride) const {
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          st[Col(nt, e) * stride + Row(mi, e)] = __float2bfloat16(x[mi][nt][e]);
+      }
+    }
+  }
+
+  // bf16 to out[d * ld + c], two adjacent columns per store.
+  __device__ void StoreBf16(__nv_bfloat16* out, int64_t ld) const {
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          *reinterpret_cast<uint32_t*>(out + Row(mi, e) * ld + Col(nt, e)) =
+              PackBf16(x[mi][nt][e], x[mi][nt][e + 1]);
+        }
+      }
+    }
+  }
+
+  // fp32 to out[d * ld + c].
+  __device__ void StoreF32(float* out, int64_t ld) const {
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out[Row(mi, e) * ld + Col(nt, e)] = x[mi][nt][e];
+      }
+    }
+  }
+
+  // Row d scaled by gamma[d] (the chunk's decay, Diag(gamma) S).
+  __device__ void ScaleRows(const float* gamma) {
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[mi][nt][e] *= gamma[Row(mi, e)];
+      }
+    }
+  }
+};
+
+}  // namespace orrery::kernels::cuda
