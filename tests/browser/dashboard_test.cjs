@@ -1,7 +1,7 @@
 // Browser test of the dashboard: `orrery dashboard --run <recorded run>` serves the fixture,
 // Debian's chromium (driven by playwright-core) loads the page, and the test checks that
 //   - the page logs no console error and throws no exception,
-//   - every chart of every panel (Reward, Rollout, Learner, Routing, Fleet) has data and draws
+//   - every chart of every panel (Pretraining, Reward, Rollout, Learner, Routing, Fleet) has data and draws
 //     non-blank pixels,
 //   - the routing heatmap has layers x experts cells,
 //   - the fleet table lists every actor,
@@ -16,7 +16,7 @@ const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
 
-const PANELS = ["reward", "rollout", "learner", "routing", "fleet"];
+const PANELS = ["pretrain", "reward", "rollout", "learner", "routing", "fleet"];
 const CHROMIUM = "/usr/bin/chromium";
 const SKIP = 77;
 

@@ -1,5 +1,5 @@
 // Orrery dashboard: polls the hub's JSON API (/api/series, /api/query, /api/actors) and draws the
-// Reward, Rollout, Learner, Routing and Fleet panels. Metric names are agreed in
+// Pretraining, Reward, Rollout, Learner, Routing and Fleet panels. Metric names are agreed in
 // docs/dashboard.md; a '*' in a chart's series matches one '/'-separated segment.
 import uPlot from "uplot";
 
@@ -11,6 +11,14 @@ const FLEET_STATES = ["starting", "running", "restarting", "stopped", "failed"];
 // Each chart: panel, title, the series it draws (names or patterns), and optionally kind "bars"
 // (the latest array as a histogram).
 const CHARTS = [
+  { panel: "pretrain", id: "pretrain-loss", title: "Loss: training and held-out",
+    series: ["loss", "eval_loss"] },
+  { panel: "pretrain", id: "pretrain-ctx", title: "Context length of the stage (tokens)",
+    series: ["seq_len"] },
+  { panel: "pretrain", id: "pretrain-lr", title: "Learning rate", series: ["lr"] },
+  { panel: "pretrain", id: "pretrain-tps", title: "Training throughput (tokens/s)",
+    series: ["tokens_per_second"] },
+  { panel: "pretrain", id: "pretrain-grad", title: "Gradient norm", series: ["grad_norm"] },
   { panel: "reward", id: "reward-mean", title: "Mean reward (all and per environment)",
     series: ["reward/mean", "reward/env/*/mean"] },
   { panel: "reward", id: "reward-pass", title: "Pass rate (all and per environment)",
