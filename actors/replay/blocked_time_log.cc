@@ -8,7 +8,10 @@ void BlockedTimeLog::Add(const BlockedCall& call) {
   std::lock_guard<std::mutex> lock(mu_);
   const int op = static_cast<int>(call.op);
   ++calls_[op];
-  if (call.blocked_seconds > 0) ++blocked_calls_[op];
+  if (call.blocked_seconds > 0) {
+    ++blocked_calls_[op];
+    blocked_seconds_[op] += call.blocked_seconds;
+  }
   if (ring_.size() < capacity_) {
     ring_.push_back(call);
   } else {
@@ -22,6 +25,7 @@ BlockedStats BlockedTimeLog::Stats(BlockedOp op) const {
   BlockedStats stats;
   stats.calls = calls_[static_cast<int>(op)];
   stats.blocked_calls = blocked_calls_[static_cast<int>(op)];
+  stats.blocked_seconds_total = blocked_seconds_[static_cast<int>(op)];
   std::vector<double> ms;
   for (const BlockedCall& c : ring_) {
     if (c.op == op) ms.push_back(c.blocked_seconds * 1e3);

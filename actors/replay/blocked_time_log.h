@@ -20,6 +20,7 @@ struct BlockedCall {
 struct BlockedStats {
   int64_t calls = 0;                          // every call since the table opened
   int64_t blocked_calls = 0;                  // calls that waited at all
+  double blocked_seconds_total = 0;           // their waits summed, since the table opened
   double p50_ms = 0, p99_ms = 0, max_ms = 0;  // over the calls still in the ring
 };
 
@@ -38,6 +39,7 @@ class BlockedTimeLog {
   std::vector<BlockedCall> ring_;
   int64_t calls_[2] = {0, 0};
   int64_t blocked_calls_[2] = {0, 0};
+  double blocked_seconds_[2] = {0, 0};
 };
 
 }  // namespace orrery::replay

@@ -43,6 +43,8 @@ void FillTableInfo(const TableInfo& info, schema::TableInfo::Builder out) {
   out.setSampleBlockedCalls(info.sample_blocked.blocked_calls);
   out.setSampleBlockedMsP50(info.sample_blocked.p50_ms);
   out.setSampleBlockedMsP99(info.sample_blocked.p99_ms);
+  out.setInsertBlockedSecondsTotal(info.insert_blocked.blocked_seconds_total);
+  out.setSampleBlockedSecondsTotal(info.sample_blocked.blocked_seconds_total);
 }
 
 TableInfo ReadTableInfo(schema::TableInfo::Reader in) {
@@ -80,6 +82,8 @@ TableInfo ReadTableInfo(schema::TableInfo::Reader in) {
   info.sample_blocked.blocked_calls = in.getSampleBlockedCalls();
   info.sample_blocked.p50_ms = in.getSampleBlockedMsP50();
   info.sample_blocked.p99_ms = in.getSampleBlockedMsP99();
+  info.insert_blocked.blocked_seconds_total = in.getInsertBlockedSecondsTotal();
+  info.sample_blocked.blocked_seconds_total = in.getSampleBlockedSecondsTotal();
   return info;
 }
 

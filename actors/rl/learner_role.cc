@@ -225,9 +225,9 @@ class LearnerRank {
     return metrics_->Publish(r);
   }
 
-  // replay/table/* series (docs/dashboard.md) from the store's Info: size, stale evictions, and
-  // insert/sample rates over the interval since the previous update. A store that does not
-  // answer only leaves them out of this record.
+  // replay/table/* series (docs/dashboard.md) from the store's Info: size, stale evictions,
+  // rate-limiter blocked time, and insert/sample rates over the interval since the previous
+  // update. A store that does not answer only leaves them out of this record.
   void AddReplayTableMetrics(MetricRecord& r) {
     StatusOr<std::vector<replay::TableInfo>> tables = replay_->Info();
     if (!tables.ok()) return;
@@ -238,6 +238,9 @@ class LearnerRank {
       r.scalars[prefix + "stale_evicted_total"] = static_cast<double>(t.stale_evicted);
       r.scalars[prefix + "inserts_total"] = static_cast<double>(t.counters.inserts);
       r.scalars[prefix + "samples_total"] = static_cast<double>(t.counters.samples);
+      // Seconds inserts and samples spent waiting on the table's rate limiter, cumulative.
+      r.scalars[prefix + "blocked_seconds_total"] =
+          t.insert_blocked.blocked_seconds_total + t.sample_blocked.blocked_seconds_total;
       auto previous = table_counters_.find(t.options.name);
       if (previous != table_counters_.end() && now > previous->second.time) {
         const double dt = now - previous->second.time;

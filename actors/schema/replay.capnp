@@ -117,6 +117,8 @@ struct TableInfo {
   sampleBlockedCalls @22 :Int64;
   sampleBlockedMsP50 @23 :Float64;
   sampleBlockedMsP99 @24 :Float64;
+  insertBlockedSecondsTotal @25 :Float64;
+  sampleBlockedSecondsTotal @26 :Float64;
 }
 
 # --- Records kept in RocksDB (key layout in actors/replay/records.h) ---

@@ -79,6 +79,10 @@ TEST(TableTest, QueueSamplesEachItemOnceInOrderAndBlocksWhenFull) {
             StatusCode::kDeadlineExceeded);
   MustInsert(*t, MakeItem(3));
   EXPECT_EQ(t->Info().sample_blocked.calls, 2);
+  // The waits are summed: the insert and the sample that waited until their deadlines (20 and
+  // 10 ms) at least.
+  EXPECT_GE(t->Info().insert_blocked.blocked_seconds_total, 0.015);
+  EXPECT_GE(t->Info().sample_blocked.blocked_seconds_total, 0.008);
 }
 
 TEST(TableTest, MaxTimesSampledDeletes) {
