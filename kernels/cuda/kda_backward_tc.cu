@@ -71,36 +71,18 @@ struct RevParams {
 };
 
 template <int KD>
-struct RevSmem {
-  static constexpr int kSK = KD + 8;
-  static constexpr int kSU = kSliceV + 8;
-  static constexpr size_t kW = 0;
-  static constexpr size_t kQ = kW + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kKb = kQ + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kDo = kKb + sizeof(bf16) * KD * kST;
-  static constexpr size_t kA = kDo + sizeof(bf16) * kChunk * kSU;
-  static constexpr size_t kS = kA + sizeof(bf16) * kChunk * kST;
-  static constexpr size_t kVt = kS + sizeof(bf16) * kSliceV * kSK;
-  static constexpr size_t kGam = kVt + sizeof(bf16) * kSliceV * kST;
-  static constexpr size_t kBytes = kGam + sizeof(float) * KD;
-  static_assert(kQ % 16 == 0 && kKb % 16 == 0 && kDo % 16 == 0 && kA % 16 == 0 && kS % 16 == 0 &&
-                    kVt % 16 == 0 && kGam % 16 == 0,
-                "16-byte aligned regions");
-};
-
-template <int KD>
 __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevParams p) {
-  using L = RevSmem<KD>;
+  using L = StatePassSmem<KD>;
   constexpr int SK = L::kSK, SU = L::kSU, ST = kST;
   constexpr int kMT = StateSlice<KD>::kMT, kNT = StateSlice<KD>::kNT;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);    // W          [64][SK]
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);    // s Q e^G    [64][SK]
-  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);   // Kbar^T     [K][ST]
-  bf16* dos = reinterpret_cast<bf16*>(smem + L::kDo);  // dO slice   [64][SU]
-  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);    // A_qk       [64][ST]
-  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);    // dS^T bf16  [64 cols][SK]
-  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);   // -dVnew^T   [64 cols][ST]
+  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);       // W          [64][SK]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);       // s Q e^G    [64][SK]
+  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);      // Kbar^T     [K][ST]
+  bf16* dos = reinterpret_cast<bf16*>(smem + L::kSlice);  // dO slice   [64][SU]
+  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);       // A_qk       [64][ST]
+  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);       // dS^T bf16  [64 cols][SK]
+  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);      // -dVnew^T   [64 cols][ST]
   float* gam = reinterpret_cast<float*>(smem + L::kGam);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
@@ -975,7 +957,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   rev.dh = nullptr;
   rev.heads = static_cast<int>(heads);
   rev.vd = VD;
-  const size_t rev_smem = RevSmem<KD>::kBytes;
+  const size_t rev_smem = StatePassSmem<KD>::kBytes;
   ORRERY_RETURN_IF_ERROR(AllowSmem(KdaReverseStatePassKernel<KD>, rev_smem));
   Tensor pass1_dev, seq_seg_dev;
   if (split && !pass1.empty()) {

@@ -385,36 +385,18 @@ struct PassParams {
 };
 
 template <int KD>
-struct PassSmem {
-  static constexpr int kSK = KD + 8;
-  static constexpr int kSU = kSliceV + 8;
-  static constexpr size_t kW = 0;
-  static constexpr size_t kQ = kW + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kKb = kQ + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kU = kKb + sizeof(bf16) * KD * kTileStrideA;
-  static constexpr size_t kA = kU + sizeof(bf16) * kChunk * kSU;
-  static constexpr size_t kS = kA + sizeof(bf16) * kChunk * kTileStrideA;
-  static constexpr size_t kVt = kS + sizeof(bf16) * kSliceV * kSK;
-  static constexpr size_t kGam = kVt + sizeof(bf16) * kSliceV * kTileStrideA;
-  static constexpr size_t kBytes = kGam + sizeof(float) * KD;
-  static_assert(kQ % 16 == 0 && kKb % 16 == 0 && kU % 16 == 0 && kA % 16 == 0 && kS % 16 == 0 &&
-                    kVt % 16 == 0 && kGam % 16 == 0,
-                "16-byte aligned regions");
-};
-
-template <int KD>
 __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p) {
-  using L = PassSmem<KD>;
+  using L = StatePassSmem<KD>;
   constexpr int SK = L::kSK, SU = L::kSU, ST = kTileStrideA;
   constexpr int kMT = StateSlice<KD>::kMT, kNT = StateSlice<KD>::kNT;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);   // W        [64][SK]
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);   // Q~       [64][SK]
-  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);  // Kbar^T   [K][ST]
-  bf16* us = reinterpret_cast<bf16*>(smem + L::kU);   // U slice  [64][SU]
-  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);   // A_qk     [64][ST]
-  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);   // S^T bf16 [64 cols][SK]
-  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);  // Vnew^T   [64 cols][ST]
+  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);      // W        [64][SK]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);      // Q~       [64][SK]
+  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);     // Kbar^T   [K][ST]
+  bf16* us = reinterpret_cast<bf16*>(smem + L::kSlice);  // U slice  [64][SU]
+  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);      // A_qk     [64][ST]
+  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);      // S^T bf16 [64 cols][SK]
+  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);     // Vnew^T   [64 cols][ST]
   float* gam = reinterpret_cast<float*>(smem + L::kGam);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
@@ -770,7 +752,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   pass.vnew_out = nullptr;
   pass.heads = static_cast<int>(heads);
   pass.vd = VD;
-  const size_t pass_smem = PassSmem<KD>::kBytes;
+  const size_t pass_smem = StatePassSmem<KD>::kBytes;
   ORRERY_RETURN_IF_ERROR(CudaCheck(
       cudaFuncSetAttribute(KdaStatePassKernel<KD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(pass_smem)),

@@ -13,6 +13,27 @@
 
 namespace orrery::kernels::cuda {
 
+// Shared memory of a state-pass block (both directions), per chunk: W and s Q e^G [64][K + 8],
+// Kbar^T [K][72], the chunk's 64-column slice of U (forward) or dO (backward) [64][72], A_qk
+// [64][72], the slice transposed in bf16 [64][K + 8], Vnew^T or -dVnew^T [64][72], gamma [K] f32.
+template <int KD>
+struct StatePassSmem {
+  static constexpr int kSK = KD + 8;
+  static constexpr int kSU = kTcSliceV + 8;
+  static constexpr size_t kW = 0;
+  static constexpr size_t kQ = kW + sizeof(__nv_bfloat16) * kTcChunk * kSK;
+  static constexpr size_t kKb = kQ + sizeof(__nv_bfloat16) * kTcChunk * kSK;
+  static constexpr size_t kSlice = kKb + sizeof(__nv_bfloat16) * KD * kTileStrideA;
+  static constexpr size_t kA = kSlice + sizeof(__nv_bfloat16) * kTcChunk * kSU;
+  static constexpr size_t kS = kA + sizeof(__nv_bfloat16) * kTcChunk * kTileStrideA;
+  static constexpr size_t kVt = kS + sizeof(__nv_bfloat16) * kTcSliceV * kSK;
+  static constexpr size_t kGam = kVt + sizeof(__nv_bfloat16) * kTcSliceV * kTileStrideA;
+  static constexpr size_t kBytes = kGam + sizeof(float) * KD;
+  static_assert(kQ % 16 == 0 && kKb % 16 == 0 && kSlice % 16 == 0 && kA % 16 == 0 && kS % 16 == 0 &&
+                    kVt % 16 == 0 && kGam % 16 == 0,
+                "16-byte aligned regions");
+};
+
 template <int KD>
 struct StateSlice {
   static constexpr int kMT = KD / 64;        // 16-row tiles per warp
