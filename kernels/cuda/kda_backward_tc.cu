@@ -833,18 +833,6 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
-StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& device) {
-  Tensor t = Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v);
-  return t.To(device);
-}
-
-template <typename Kernel>
-Status AllowSmem(Kernel kernel, size_t bytes) {
-  return CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)),
-                   "cudaFuncSetAttribute");
-}
-
 // A forward record the caller kept must describe this problem: its chunks and tensor shapes.
 Status CheckKept(const KdaProblem& p, const KdaTcSaved& kept, int64_t kd, int64_t vd) {
   int64_t chunks = 0;

@@ -6,14 +6,30 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace orrery::kernels::cuda {
 
 inline Status CudaCheck(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::OK();
   return InternalError(std::string("kda cuda: ") + what + ": " + cudaGetErrorString(err));
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (past the 48 KB default).
+template <typename Kernel>
+Status AllowSmem(Kernel kernel, size_t bytes) {
+  return CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)),
+                   "cudaFuncSetAttribute");
+}
+
+// A host table (chunk and segment descriptors) as an i64 tensor on `device`.
+inline StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& device) {
+  Tensor t = Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v);
+  return t.To(device);
 }
 
 __device__ __forceinline__ float LoadF(const float* p) { return *p; }

@@ -605,11 +605,6 @@ __global__ void __launch_bounds__(kCombineThreads) KdaSegmentCombineKernel(Combi
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
-StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& device) {
-  Tensor t = Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v);
-  return t.To(device);
-}
-
 template <int KD, int VD, typename GIn>
 Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning, KdaOutputs* out,
              KdaTcSaved* saved, const KdaInputTransforms* fused) {
@@ -730,10 +725,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     const size_t smem = PrepSmem<KD, VD>::kBytes;
     auto kernel = fused != nullptr ? KdaChunkPrepKernel<KD, VD, GIn, true>
                                    : KdaChunkPrepKernel<KD, VD, GIn, false>;
-    ORRERY_RETURN_IF_ERROR(
-        CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)),
-                  "cudaFuncSetAttribute"));
+    ORRERY_RETURN_IF_ERROR(AllowSmem(kernel, smem));
     kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads)), kPrepThreads,
              smem>>>(pp);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "chunk prep kernel launch"));
@@ -753,10 +745,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   pass.heads = static_cast<int>(heads);
   pass.vd = VD;
   const size_t pass_smem = StatePassSmem<KD>::kBytes;
-  ORRERY_RETURN_IF_ERROR(CudaCheck(
-      cudaFuncSetAttribute(KdaStatePassKernel<KD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(pass_smem)),
-      "cudaFuncSetAttribute"));
+  ORRERY_RETURN_IF_ERROR(AllowSmem(KdaStatePassKernel<KD>, pass_smem));
   Tensor pass1_dev, seq_seg_dev;
   if (split && !pass1.empty()) {
     ORRERY_ASSIGN_OR_RETURN(pass1_dev, Upload(pass1, dev));
@@ -857,10 +846,7 @@ Status LaunchKdaSegmentCombine(int64_t kd, int64_t vd, int64_t n_seq, int64_t he
   cp.vd = static_cast<int>(vd);
   const size_t smem = sizeof(float) * (kd * kd + kd * kCombineCols);
   auto kernel = kd == 128 ? KdaSegmentCombineKernel<128> : KdaSegmentCombineKernel<64>;
-  ORRERY_RETURN_IF_ERROR(
-      CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)),
-                "cudaFuncSetAttribute"));
+  ORRERY_RETURN_IF_ERROR(AllowSmem(kernel, smem));
   kernel<<<dim3(static_cast<unsigned>(n_seq * heads), static_cast<unsigned>(vd / kCombineCols)),
            kCombineThreads, smem>>>(cp);
   return CudaCheck(cudaGetLastError(), "segment combine launch");
