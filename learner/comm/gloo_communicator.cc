@@ -8,6 +8,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 
 #include <chrono>
 #include <exception>
@@ -90,6 +91,16 @@ class GlooCommunicator : public Communicator {
   Status broken_;
 };
 
+// A write to a socket whose peer is gone must fail with EPIPE (which Gloo turns into an
+// exception, and Guard into a status) instead of killing the process.
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current = {};
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& o) {
@@ -104,6 +115,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions
   if (ec) {
     return IoError("gloo: cannot create store directory " + o.store_dir + ": " + ec.message());
   }
+  IgnoreSigpipeUnlessHandled();
   const auto timeout = std::chrono::milliseconds(o.timeout_ms);
   try {
     gloo::transport::tcp::attr attr;

@@ -22,6 +22,11 @@ struct GlooOptions {
 };
 
 // Blocks until every rank has joined (or the timeout passes: DeadlineExceeded).
+//
+// Gloo's TCP transport writes to its sockets with writev, which raises SIGPIPE when a peer has
+// died; so that a dead peer becomes an Unavailable status on the next collective rather than the
+// death of this process too, the first call sets SIGPIPE to SIG_IGN unless the process already
+// installed a handler of its own (a handler other than SIG_DFL is left as it is).
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options);
 
 }  // namespace orrery::comm

@@ -1,6 +1,7 @@
 // Communicators: the single-rank identity, and Gloo with two ranks as two real processes meeting
 // through a FileStore directory over TCP on 127.0.0.1.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -112,6 +113,30 @@ TEST(RlComm, GlooPeerDeathIsAnErrorNotAHang) {
     if (s.ok()) return 30;
     // Later collectives fail at once with the same error.
     if ((*comm)->Barrier().ok()) return 31;
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+  std::filesystem::remove_all(dir);
+}
+
+void NoteSigpipe(int) {}
+
+// A peer that dies mid-collective makes Gloo's next socket write raise SIGPIPE: the communicator
+// must leave the process alive (SIG_IGN) so the write fails as a status, yet keep a handler the
+// process installed itself.
+TEST(RlComm, GlooIgnoresSigpipeButKeepsTheProcessHandler) {
+  const std::string dir = TempDir("orrery-gloo-sigpipe");
+  auto codes = RunRanks(2, [&](int child) -> int {
+    if (child == 1) signal(SIGPIPE, NoteSigpipe);
+    GlooOptions o;
+    o.store_dir = dir;
+    o.generation = std::to_string(child);
+    auto comm = CreateGlooCommunicator(o);
+    if (!comm.ok()) return 10;
+    struct sigaction now = {};
+    if (sigaction(SIGPIPE, nullptr, &now) != 0) return 11;
+    if (child == 0 && now.sa_handler != SIG_IGN) return 12;
+    if (child == 1 && now.sa_handler != NoteSigpipe) return 13;
     return 0;
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
