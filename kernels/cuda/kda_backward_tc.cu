@@ -171,12 +171,13 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
         }
       }
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
+      for (int nt = 0; nt < kNT; nt += 2) {
+        const float n0[4] = {-acc[nt][0], -acc[nt][1], -acc[nt][2], -acc[nt][3]};
+        const float n1[4] = {-acc[nt + 1][0], -acc[nt + 1][1], -acc[nt + 1][2], -acc[nt + 1][3]};
+        StoreTileTransposedBf16(n0, n1, vt + 8 * nt * ST + 16 * warp, ST);
+      }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4 + (e & 1);
-          vt[c * ST + r] = __float2bfloat16(-acc[nt][e]);
-        }
+      for (int nt = 0; nt < kNT; ++nt) {
         if (p.dvnew != nullptr && !transition) {
 #pragma unroll
           for (int e = 0; e < 4; e += 2) {
@@ -258,9 +259,10 @@ struct VSideSmem {
   static constexpr size_t kT = kDh + sizeof(bf16) * KD * kSV;
   static constexpr size_t kBeta = kT + sizeof(bf16) * kChunk * kST;
   static constexpr size_t kDb = kBeta + sizeof(float) * kChunk;
-  static constexpr size_t kBytes = kDb + sizeof(float) * 2 * kChunk;
+  static constexpr size_t kGam = kDb + sizeof(float) * 2 * kChunk;
+  static constexpr size_t kBytes = kGam + sizeof(float) * KD;
   static_assert(kVn % 16 == 0 && kDvn % 16 == 0 && kV % 16 == 0 && kH % 16 == 0 && kDh % 16 == 0 &&
-                    kT % 16 == 0 && kBeta % 16 == 0,
+                    kT % 16 == 0 && kBeta % 16 == 0 && kGam % 16 == 0,
                 "16-byte aligned regions");
 };
 
@@ -277,7 +279,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
   bf16* dhs = reinterpret_cast<bf16*>(smem + L::kDh);   // dh     [K][SV]
   bf16* ts = reinterpret_cast<bf16*>(smem + L::kT);     // T      [64][ST]
   float* bs = reinterpret_cast<float*>(smem + L::kBeta);
-  float* dbs = reinterpret_cast<float*>(smem + L::kDb);  // [2][64] dbeta halves
+  float* dbs = reinterpret_cast<float*>(smem + L::kDb);   // [2][64] dbeta halves
+  float* gam = reinterpret_cast<float*>(smem + L::kGam);  // gamma [K]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, heads = p.heads;
@@ -307,6 +310,9 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
     const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
     CpAsync16(ts + r * ST + c, p.tinv + (tile * kChunk + r) * kChunk + c);
   }
+  // gamma with the rest: read inside the dG_C loop below, a global load there waits in full.
+  for (int i = tid; i < KD / 4; i += kChunkThreads)
+    CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
   if (tid < kChunk) bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
   CpAsyncWaitAll();
   __syncthreads();
@@ -446,7 +452,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
       acc += __bfloat162float(hs[d * SV + c]) * __bfloat162float(dhs[d * SV + c]);
     }
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) p.dgc[tile * KD + d] = p.gamma[tile * KD + d] * acc;
+    if (lane == 0) p.dgc[tile * KD + d] = gam[d] * acc;
   }
   __syncthreads();
   if (tid < kChunk) p.dbeta_v[row_base + tid] = dbs[tid] + dbs[kChunk + tid];
@@ -735,6 +741,33 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
         MmaBf16(js[nt], fak, xkl);
       }
     }
+    // A diagonal tile past kMaxTileSpan: its pairwise terms in fp32 with exponents <= 0, for
+    // the block's 16 elements in one loop (one copy of this code, not one per unrolled element
+    // below: those copies overflowed the instruction cache). fb is read only on this path.
+    float fb[3][16];
+    if (!mma_diag) {
+#pragma unroll 1
+      for (int i = 0; i < 16; ++i) {
+        const int e = i & 3;
+        const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * (i >> 2) + 2 * t4 + (e & 1);
+        const float gr = G[r * SG + d];
+        float sq = 0.0f, sk = 0.0f, sj = 0.0f;
+        for (int j = ref; j <= r; ++j) {
+          const float kj = __bfloat162float(ks[j * SK + d]) * Exp2Ftz(gr - G[j * SG + d]);
+          sq += __bfloat162float(aqs[r * ST + j]) * kj;
+          sk += __bfloat162float(aks[r * ST + j]) * kj;
+        }
+        for (int rr = r; rr <= mref; ++rr) {
+          const float ex = Exp2Ftz(G[rr * SG + d] - gr);
+          sj += (__bfloat162float(aqs[rr * ST + r]) * __bfloat162float(qs[rr * SK + d]) +
+                 __bfloat162float(aks[rr * ST + r]) * bs[rr] * __bfloat162float(ks[rr * SK + d])) *
+                ex;
+        }
+        fb[0][i] = sq;
+        fb[1][i] = sk;
+        fb[2][i] = sj;
+      }
+    }
     // Element-wise terms and the outputs.
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
@@ -746,19 +779,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
         float dqp = Exp2Ftz(gr - G[ref * SG + d]) * pq[nt][e];
         float pkv = Exp2Ftz(gr - G[ref * SG + d]) * pk[nt][e];
         float dkj = Exp2Ftz(G[mref * SG + d] - gr) * js[nt][e];
-        if (!mma_diag) {  // the diagonal tile pairwise, exponents <= 0
-          for (int j = ref; j <= r; ++j) {
-            const float kj = __bfloat162float(ks[j * SK + d]) * Exp2Ftz(gr - G[j * SG + d]);
-            dqp += __bfloat162float(aqs[r * ST + j]) * kj;
-            pkv += __bfloat162float(aks[r * ST + j]) * kj;
-          }
-          for (int rr = r; rr <= mref; ++rr) {
-            const float ex = Exp2Ftz(G[rr * SG + d] - gr);
-            dkj +=
-                (__bfloat162float(aqs[rr * ST + r]) * __bfloat162float(qs[rr * SK + d]) +
-                 __bfloat162float(aks[rr * ST + r]) * bs[rr] * __bfloat162float(ks[rr * SK + d])) *
-                ex;
-          }
+        if (!mma_diag) {
+          dqp += fb[0][4 * nt + e];
+          pkv += fb[1][4 * nt + e];
+          dkj += fb[2][4 * nt + e];
         }
         const float qv = __bfloat162float(qs[r * SK + d]), kv = __bfloat162float(ks[r * SK + d]);
         const float br = bs[r];

@@ -1,10 +1,11 @@
 // KDA chunked forward on tensor cores (spec §2.4-§2.6): bf16 operands, fp32 accumulation and
 // fp32 state. Three stages, every product a bf16 `mma.sync.m16n8k16` except the 64x64
-// triangular solve:
+// triangular solve (fp32 substitution, then tf32 MMAs on split fp32 operands):
 //
 // 1. KdaChunkPrepKernel, one block per (64-token chunk, head), all chunks at once: the gate's
 //    chunk-local cumsum G (log2), the intra-chunk A_qk and A_kk in 16x16 tiles, T = (I + A_kk)^-1
-//    (fp32 forward substitution on the 16-blocks, then the off-diagonal blocks level by level),
+//    (kda_tc_unit_lower_inverse.cuh: the diagonal 16-blocks by forward substitution in registers,
+//    the blocks below them level by level as tf32 MMAs with fp32-grade split operands),
 //    W = T (beta K e^G), U = T (beta V), Q~ = s Q e^G, Kbar^T = (K e^{G_C - G})^T, gamma = e^{G_C}.
 //    Tile (a, b) of A_qk / A_kk (row sub-tile a >= column sub-tile b) is X_a Y_b^T with the
 //    reference row n_a = the first row of sub-tile a: X_a = Q_a e^{G_a - G_{n_a}} (exponent <= 0)
@@ -36,6 +37,7 @@
 #include "kernels/cuda/kda_tc_chunk_load.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
 #include "kernels/cuda/kda_tc_state_slice.cuh"
+#include "kernels/cuda/kda_tc_unit_lower_inverse.cuh"
 
 namespace orrery::kernels::cuda {
 namespace {
@@ -72,7 +74,7 @@ struct PrepSmem {
   static constexpr int kSG = KD + 4;  // floats per G row
   static constexpr int kSK = KD + 8;  // bf16 per q/k row
   static constexpr int kSV = VD + 8;
-  static constexpr int kSA = kChunk + 1;  // floats per A/T row
+  static constexpr int kSA = kChunk + 4;  // floats per A/T row (MMA fragment reads conflict-free)
   // Regions are reused once their first content is dead, so that two blocks fit on one SM:
   // X_q and X_k go where A_kk and T will be (they die when the intra-chunk products are in
   // registers), beta v where G was (after the element-wise stage), T in bf16 where A_kk was
@@ -88,7 +90,7 @@ struct PrepSmem {
   static constexpr size_t kXk = kXq + sizeof(bf16) * kChunk * kSK;
   static constexpr size_t kScratch =
       std::max(kT + sizeof(float) * kChunk * kSA, kXk + sizeof(bf16) * kChunk * kSK);
-  static constexpr size_t kBeta = kScratch + sizeof(float) * 3 * 256;
+  static constexpr size_t kBeta = kScratch + sizeof(float) * 6 * 16 * 8;
   static constexpr size_t kBytes = kBeta + sizeof(float) * kChunk;
   static_assert(kQ % 16 == 0 && kK % 16 == 0 && kAkk % 16 == 0 && kT % 16 == 0 && kXk % 16 == 0 &&
                     kScratch % 16 == 0 && kBeta % 16 == 0,
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   bf16* tb = reinterpret_cast<bf16*>(smem + L::kTb);      // T, bf16 (over A_kk, after the solve)
   bf16* xq = reinterpret_cast<bf16*>(smem + L::kXq);      // X_q (over A_kk, before it)
   bf16* xk = reinterpret_cast<bf16*>(smem + L::kXk);      // X_k (over A_kk and T, before them)
-  float* scratch = reinterpret_cast<float*>(smem + L::kScratch);  // 3 x 16 x 16
+  float* scratch = reinterpret_cast<float*>(smem + L::kScratch);  // 6 x 16 x 8
   float* bs = reinterpret_cast<float*>(smem + L::kBeta);          // beta
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
@@ -220,8 +222,8 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
       const float q0 = c <= r ? p.scale * aq[slot][e] : 0.0f;
       const float q1 = c + 1 <= r ? p.scale * aq[slot][e + 1] : 0.0f;
       *reinterpret_cast<uint32_t*>(aqk_out + r * kChunk + c) = PackBf16(q0, q1);
-      akk[r * SA + c] = c < r ? bs[r] * ak[slot][e] : 0.0f;
-      akk[r * SA + c + 1] = c + 1 < r ? bs[r] * ak[slot][e + 1] : 0.0f;
+      *reinterpret_cast<float2*>(akk + r * SA + c) = make_float2(
+          c < r ? bs[r] * ak[slot][e] : 0.0f, c + 1 < r ? bs[r] * ak[slot][e + 1] : 0.0f);
     }
   }
   // Zeros above the diagonal tiles of A_qk (the state pass reads whole tiles).
@@ -263,8 +265,8 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   if (tid < KD) p.gamma[tile * KD + tid] = Exp2Ftz(G[(kChunk - 1) * SG + tid]);
   __syncthreads();  // G is dead from here on; beta v takes its place
 
-  // 5. T = (I + A_kk)^-1. Diagonal 16-blocks by forward substitution (warps 0-3, lane = column)
-  // while warps 4-7 load beta v.
+  // 5. T = (I + A_kk)^-1 (kda_tc_unit_lower_inverse.cuh): the diagonal 16-blocks on warps 0-3
+  // while warps 4-7 load beta v, then the blocks below the diagonal on tensor cores.
   if (warp >= 4) {
     for (int i = tid - 128; i < kChunk * VD / 8; i += kPrepThreads - 128) {
       const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
@@ -278,44 +280,10 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
       *reinterpret_cast<uint4*>(vs + r * SV + c) = vv;
     }
   } else {
-    const int base = 16 * warp, j = lane;
-    for (int i = 0; i < 16; ++i) {
-      if (j < 16) {
-        float val = i == j ? 1.0f : 0.0f;
-        if (j < i) {
-          float acc = 0.0f;
-          for (int m = j; m < i; ++m)
-            acc += akk[(base + i) * SA + base + m] * tm[(base + m) * SA + base + j];
-          val = -acc;
-        }
-        tm[(base + i) * SA + base + j] = val;
-      }
-      __syncwarp();
-    }
+    InvertDiagonalBlock16(akk, SA, tm, SA, 16 * warp);
   }
   __syncthreads();
-  // Off-diagonal blocks by distance, T_ab = -T_aa sum_{b <= c < a} A_ac T_cb, the 4 - dist
-  // blocks of one distance spread over every thread (elements of block (b + dist, b) at
-  // scratch[256 b ..]).
-  for (int dist = 1; dist < 4; ++dist) {
-    const int elems = (4 - dist) * 256;
-    for (int e = tid; e < elems; e += kPrepThreads) {
-      const int b = e >> 8, a = b + dist, i = (e >> 4) & 15, j = e & 15;
-      float acc = 0.0f;
-      for (int m = 16 * b; m < 16 * a; ++m)
-        acc += akk[(16 * a + i) * SA + m] * tm[m * SA + 16 * b + j];
-      scratch[e] = acc;
-    }
-    __syncthreads();
-    for (int e = tid; e < elems; e += kPrepThreads) {
-      const int b = e >> 8, a = b + dist, i = (e >> 4) & 15, j = e & 15;
-      float acc = 0.0f;
-      for (int m = 0; m <= i; ++m)
-        acc += tm[(16 * a + i) * SA + 16 * a + m] * scratch[(b << 8) + m * 16 + j];
-      tm[(16 * a + i) * SA + 16 * b + j] = -acc;
-    }
-    __syncthreads();
-  }
+  InvertOffDiagonalBlocks<kPrepThreads>(akk, SA, tm, SA, scratch);
   for (int i = tid; i < kChunk * kChunk; i += kPrepThreads) {  // A_kk is dead: T over it
     const int r = i / kChunk, c = i % kChunk;
     const bf16 t = __float2bfloat16(c <= r ? tm[r * SA + c] : 0.0f);
@@ -468,16 +436,26 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4 + (e & 1);
-          const float uu = transition ? 0.0f : __bfloat162float(us[r * SU + c]);
-          const bf16 x = __float2bfloat16(uu - acc[nt][e]);
-          vt[c * ST + r] = x;
+        for (int e = 0; e < 4; e += 2) {
+          const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
+          if (!transition) {
+            const __nv_bfloat162 uu = *reinterpret_cast<const __nv_bfloat162*>(us + r * SU + c);
+            acc[nt][e] = __low2float(uu) - acc[nt][e];
+            acc[nt][e + 1] = __high2float(uu) - acc[nt][e + 1];
+          } else {
+            acc[nt][e] = -acc[nt][e];
+            acc[nt][e + 1] = -acc[nt][e + 1];
+          }
           if (p.vnew_out != nullptr && !transition) {
-            p.vnew_out[(tile * kChunk + r) * vd + v0 + c] = x;
+            *reinterpret_cast<uint32_t*>(p.vnew_out + (tile * kChunk + r) * vd + v0 + c) =
+                PackBf16(acc[nt][e], acc[nt][e + 1]);
           }
         }
       }
+      // Vnew^T, one 16x16 tile per stmatrix.
+#pragma unroll
+      for (int nt = 0; nt < kNT; nt += 2)
+        StoreTileTransposedBf16(acc[nt], acc[nt + 1], vt + 8 * nt * ST + 16 * warp, ST);
     }
     CpAsyncWaitPending<0>();
     __syncthreads();

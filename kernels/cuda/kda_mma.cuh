@@ -24,6 +24,25 @@ __device__ __forceinline__ void MmaBf16(float (&c)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// The tf32 form of `mma.sync.m16n8k8` (fp32 accumulation): 16x8 A by 8x8 B, each 32-bit register
+// one tf32 value. Lane l, g = l / 4, t = l % 4: a[0] = A[g][t], a[1] = A[g+8][t], a[2] = A[g][t+4],
+// a[3] = A[g+8][t+4]; b[0] = B[t][g], b[1] = B[t+4][g]; c as for the bf16 form above.
+__device__ __forceinline__ void MmaTf32(float (&c)[4], const uint32_t (&a)[4],
+                                        const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// x as tf32 hi + lo (hi = x rounded to tf32's 10-bit mantissa, lo = the rest rounded again):
+// the three products hi hi + hi lo + lo hi of two split operands carry about fp32's precision.
+__device__ __forceinline__ void SplitTf32(float x, uint32_t& hi, uint32_t& lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(x - __uint_as_float(hi)));
+}
+
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -107,6 +126,22 @@ __device__ __forceinline__ void LoadFragB2(uint32_t (&b0)[2], uint32_t (&b1)[2],
                : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
                : "r"(addr));
 }
+// The 16x16 tile held as two m16n8 fp32 accumulators (c0: columns 0-7, c1: columns 8-15), rounded
+// to bf16 and stored transposed, dst[col * stride + row], in one `stmatrix.x4.trans`: its four
+// 8x8 matrices are (rows 0-7 | 8-15) x (columns 0-7 | 8-15), and lane l gives the address of
+// stored row l % 8 (a column of the tile) of matrix l / 8. dst 16-byte aligned, stride a multiple
+// of 8 elements.
+__device__ __forceinline__ void StoreTileTransposedBf16(const float (&c0)[4], const float (&c1)[4],
+                                                        __nv_bfloat16* dst, int stride) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3, row = lane & 7;
+  const __nv_bfloat16* p = dst + ((mat >> 1) * 8 + row) * stride + (mat & 1) * 8;
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr),
+               "r"(PackBf16(c0[0], c0[1])), "r"(PackBf16(c0[2], c0[3])),
+               "r"(PackBf16(c1[0], c1[1])), "r"(PackBf16(c1[2], c1[3]))
+               : "memory");
+}
+
 // 16-byte global -> shared copy that bypasses the registers (and L1).
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -71,15 +71,15 @@ struct StateSlice {
   }
 
   // The slice transposed and rounded to bf16 in shared memory: st[c * stride + d] (the MMAs' B
-  // operand).
+  // operand), one 16x16 tile per `stmatrix` (stride a multiple of 8, st 16-byte aligned).
   __device__ void StoreTransposedBf16(__nv_bfloat16* st, int stride) const {
+    const int d0 = (threadIdx.x >> 5) * (KD / 4);
 #pragma unroll
     for (int mi = 0; mi < kMT; ++mi) {
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          st[Col(nt, e) * stride + Row(mi, e)] = __float2bfloat16(x[mi][nt][e]);
+      for (int nt = 0; nt < kNT; nt += 2) {
+        StoreTileTransposedBf16(x[mi][nt], x[mi][nt + 1], st + 8 * nt * stride + d0 + 16 * mi,
+                                stride);
       }
     }
   }
