@@ -76,13 +76,14 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   constexpr int SK = L::kSK, SU = L::kSU, ST = kST;
   constexpr int kMT = StateSlice<KD>::kMT, kNT = StateSlice<KD>::kNT;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);       // W          [64][SK]
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);       // s Q e^G    [64][SK]
-  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);      // Kbar^T     [K][ST]
-  bf16* dos = reinterpret_cast<bf16*>(smem + L::kSlice);  // dO slice   [64][SU]
-  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);       // A_qk       [64][ST]
-  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);       // dS^T bf16  [64 cols][SK]
-  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);      // -dVnew^T   [64 cols][ST]
+  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);              // W          [64][SK]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);              // s Q e^G    [64][SK]
+  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);             // Kbar^T     [K][ST]
+  bf16* dbuf[2] = {reinterpret_cast<bf16*>(smem + L::kSlice),    // dO slice of even
+                   reinterpret_cast<bf16*>(smem + L::kSlice2)};  // and odd chunks [64][SU]
+  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);              // A_qk       [64][ST]
+  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);              // dS^T bf16  [64 cols][SK]
+  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);             // -dVnew^T   [64 cols][ST]
   float* gam = reinterpret_cast<float*>(smem + L::kGam);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
@@ -98,33 +99,19 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
                                   : nullptr,
           p.in_ld);
   dS.StoreTransposedBf16(ss, SK);
-  // Stage one of a chunk's copies: A_qk and Kbar^T (with dO, what dVnew reads).
-  auto load_akb = [&](int64_t ch) {
+  // Stage one of a chunk's copies, issued while the chunk before it (in reverse order) finishes:
+  // what dVnew reads, A_qk, Kbar^T and dO (into the dO buffer of the chunk's parity).
+  auto load_stage1 = [&](int64_t ch, const ChunkDesc& cd) {
     const int64_t tile = ch * heads + h;
     for (int i = tid; i < KD * kChunk / 8; i += kPassThreads) {
       const int d = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
       CpAsync16(kb + d * ST + c, p.kbar_t + (tile * KD + d) * kChunk + c);
     }
     if (!transition) {
+      bf16* dos = dbuf[ch & 1];
       for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
         const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
         CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
-      }
-    }
-    CpAsyncCommit();
-  };
-  if (seg.chunk_end > seg.chunk_begin) load_akb(seg.chunk_end - 1);
-
-  for (int64_t ch = seg.chunk_end - 1; ch >= seg.chunk_begin; --ch) {
-    const int64_t tile = ch * heads + h;
-    const ChunkDesc cd = p.chunks[ch];
-    if (p.dh != nullptr && !transition) dS.StoreBf16(p.dh + tile * KD * vd + v0, vd);
-    // The chunk's other operands in two stages, dO (with A_qk and Kbar, already on their way,
-    // what dVnew reads), then W, s Q e^G and gamma (read by the dS update). The previous
-    // iteration ended with a barrier.
-    if (!transition) {
-      for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
-        const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
         if (r < cd.len) {
           CpAsync16(dos + r * SU + c, p.d_o + ((cd.row_start + r) * heads + h) * vd + v0 + c);
         } else {
@@ -133,6 +120,19 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
       }
     }
     CpAsyncCommit();
+  };
+  if (seg.chunk_end > seg.chunk_begin) load_stage1(seg.chunk_end - 1, p.chunks[seg.chunk_end - 1]);
+
+  for (int64_t ch = seg.chunk_end - 1; ch >= seg.chunk_begin; --ch) {
+    const int64_t tile = ch * heads + h;
+    const bf16* dos = dbuf[ch & 1];
+    // The descriptor of the chunk whose stage one this iteration issues, read now so that its
+    // latency hides behind the dVnew products.
+    ChunkDesc next_cd{};
+    if (ch - 1 >= seg.chunk_begin) next_cd = p.chunks[ch - 1];
+    if (p.dh != nullptr && !transition) dS.StoreBf16(p.dh + tile * KD * vd + v0, vd);
+    // Stage two: W, s Q e^G and gamma (read by the dS update). The previous iteration ended
+    // with a barrier.
     for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
       const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
       CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
@@ -190,8 +190,9 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
     }
     CpAsyncWaitPending<0>();
     __syncthreads();
-    // A_qk and Kbar are read: the previous chunk's arriving while this one finishes.
-    if (ch - 1 >= seg.chunk_begin) load_akb(ch - 1);
+    // A_qk and Kbar are read, and the other dO buffer was last read before the previous
+    // iteration's final barrier: the previous chunk's stage one arrives while this one finishes.
+    if (ch - 1 >= seg.chunk_begin) load_stage1(ch - 1, next_cd);
 
     // dS <- Diag(gamma) dS + (s Q e^G)^T dO - W^T dVnew.
     dS.ScaleRows(gam);
@@ -288,33 +289,49 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
   const int len = static_cast<int>(cd.len);
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
 
+  // Three copy stages, each waited for just before the products that first read it, so that the
+  // later stages' loads overlap the earlier products (one block per SM hides nothing otherwise):
+  // (1) dO, dVnew and h for dQ and dW, (2) Vnew and dh for dKbar, (3) V, T and gamma.
   for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
     const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
-    CpAsync16(vns + r * SV + c, p.vnew + (tile * kChunk + r) * VD + c);
     CpAsync16(dvs + r * SV + c, p.dvnew + (tile * kChunk + r) * VD + c);
     if (r < len) {
-      const int64_t off = ((cd.row_start + r) * heads + h) * VD + c;
-      CpAsync16(dos + r * SV + c, p.d_o + off);
-      CpAsync16(vs + r * SV + c, p.v + off);
+      CpAsync16(dos + r * SV + c, p.d_o + ((cd.row_start + r) * heads + h) * VD + c);
     } else {
       *reinterpret_cast<uint4*>(dos + r * SV + c) = make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(vs + r * SV + c) = make_uint4(0, 0, 0, 0);
     }
   }
   for (int i = tid; i < KD * VD / 8; i += kChunkThreads) {
     const int d = i / (VD / 8), c = (i % (VD / 8)) * 8;
     CpAsync16(hs + d * SV + c, p.h + (tile * KD + d) * VD + c);
+  }
+  CpAsyncCommit();
+  for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
+    const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+    CpAsync16(vns + r * SV + c, p.vnew + (tile * kChunk + r) * VD + c);
+  }
+  for (int i = tid; i < KD * VD / 8; i += kChunkThreads) {
+    const int d = i / (VD / 8), c = (i % (VD / 8)) * 8;
     CpAsync16(dhs + d * SV + c, p.dh + (tile * KD + d) * VD + c);
+  }
+  CpAsyncCommit();
+  for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
+    const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+    if (r < len) {
+      CpAsync16(vs + r * SV + c, p.v + ((cd.row_start + r) * heads + h) * VD + c);
+    } else {
+      *reinterpret_cast<uint4*>(vs + r * SV + c) = make_uint4(0, 0, 0, 0);
+    }
   }
   for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
     const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
     CpAsync16(ts + r * ST + c, p.tinv + (tile * kChunk + r) * kChunk + c);
   }
-  // gamma with the rest: read inside the dG_C loop below, a global load there waits in full.
   for (int i = tid; i < KD / 4; i += kChunkThreads)
     CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
+  CpAsyncCommit();
   if (tid < kChunk) bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
-  CpAsyncWaitAll();
+  CpAsyncWaitPending<2>();
   __syncthreads();
 
   // Warp w: row tile a = w % 4 (16 rows), column half w / 4.
@@ -351,6 +368,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
     }
   }
   // dKbar = Vnew dh^T.
+  CpAsyncWaitPending<1>();
+  __syncthreads();
   {
     constexpr int kN = KD / 16;
     const int n0 = half * (KD / 2);
@@ -377,6 +396,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
     }
   }
   // dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half).
+  CpAsyncWaitPending<0>();
+  __syncthreads();
   {
     const int n0 = half * (kChunk / 2);
     float a1[4][4] = {}, a2[4][4] = {};
@@ -445,14 +466,36 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
       dbs[half * kChunk + 16 * a + g8 + 8] = part[1];
     }
   }
-  // dG_C (state part) = gamma sum_v h dh, one warp per row.
-  for (int d = warp; d < KD; d += kChunkThreads / 32) {
-    float acc = 0.0f;
-    for (int c = lane; c < VD; c += 32) {
-      acc += __bfloat162float(hs[d * SV + c]) * __bfloat162float(dhs[d * SV + c]);
+  // dG_C (state part) = gamma sum_v h dh, rows d = warp + 8 i on one warp, all of them at once
+  // (independent sums and shuffle chains, not one row's reduction waiting on the last).
+  {
+    constexpr int kRows = KD / (kChunkThreads / 32);
+    float acc[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int d = warp + i * (kChunkThreads / 32);
+      acc[i] = 0.0f;
+#pragma unroll
+      for (int c = 2 * lane; c < VD; c += 64) {
+        const float2 x =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(hs + d * SV + c));
+        const float2 y =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dhs + d * SV + c));
+        acc[i] = fmaf(x.x, y.x, fmaf(x.y, y.y, acc[i]));
+      }
     }
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) p.dgc[tile * KD + d] = gam[d] * acc;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    }
+    if (lane < kRows) {
+      float mine = acc[0];
+#pragma unroll
+      for (int i = 1; i < kRows; ++i) mine = lane == i ? acc[i] : mine;
+      const int d = warp + lane * (kChunkThreads / 32);
+      p.dgc[tile * KD + d] = gam[d] * mine;
+    }
   }
   __syncthreads();
   if (tid < kChunk) p.dbeta_v[row_base + tid] = dbs[tid] + dbs[kChunk + tid];
@@ -530,8 +573,12 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   const int64_t row_base = tile * kChunk;
   const float scale = p.scale;
 
+  // Warp w: row tile a = w % 4, column half w / 4 (32 of the 64 columns of the 64x64 products).
+  const int a = warp & 3, half = warp >> 2;
+
   // 1. Load, and form the gate's cumsum G (rows past the end: zeros, so G stays flat there).
-  LoadChunkQK<KD, kChunkThreads>(qs, ks, SK, p.q, p.k, cd, heads, h);
+  // Every global load is issued before the first wait: dW and T by cp.async, the V-side's
+  // dA_qk and dT_v (read in stages 2 and 3) into registers, then q, k and g.
   for (int i = tid; i < kChunk * KD / 8; i += kChunkThreads) {
     const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
     CpAsync16(dws + r * SK + c, p.dw + (row_base + r) * KD + c);
@@ -540,12 +587,31 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
     const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
     CpAsync16(ts + r * ST + c, p.tinv + (row_base + r) * kChunk + c);
   }
+  constexpr int kAqPer = kChunk * kChunk / 4 / kChunkThreads;  // float4 pieces of dA_qk
+  static_assert(kChunk * kChunk % (4 * kChunkThreads) == 0, "whole pieces per thread");
+  float4 daq_in[kAqPer];
+#pragma unroll
+  for (int it = 0; it < kAqPer; ++it) {
+    const int i = tid + it * kChunkThreads, r = i / (kChunk / 4), c = (i % (kChunk / 4)) * 4;
+    daq_in[it] = *reinterpret_cast<const float4*>(p.daqk + (row_base + r) * kChunk + c);
+  }
+  const float aqd_in = tid < kChunk ? p.daqk[(row_base + tid) * kChunk + tid] : 0.0f;
+  float2 dtv_in[4][2];  // this lane's dT_v entries in stage 3's accumulator layout
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int r = 16 * a + g8 + 8 * e2, c = half * 32 + 8 * nt + 2 * t4;
+      dtv_in[nt][e2] = *reinterpret_cast<const float2*>(p.dtv + (row_base + r) * kChunk + c);
+    }
+  }
+  const float beta_r = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
+  LoadChunkQKGate<KD, kChunkThreads>(qs, ks, SK, G, SG, p.q, p.k, p.g, cd, heads, h);
   if (tid < kChunk) {
-    bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
+    bs[tid] = beta_r;
     dbs[tid] = 0.0f;
   }
   for (int d = tid; d < KD; d += kChunkThreads) dgcs[d] = 0.0f;
-  LoadChunkGateCumsum<KD, kChunkThreads>(G, SG, p.g, cd, heads, h);
   CpAsyncWaitAll();
   __syncthreads();
 
@@ -556,11 +622,15 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
     bks[r * SK + d] =
         __float2bfloat16(bs[r] * __bfloat162float(ks[r * SK + d]) * Exp2Ftz(G[r * SG + d]));
   }
-  for (int i = tid; i < kChunk * kChunk; i += kChunkThreads) {
-    const int r = i / kChunk, c = i % kChunk;
-    aqs[r * ST + c] = __float2bfloat16(c < r ? scale * p.daqk[(row_base + r) * kChunk + c] : 0.0f);
+#pragma unroll
+  for (int it = 0; it < kAqPer; ++it) {
+    const int i = tid + it * kChunkThreads, r = i / (kChunk / 4), c = (i % (kChunk / 4)) * 4;
+    const float4 x = daq_in[it];
+    *reinterpret_cast<uint2*>(aqs + r * ST + c) =
+        make_uint2(PackBf16(c < r ? scale * x.x : 0.0f, c + 1 < r ? scale * x.y : 0.0f),
+                   PackBf16(c + 2 < r ? scale * x.z : 0.0f, c + 3 < r ? scale * x.w : 0.0f));
   }
-  if (tid < kChunk) aqd[tid] = scale * p.daqk[(row_base + tid) * kChunk + tid];
+  if (tid < kChunk) aqd[tid] = scale * aqd_in;
   if (warp < 4) {
     float span = 0.0f;
     for (int d = lane; d < KD; d += 32)
@@ -570,19 +640,16 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   }
   __syncthreads();
 
-  // Warp w: row tile a = w % 4, column half w / 4 (32 of the 64 columns of the 64x64 products).
-  const int a = warp & 3, half = warp >> 2;
   // 3. dT = dT_v + dW (beta K e^G)^T.
   {
     const int n0 = half * 32;
     float acc[4][4];
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4 + (e & 1);
-        acc[nt][e] = p.dtv[(row_base + r) * kChunk + c];
-      }
+      acc[nt][0] = dtv_in[nt][0].x;
+      acc[nt][1] = dtv_in[nt][0].y;
+      acc[nt][2] = dtv_in[nt][1].x;
+      acc[nt][3] = dtv_in[nt][1].y;
     }
 #pragma unroll
     for (int k0 = 0; k0 < KD; k0 += 16) {
@@ -969,7 +1036,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   rev.dh = nullptr;
   rev.heads = static_cast<int>(heads);
   rev.vd = VD;
-  const size_t rev_smem = StatePassSmem<KD>::kBytes;
+  const size_t rev_smem = StatePassSmem<KD>::kReverseBytes;
   ORRERY_RETURN_IF_ERROR(AllowSmem(KdaReverseStatePassKernel<KD>, rev_smem));
   Tensor pass1_dev, seq_seg_dev;
   if (split && !pass1.empty()) {

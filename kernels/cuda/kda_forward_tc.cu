@@ -101,8 +101,9 @@ struct PrepSmem {
 };
 
 // kTransforms: p.tr applies (raw inputs); compiled apart so that the plain path carries none of it.
+// Two blocks per SM (PrepSmem is sized for it): the register budget is held to 128 per thread.
 template <int KD, int VD, typename GIn, bool kTransforms>
-__global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GIn> p) {
+__global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams<GIn> p) {
   using L = PrepSmem<KD, VD>;
   constexpr int SG = L::kSG, SK = L::kSK, SV = L::kSV, SA = L::kSA, ST = kTileStrideA;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -126,11 +127,10 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
 
   // 1. Load the chunk and form the gate's cumsum G (rows past the end: zeros, G flat there).
   const ChunkInputTransforms* tr = kTransforms ? &p.tr : nullptr;
-  LoadChunkQK<KD, kPrepThreads>(qs, ks, SK, p.q, p.k, cd, heads, h, tr);
-  if (tid < kChunk) {
-    bs[tid] = tid < len ? LoadBeta(p.beta + (cd.row_start + tid) * heads + h, tr) : 0.0f;
-  }
-  LoadChunkGateCumsum<KD, kPrepThreads>(G, SG, p.g, cd, heads, h, tr);
+  // beta is fetched first and stored after, so that its load is in flight with the chunk's.
+  const float beta_r = tid < len ? LoadBeta(p.beta + (cd.row_start + tid) * heads + h, tr) : 0.0f;
+  LoadChunkQKGate<KD, kPrepThreads>(qs, ks, SK, G, SG, p.q, p.k, p.g, cd, heads, h, tr);
+  if (tid < kChunk) bs[tid] = beta_r;  // first read after the barrier that ends stage 2
 
   // 2. The A operands of the intra-chunk tiles, X_q = Q e^{G - G_n} and X_k = K e^{G - G_n} with
   // n the first row of the row's 16-row tile (exponents <= 0), over A_kk and T (dead until the
@@ -268,16 +268,25 @@ __global__ void __launch_bounds__(kPrepThreads) KdaChunkPrepKernel(PrepParams<GI
   // 5. T = (I + A_kk)^-1 (kda_tc_unit_lower_inverse.cuh): the diagonal 16-blocks on warps 0-3
   // while warps 4-7 load beta v, then the blocks below the diagonal on tensor cores.
   if (warp >= 4) {
-    for (int i = tid - 128; i < kChunk * VD / 8; i += kPrepThreads - 128) {
-      const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
-      uint4 vv = make_uint4(0, 0, 0, 0);
+    // Every piece's load in flight before the first store (one round trip, not one per piece).
+    constexpr int kLoaders = kPrepThreads - 128, kPer = kChunk * VD / 8 / kLoaders;
+    static_assert(kChunk * VD / 8 % kLoaders == 0, "whole pieces per thread");
+    uint4 vv[kPer];
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int i = tid - 128 + it * kLoaders, r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+      vv[it] = make_uint4(0, 0, 0, 0);
       if (r < len) {
-        vv = *reinterpret_cast<const uint4*>(p.v + ((cd.row_start + r) * heads + h) * VD + c);
+        vv[it] = *reinterpret_cast<const uint4*>(p.v + ((cd.row_start + r) * heads + h) * VD + c);
       }
-      bf16* x = reinterpret_cast<bf16*>(&vv);
+    }
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int i = tid - 128 + it * kLoaders, r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+      bf16* x = reinterpret_cast<bf16*>(&vv[it]);
 #pragma unroll
       for (int j = 0; j < 8; ++j) x[j] = __float2bfloat16(bs[r] * __bfloat162float(x[j]));
-      *reinterpret_cast<uint4*>(vs + r * SV + c) = vv;
+      *reinterpret_cast<uint4*>(vs + r * SV + c) = vv[it];
     }
   } else {
     InvertDiagonalBlock16(akk, SA, tm, SA, 16 * warp);

@@ -49,58 +49,71 @@ __device__ __forceinline__ uint4 NormalisePiece(uint4 v, float eps) {
   return v;
 }
 
-// q and k rows [64][K] (bf16, `stride` elements per shared row, a multiple of 8); rows past the
-// chunk's end are zeros. Global rows must be 16-byte aligned (KdaTcSupported checks the bases).
-// With tr->qk_l2norm each row is normalised as it loads (the row's pieces are on consecutive
-// lanes of one warp: K / 8 of them, and kThreads * 8 is a multiple of K).
-template <int KD, int kThreads>
-__device__ __forceinline__ void LoadChunkQK(__nv_bfloat16* qs, __nv_bfloat16* ks, int stride,
-                                            const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                            const ChunkDesc& cd, int heads, int h,
-                                            const ChunkInputTransforms* tr = nullptr) {
-  static_assert(32 % (KD / 8) == 0 && (kThreads * 8) % KD == 0, "a row's pieces in one warp");
-  for (int i = threadIdx.x; i < kTcChunk * KD / 8; i += kThreads) {
-    const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-    uint4 qv = make_uint4(0, 0, 0, 0), kv = qv;
+// One 64-token chunk of q, k and the gate into shared memory: q and k rows [64][K] (bf16,
+// `stride` elements per shared row, a multiple of 8; rows past the chunk's end are zeros) and the
+// chunk-local cumulative gate in log2, G[r][d] = log2(e) * sum_{i <= r} g[i][d] ([64][sg] floats,
+// sg a multiple of 4; rows past the end add zeros, so G stays flat there). Every global load is
+// issued before the first shared store, so the chunk costs one memory round trip, not one per
+// loop iteration (a block per SM or two cannot hide them otherwise). Global rows must be
+// 16-byte aligned (KdaTcSupported checks the bases). With tr->qk_l2norm each row of q and k is
+// normalised as it loads (a row's K / 8 pieces are on consecutive lanes of one warp); with
+// tr->gate, g holds the gate's pre-activation z and is activated as it loads. Needs
+// kThreads >= 2 K (the cumsum runs two 32-row halves in parallel, then adds the first half's
+// total to the second). Ends with a barrier.
+template <int KD, int kThreads, typename GIn>
+__device__ __forceinline__ void LoadChunkQKGate(__nv_bfloat16* qs, __nv_bfloat16* ks, int stride,
+                                                float* G, int sg, const __nv_bfloat16* q,
+                                                const __nv_bfloat16* k, const GIn* g,
+                                                const ChunkDesc& cd, int heads, int h,
+                                                const ChunkInputTransforms* tr = nullptr) {
+  constexpr int kQkPieces = kTcChunk * KD / 8, kGPieces = kTcChunk * KD / 4;
+  static_assert(32 % (KD / 8) == 0 && kQkPieces % kThreads == 0 && kGPieces % kThreads == 0,
+                "a row's pieces in one warp, every thread the same number of pieces");
+  static_assert(kThreads >= 2 * KD, "one thread per column and half chunk");
+  constexpr int kQkPer = kQkPieces / kThreads, kGPer = kGPieces / kThreads;
+  const int tid = threadIdx.x;
+  // Fetch: 2 kQkPer + kGPer loads in flight per thread.
+  uint4 qv[kQkPer], kv[kQkPer];
+  float4 gv[kGPer];
+#pragma unroll
+  for (int it = 0; it < kQkPer; ++it) {
+    const int i = tid + it * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+    qv[it] = kv[it] = make_uint4(0, 0, 0, 0);
     if (r < cd.len) {
       const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
-      qv = *reinterpret_cast<const uint4*>(q + off);
-      kv = *reinterpret_cast<const uint4*>(k + off);
+      qv[it] = *reinterpret_cast<const uint4*>(q + off);
+      kv[it] = *reinterpret_cast<const uint4*>(k + off);
     }
-    if (tr != nullptr && tr->qk_l2norm) {
-      qv = NormalisePiece<KD / 8>(qv, tr->eps);
-      kv = NormalisePiece<KD / 8>(kv, tr->eps);
-    }
-    *reinterpret_cast<uint4*>(qs + r * stride + c) = qv;
-    *reinterpret_cast<uint4*>(ks + r * stride + c) = kv;
   }
-}
-
-// The chunk-local cumulative gate in log2, G[r][d] = log2(e) * sum_{i <= r} g[i][d], into
-// shared memory ([64][sg] floats, sg a multiple of 4); rows past the chunk's end add zeros, so G
-// stays flat there. Needs kThreads >= 2 K (two 32-row halves summed in parallel, then the
-// second half gets the first half's total). Ends with a barrier.
-// With tr->gate, g holds the gate's pre-activation z and is activated as it loads.
-template <int KD, int kThreads, typename GIn>
-__device__ __forceinline__ void LoadChunkGateCumsum(float* G, int sg, const GIn* g,
-                                                    const ChunkDesc& cd, int heads, int h,
-                                                    const ChunkInputTransforms* tr = nullptr) {
-  static_assert(kThreads >= 2 * KD, "one thread per column and half chunk");
-  const int tid = threadIdx.x;
+#pragma unroll
+  for (int it = 0; it < kGPer; ++it) {
+    const int i = tid + it * kThreads, r = i / (KD / 4), d = (i % (KD / 4)) * 4;
+    gv[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < cd.len) gv[it] = LoadF4(g + ((cd.row_start + r) * heads + h) * KD + d);
+  }
+  // Store, transforming on the way.
+#pragma unroll
+  for (int it = 0; it < kQkPer; ++it) {
+    const int i = tid + it * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+    if (tr != nullptr && tr->qk_l2norm) {
+      qv[it] = NormalisePiece<KD / 8>(qv[it], tr->eps);
+      kv[it] = NormalisePiece<KD / 8>(kv[it], tr->eps);
+    }
+    *reinterpret_cast<uint4*>(qs + r * stride + c) = qv[it];
+    *reinterpret_cast<uint4*>(ks + r * stride + c) = kv[it];
+  }
   const bool gate = tr != nullptr && tr->gate;
   const float ea = gate && tr->a_log != nullptr ? __expf(tr->a_log[h]) : 1.0f;
-  for (int i = tid; i < kTcChunk * KD / 4; i += kThreads) {
-    const int r = i / (KD / 4), d = (i % (KD / 4)) * 4;
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < cd.len) {
-      x = LoadF4(g + ((cd.row_start + r) * heads + h) * KD + d);
-      if (gate) {
-        float* e = reinterpret_cast<float*>(&x);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float z = e[j] + (tr->dt_bias != nullptr ? tr->dt_bias[h * KD + d + j] : 0.0f);
-          e[j] = KdaGateValue(z, ea, tr->bounded, tr->g_min);
-        }
+  for (int it = 0; it < kGPer; ++it) {
+    const int i = tid + it * kThreads, r = i / (KD / 4), d = (i % (KD / 4)) * 4;
+    float4 x = gv[it];
+    if (gate && r < cd.len) {
+      float* e = reinterpret_cast<float*>(&x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float z = e[j] + (tr->dt_bias != nullptr ? tr->dt_bias[h * KD + d + j] : 0.0f);
+        e[j] = KdaGateValue(z, ea, tr->bounded, tr->g_min);
       }
     }
     *reinterpret_cast<float4*>(G + r * sg + d) = x;
