@@ -76,14 +76,13 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   constexpr int SK = L::kSK, SU = L::kSU, ST = kST;
   constexpr int kMT = StateSlice<KD>::kMT, kNT = StateSlice<KD>::kNT;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);              // W          [64][SK]
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);              // s Q e^G    [64][SK]
-  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);             // Kbar^T     [K][ST]
-  bf16* dbuf[2] = {reinterpret_cast<bf16*>(smem + L::kSlice),    // dO slice of even
-                   reinterpret_cast<bf16*>(smem + L::kSlice2)};  // and odd chunks [64][SU]
-  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);              // A_qk       [64][ST]
-  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);              // dS^T bf16  [64 cols][SK]
-  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);             // -dVnew^T   [64 cols][ST]
+  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);       // W          [64][SK]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);       // s Q e^G    [64][SK]
+  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);      // Kbar^T     [K][ST]
+  bf16* dos = reinterpret_cast<bf16*>(smem + L::kSlice);  // dO slice   [64][SU]
+  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);       // A_qk       [64][ST]
+  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);       // dS^T bf16  [64 cols][SK]
+  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);      // -dVnew^T   [64 cols][ST]
   float* gam = reinterpret_cast<float*>(smem + L::kGam);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
@@ -99,19 +98,33 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
                                   : nullptr,
           p.in_ld);
   dS.StoreTransposedBf16(ss, SK);
-  // Stage one of a chunk's copies, issued while the chunk before it (in reverse order) finishes:
-  // what dVnew reads, A_qk, Kbar^T and dO (into the dO buffer of the chunk's parity).
-  auto load_stage1 = [&](int64_t ch, const ChunkDesc& cd) {
+  // Stage one of a chunk's copies: A_qk and Kbar^T (with dO, what dVnew reads).
+  auto load_akb = [&](int64_t ch) {
     const int64_t tile = ch * heads + h;
     for (int i = tid; i < KD * kChunk / 8; i += kPassThreads) {
       const int d = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
       CpAsync16(kb + d * ST + c, p.kbar_t + (tile * KD + d) * kChunk + c);
     }
     if (!transition) {
-      bf16* dos = dbuf[ch & 1];
       for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
         const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
         CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
+      }
+    }
+    CpAsyncCommit();
+  };
+  if (seg.chunk_end > seg.chunk_begin) load_akb(seg.chunk_end - 1);
+
+  for (int64_t ch = seg.chunk_end - 1; ch >= seg.chunk_begin; --ch) {
+    const int64_t tile = ch * heads + h;
+    const ChunkDesc cd = p.chunks[ch];
+    if (p.dh != nullptr && !transition) dS.StoreBf16(p.dh + tile * KD * vd + v0, vd);
+    // The chunk's other operands in two stages, dO (with A_qk and Kbar, already on their way,
+    // what dVnew reads), then W, s Q e^G and gamma (read by the dS update). The previous
+    // iteration ended with a barrier.
+    if (!transition) {
+      for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
+        const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
         if (r < cd.len) {
           CpAsync16(dos + r * SU + c, p.d_o + ((cd.row_start + r) * heads + h) * vd + v0 + c);
         } else {
@@ -120,19 +133,6 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
       }
     }
     CpAsyncCommit();
-  };
-  if (seg.chunk_end > seg.chunk_begin) load_stage1(seg.chunk_end - 1, p.chunks[seg.chunk_end - 1]);
-
-  for (int64_t ch = seg.chunk_end - 1; ch >= seg.chunk_begin; --ch) {
-    const int64_t tile = ch * heads + h;
-    const bf16* dos = dbuf[ch & 1];
-    // The descriptor of the chunk whose stage one this iteration issues, read now so that its
-    // latency hides behind the dVnew products.
-    ChunkDesc next_cd{};
-    if (ch - 1 >= seg.chunk_begin) next_cd = p.chunks[ch - 1];
-    if (p.dh != nullptr && !transition) dS.StoreBf16(p.dh + tile * KD * vd + v0, vd);
-    // Stage two: W, s Q e^G and gamma (read by the dS update). The previous iteration ended
-    // with a barrier.
     for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
       const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
       CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
@@ -190,9 +190,8 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
     }
     CpAsyncWaitPending<0>();
     __syncthreads();
-    // A_qk and Kbar are read, and the other dO buffer was last read before the previous
-    // iteration's final barrier: the previous chunk's stage one arrives while this one finishes.
-    if (ch - 1 >= seg.chunk_begin) load_stage1(ch - 1, next_cd);
+    // A_qk and Kbar are read: the previous chunk's arriving while this one finishes.
+    if (ch - 1 >= seg.chunk_begin) load_akb(ch - 1);
 
     // dS <- Diag(gamma) dS + (s Q e^G)^T dO - W^T dVnew.
     dS.ScaleRows(gam);
@@ -289,49 +288,33 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
   const int len = static_cast<int>(cd.len);
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
 
-  // Three copy stages, each waited for just before the products that first read it, so that the
-  // later stages' loads overlap the earlier products (one block per SM hides nothing otherwise):
-  // (1) dO, dVnew and h for dQ and dW, (2) Vnew and dh for dKbar, (3) V, T and gamma.
   for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
     const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+    CpAsync16(vns + r * SV + c, p.vnew + (tile * kChunk + r) * VD + c);
     CpAsync16(dvs + r * SV + c, p.dvnew + (tile * kChunk + r) * VD + c);
     if (r < len) {
-      CpAsync16(dos + r * SV + c, p.d_o + ((cd.row_start + r) * heads + h) * VD + c);
+      const int64_t off = ((cd.row_start + r) * heads + h) * VD + c;
+      CpAsync16(dos + r * SV + c, p.d_o + off);
+      CpAsync16(vs + r * SV + c, p.v + off);
     } else {
       *reinterpret_cast<uint4*>(dos + r * SV + c) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(vs + r * SV + c) = make_uint4(0, 0, 0, 0);
     }
   }
   for (int i = tid; i < KD * VD / 8; i += kChunkThreads) {
     const int d = i / (VD / 8), c = (i % (VD / 8)) * 8;
     CpAsync16(hs + d * SV + c, p.h + (tile * KD + d) * VD + c);
-  }
-  CpAsyncCommit();
-  for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
-    const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
-    CpAsync16(vns + r * SV + c, p.vnew + (tile * kChunk + r) * VD + c);
-  }
-  for (int i = tid; i < KD * VD / 8; i += kChunkThreads) {
-    const int d = i / (VD / 8), c = (i % (VD / 8)) * 8;
     CpAsync16(dhs + d * SV + c, p.dh + (tile * KD + d) * VD + c);
-  }
-  CpAsyncCommit();
-  for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
-    const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
-    if (r < len) {
-      CpAsync16(vs + r * SV + c, p.v + ((cd.row_start + r) * heads + h) * VD + c);
-    } else {
-      *reinterpret_cast<uint4*>(vs + r * SV + c) = make_uint4(0, 0, 0, 0);
-    }
   }
   for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
     const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
     CpAsync16(ts + r * ST + c, p.tinv + (tile * kChunk + r) * kChunk + c);
   }
+  // gamma with the rest: read inside the dG_C loop below, a global load there waits in full.
   for (int i = tid; i < KD / 4; i += kChunkThreads)
     CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
-  CpAsyncCommit();
   if (tid < kChunk) bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
-  CpAsyncWaitPending<2>();
+  CpAsyncWaitAll();
   __syncthreads();
 
   // Warp w: row tile a = w % 4 (16 rows), column half w / 4.
@@ -368,8 +351,6 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
     }
   }
   // dKbar = Vnew dh^T.
-  CpAsyncWaitPending<1>();
-  __syncthreads();
   {
     constexpr int kN = KD / 16;
     const int n0 = half * (KD / 2);
@@ -396,8 +377,6 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
     }
   }
   // dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half).
-  CpAsyncWaitPending<0>();
-  __syncthreads();
   {
     const int n0 = half * (kChunk / 2);
     float a1[4][4] = {}, a2[4][4] = {};
@@ -466,36 +445,14 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
       dbs[half * kChunk + 16 * a + g8 + 8] = part[1];
     }
   }
-  // dG_C (state part) = gamma sum_v h dh, rows d = warp + 8 i on one warp, all of them at once
-  // (independent sums and shuffle chains, not one row's reduction waiting on the last).
-  {
-    constexpr int kRows = KD / (kChunkThreads / 32);
-    float acc[kRows];
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const int d = warp + i * (kChunkThreads / 32);
-      acc[i] = 0.0f;
-#pragma unroll
-      for (int c = 2 * lane; c < VD; c += 64) {
-        const float2 x =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(hs + d * SV + c));
-        const float2 y =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dhs + d * SV + c));
-        acc[i] = fmaf(x.x, y.x, fmaf(x.y, y.y, acc[i]));
-      }
+  // dG_C (state part) = gamma sum_v h dh, one warp per row.
+  for (int d = warp; d < KD; d += kChunkThreads / 32) {
+    float acc = 0.0f;
+    for (int c = lane; c < VD; c += 32) {
+      acc += __bfloat162float(hs[d * SV + c]) * __bfloat162float(dhs[d * SV + c]);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-    }
-    if (lane < kRows) {
-      float mine = acc[0];
-#pragma unroll
-      for (int i = 1; i < kRows; ++i) mine = lane == i ? acc[i] : mine;
-      const int d = warp + lane * (kChunkThreads / 32);
-      p.dgc[tile * KD + d] = gam[d] * mine;
-    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) p.dgc[tile * KD + d] = gam[d] * acc;
   }
   __syncthreads();
   if (tid < kChunk) p.dbeta_v[row_base + tid] = dbs[tid] + dbs[kChunk + tid];
@@ -1036,7 +993,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   rev.dh = nullptr;
   rev.heads = static_cast<int>(heads);
   rev.vd = VD;
-  const size_t rev_smem = StatePassSmem<KD>::kReverseBytes;
+  const size_t rev_smem = StatePassSmem<KD>::kBytes;
   ORRERY_RETURN_IF_ERROR(AllowSmem(KdaReverseStatePassKernel<KD>, rev_smem));
   Tensor pass1_dev, seq_seg_dev;
   if (split && !pass1.empty()) {

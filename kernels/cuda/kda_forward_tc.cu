@@ -840,14 +840,14 @@ Status LaunchKdaSegmentCombine(int64_t kd, int64_t vd, int64_t n_seq, int64_t he
 }
 
 bool KdaTcSupported(const KdaProblem& p, const KdaInputs& in) {
-  // The kernels read q, k, v and g rows in 16-byte pieces.
+  // The kernels read q, k, v and g rows and dt_bias (the fused gate's) in 16-byte pieces.
   auto aligned = [](const Tensor& t) {
-    return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
+    return !t.defined() || reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
   };
   return p.dtype == DType::kBF16 && (p.key_dim == 64 || p.key_dim == 128) &&
          (p.value_dim == 64 || p.value_dim == 128) &&
          (in.g.dtype() == DType::kF32 || in.g.dtype() == DType::kBF16) && aligned(in.q) &&
-         aligned(in.k) && aligned(in.v) && aligned(in.g);
+         aligned(in.k) && aligned(in.v) && aligned(in.g) && aligned(in.dt_bias);
 }
 
 Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,

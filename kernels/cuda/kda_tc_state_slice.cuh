@@ -15,9 +15,7 @@ namespace orrery::kernels::cuda {
 
 // Shared memory of a state-pass block (both directions), per chunk: W and s Q e^G [64][K + 8],
 // Kbar^T [K][72], the chunk's 64-column slice of U (forward) or dO (backward) [64][72], A_qk
-// [64][72], the slice transposed in bf16 [64][K + 8], Vnew^T or -dVnew^T [64][72], gamma [K] f32;
-// the reverse pass adds a second dO slice (kReverseBytes), so that the next chunk's dO arrives
-// while this chunk's is still read.
+// [64][72], the slice transposed in bf16 [64][K + 8], Vnew^T or -dVnew^T [64][72], gamma [K] f32.
 template <int KD>
 struct StatePassSmem {
   static constexpr int kSK = KD + 8;
@@ -31,10 +29,8 @@ struct StatePassSmem {
   static constexpr size_t kVt = kS + sizeof(__nv_bfloat16) * kTcSliceV * kSK;
   static constexpr size_t kGam = kVt + sizeof(__nv_bfloat16) * kTcSliceV * kTileStrideA;
   static constexpr size_t kBytes = kGam + sizeof(float) * KD;
-  static constexpr size_t kSlice2 = kBytes;
-  static constexpr size_t kReverseBytes = kSlice2 + sizeof(__nv_bfloat16) * kTcChunk * kSU;
   static_assert(kQ % 16 == 0 && kKb % 16 == 0 && kSlice % 16 == 0 && kA % 16 == 0 && kS % 16 == 0 &&
-                    kVt % 16 == 0 && kGam % 16 == 0 && kSlice2 % 16 == 0,
+                    kVt % 16 == 0 && kGam % 16 == 0,
                 "16-byte aligned regions");
 };
 
