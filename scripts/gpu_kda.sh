@@ -14,7 +14,8 @@
 # committed) when it is there. Each part runs under a time limit (KDA_TEST_TIMEOUT,
 # KDA_BENCH_TIMEOUT, KDA_FLA_TIMEOUT seconds) so that the logs of the parts that finished come back
 # even when one hangs (MODEL_TEST_TIMEOUT for model_gpu_tests). fla's Triton compilation and
-# autotuning take about 2 minutes per shape on an H200 (measured), hence its longer default.
+# autotuning take about 2 minutes per shape on an H200 (measured), hence its longer default;
+# KDA_FLA_SHAPES="--shape B,T,H,D ..." times only those shapes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-kda-out}"
@@ -67,6 +68,7 @@ if [[ "$parts" != fla ]]; then
 fi
 if [[ "$parts" != orrery && -d .fla ]]; then
   PYTHONPATH="$PWD/.fla:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 timeout "${KDA_FLA_TIMEOUT:-540}" \
-    python3 scripts/gpu_kda_fla.py 2>&1 | tee "$out/fla.log" || status=1
+    python3 scripts/gpu_kda_fla.py ${KDA_FLA_SHAPES:+$KDA_FLA_SHAPES} 2>&1 | tee "$out/fla.log" ||
+    status=1
 fi
 exit $status

@@ -16,10 +16,30 @@ from fla.ops.kda import chunk_kda
 SHAPES = [(8, 8192, 16, 128), (1, 65536, 16, 128), (1, 8192, 96, 128)]
 
 
+def parse_shapes(args):
+    """--shape B,T,H,D (repeatable) replaces SHAPES: each shape's compilation and autotuning
+    take minutes, so a device call can time a subset."""
+    shapes = []
+    i = 0
+    while i < len(args):
+        if args[i] != "--shape" or i + 1 >= len(args):
+            sys.exit(f"gpu_kda_fla.py: unknown argument {args[i]!r} (expected --shape B,T,H,D)")
+        try:
+            shape = tuple(int(x) for x in args[i + 1].split(","))
+        except ValueError:
+            shape = ()
+        if len(shape) != 4 or min(shape) < 1:
+            sys.exit(f"gpu_kda_fla.py: --shape {args[i + 1]!r}: expected four positive integers B,T,H,D")
+        shapes.append(shape)
+        i += 2
+    return shapes or SHAPES
+
+
 def main():
+    shapes = parse_shapes(sys.argv[1:])
     torch.manual_seed(0)
     dev = "cuda"
-    for (b, t, h, d) in SHAPES:
+    for (b, t, h, d) in shapes:
         q = torch.randn(b, t, h, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
         k = torch.randn(b, t, h, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
         v = torch.randn(b, t, h, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
