@@ -563,6 +563,9 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
     }
   }
   const float beta_r = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
+  // Read only at the end (dbeta and dg's chunk-end term), fetched now so that nothing waits.
+  const float dbeta_v_in = tid < len ? p.dbeta_v[row_base + tid] : 0.0f;
+  const float dgc_in = tid < 2 * KD ? p.dgc[tile * KD + tid % KD] : 0.0f;
   LoadChunkQKGate<KD, kChunkThreads>(qs, ks, SK, G, SG, p.q, p.k, p.g, cd, heads, h);
   if (tid < kChunk) {
     bs[tid] = beta_r;
@@ -574,10 +577,16 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
 
   // 2. beta K e^G, s dA_qk strictly lower (the diagonal r = j adds s dA_qk[r][r] k_r to dq_r and
   // s dA_qk[r][r] q_r to dk_r, exactly, and nothing to dG), the diagonal tiles' spans.
-  for (int i = tid; i < kChunk * KD; i += kChunkThreads) {
-    const int r = i / KD, d = i % KD;
-    bks[r * SK + d] =
-        __float2bfloat16(bs[r] * __bfloat162float(ks[r * SK + d]) * Exp2Ftz(G[r * SG + d]));
+  for (int i = tid; i < kChunk * KD / 4; i += kChunkThreads) {  // 4 columns at a time
+    const int r = i / (KD / 4), d = (i % (KD / 4)) * 4;
+    const float4 gr = *reinterpret_cast<const float4*>(G + r * SG + d);
+    const uint2 kr = *reinterpret_cast<const uint2*>(ks + r * SK + d);
+    const float2 k01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.x));
+    const float2 k23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.y));
+    const float b = bs[r];
+    *reinterpret_cast<uint2*>(bks + r * SK + d) =
+        make_uint2(PackBf16(b * k01.x * Exp2Ftz(gr.x), b * k01.y * Exp2Ftz(gr.y)),
+                   PackBf16(b * k23.x * Exp2Ftz(gr.z), b * k23.y * Exp2Ftz(gr.w)));
   }
 #pragma unroll
   for (int it = 0; it < kAqPer; ++it) {
@@ -865,13 +874,21 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
     }
   }
   __syncthreads();
-  if (tid < len) {
-    StoreF(p.dbeta + (cd.row_start + tid) * heads + h, dbs[tid] + p.dbeta_v[row_base + tid]);
-  }
-  // dg = reverse cumsum of dG, starting from the chunk-end terms.
-  for (int d = tid; d < KD; d += kChunkThreads) {
-    float acc = p.dgc[tile * KD + d] + dgcs[d];
-    for (int r = len - 1; r >= 0; --r) {
+  if (tid < len) StoreF(p.dbeta + (cd.row_start + tid) * heads + h, dbs[tid] + dbeta_v_in);
+  // dg = reverse cumsum of dG, starting from the chunk-end terms, the two halves of the rows at
+  // once: thread d + K c stores column d's rows [32 c, 32 c + 32); for c = 0 it first runs the
+  // same chain over rows 63 .. 32 without storing (the identical sums, in the same order: dg is
+  // a small remainder of large terms, so the order is kept).
+  static_assert(kChunkThreads >= 2 * KD, "a thread per column and half");
+  if (tid < 2 * KD) {
+    const int d = tid % KD, hi = kChunk / 2;
+    float acc = dgc_in + dgcs[d];
+    int r = len - 1;
+    if (tid < KD) {
+      for (; r >= hi; --r) acc += dGs[r * SG + d];
+    }
+    const int r_end = tid < KD ? 0 : hi;
+    for (; r >= r_end; --r) {
       acc += dGs[r * SG + d];
       StoreF(p.dg + ((cd.row_start + r) * heads + h) * KD + d, acc);
     }
