@@ -445,14 +445,36 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
       dbs[half * kChunk + 16 * a + g8 + 8] = part[1];
     }
   }
-  // dG_C (state part) = gamma sum_v h dh, one warp per row.
-  for (int d = warp; d < KD; d += kChunkThreads / 32) {
-    float acc = 0.0f;
-    for (int c = lane; c < VD; c += 32) {
-      acc += __bfloat162float(hs[d * SV + c]) * __bfloat162float(dhs[d * SV + c]);
+  // dG_C (state part) = gamma sum_v h dh: rows d = warp + 8 i on one warp, all of them at once
+  // (independent sums and shuffle chains, not each row's reduction waiting on the last).
+  {
+    constexpr int kRows = KD / (kChunkThreads / 32);
+    float acc[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int d = warp + i * (kChunkThreads / 32);
+      acc[i] = 0.0f;
+#pragma unroll
+      for (int c = 2 * lane; c < VD; c += 64) {
+        const float2 x =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(hs + d * SV + c));
+        const float2 y =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dhs + d * SV + c));
+        acc[i] = fmaf(x.x, y.x, fmaf(x.y, y.y, acc[i]));
+      }
     }
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) p.dgc[tile * KD + d] = gam[d] * acc;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    }
+    if (lane < kRows) {
+      float mine = acc[0];
+#pragma unroll
+      for (int i = 1; i < kRows; ++i) mine = lane == i ? acc[i] : mine;
+      const int d = warp + lane * (kChunkThreads / 32);
+      p.dgc[tile * KD + d] = gam[d] * mine;
+    }
   }
   __syncthreads();
   if (tid < kChunk) p.dbeta_v[row_base + tid] = dbs[tid] + dbs[kChunk + tid];
@@ -577,17 +599,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
 
   // 2. beta K e^G, s dA_qk strictly lower (the diagonal r = j adds s dA_qk[r][r] k_r to dq_r and
   // s dA_qk[r][r] q_r to dk_r, exactly, and nothing to dG), the diagonal tiles' spans.
-  for (int i = tid; i < kChunk * KD / 4; i += kChunkThreads) {  // 4 columns at a time
-    const int r = i / (KD / 4), d = (i % (KD / 4)) * 4;
-    const float4 gr = *reinterpret_cast<const float4*>(G + r * SG + d);
-    const uint2 kr = *reinterpret_cast<const uint2*>(ks + r * SK + d);
-    const float2 k01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.x));
-    const float2 k23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.y));
-    const float b = bs[r];
-    *reinterpret_cast<uint2*>(bks + r * SK + d) =
-        make_uint2(PackBf16(b * k01.x * Exp2Ftz(gr.x), b * k01.y * Exp2Ftz(gr.y)),
-                   PackBf16(b * k23.x * Exp2Ftz(gr.z), b * k23.y * Exp2Ftz(gr.w)));
-  }
+  StoreBetaKExpG<KD, kChunkThreads>(bks, ks, SK, G, SG, bs);
 #pragma unroll
   for (int it = 0; it < kAqPer; ++it) {
     const int i = tid + it * kChunkThreads, r = i / (kChunk / 4), c = (i % (kChunk / 4)) * 4;

@@ -235,13 +235,7 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
   }
 
   // 4. Element-wise: beta k e^G (over q), Kbar^T, gamma.
-  for (int i = tid; i < kChunk * KD / 2; i += kPrepThreads) {
-    const int r = i / (KD / 2), d = (i % (KD / 2)) * 2;
-    const float e0 = Exp2Ftz(G[r * SG + d]), e1 = Exp2Ftz(G[r * SG + d + 1]);
-    *reinterpret_cast<uint32_t*>(qs + r * SK + d) =
-        PackBf16(bs[r] * __bfloat162float(ks[r * SK + d]) * e0,
-                 bs[r] * __bfloat162float(ks[r * SK + d + 1]) * e1);
-  }
+  StoreBetaKExpG<KD, kPrepThreads>(qs, ks, SK, G, SG, bs);
   {
     // Kbar^T: thread owns column d and a run of rows, so its reads go along d (no bank
     // conflicts) and it writes whole 16-byte pieces of row d of Kbar^T.
@@ -293,11 +287,22 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
   }
   __syncthreads();
   InvertOffDiagonalBlocks<kPrepThreads>(akk, SA, tm, SA, scratch);
-  for (int i = tid; i < kChunk * kChunk; i += kPrepThreads) {  // A_kk is dead: T over it
-    const int r = i / kChunk, c = i % kChunk;
-    const bf16 t = __float2bfloat16(c <= r ? tm[r * SA + c] : 0.0f);
-    tb[r * ST + c] = t;
-    if (p.tinv != nullptr) p.tinv[(tile * kChunk + r) * kChunk + c] = t;
+  // A_kk is dead: T in bf16 over it (and out, for the backward), 8 columns per 16-byte store.
+  for (int i = tid; i < kChunk * kChunk / 8; i += kPrepThreads) {
+    const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+    const float4 t0 = *reinterpret_cast<const float4*>(tm + r * SA + c);
+    const float4 t1 = *reinterpret_cast<const float4*>(tm + r * SA + c + 4);
+    const float t[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
+    uint4 piece;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&piece);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      w[e] = PackBf16(c + 2 * e <= r ? t[2 * e] : 0.0f, c + 2 * e + 1 <= r ? t[2 * e + 1] : 0.0f);
+    }
+    *reinterpret_cast<uint4*>(tb + r * ST + c) = piece;
+    if (p.tinv != nullptr) {
+      *reinterpret_cast<uint4*>(p.tinv + (tile * kChunk + r) * kChunk + c) = piece;
+    }
   }
   __syncthreads();
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kda_cuda_util.cuh"
+#include "kernels/cuda/kda_mma.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
 
 namespace orrery::kernels::cuda {
@@ -146,6 +147,25 @@ __device__ __forceinline__ void LoadChunkQKGate(__nv_bfloat16* qs, __nv_bfloat16
     G[r * sg + d] += G[(kTcChunk / 2 - 1) * sg + d];
   }
   __syncthreads();
+}
+
+// beta K 2^G of the loaded chunk into dst[r * stride + d] (bf16; dst may be q's rows once q is
+// dead), four columns per thread and step. bs holds beta per row.
+template <int KD, int kThreads>
+__device__ __forceinline__ void StoreBetaKExpG(__nv_bfloat16* dst, const __nv_bfloat16* ks,
+                                               int stride, const float* G, int sg,
+                                               const float* bs) {
+  for (int i = threadIdx.x; i < kTcChunk * KD / 4; i += kThreads) {
+    const int r = i / (KD / 4), d = (i % (KD / 4)) * 4;
+    const float4 g = *reinterpret_cast<const float4*>(G + r * sg + d);
+    const uint2 kr = *reinterpret_cast<const uint2*>(ks + r * stride + d);
+    const float2 k01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.x));
+    const float2 k23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.y));
+    const float b = bs[r];
+    *reinterpret_cast<uint2*>(dst + r * stride + d) =
+        make_uint2(PackBf16(b * k01.x * Exp2Ftz(g.x), b * k01.y * Exp2Ftz(g.y)),
+                   PackBf16(b * k23.x * Exp2Ftz(g.z), b * k23.y * Exp2Ftz(g.w)));
+  }
 }
 
 }  // namespace orrery::kernels::cuda
