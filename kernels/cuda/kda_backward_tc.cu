@@ -240,10 +240,13 @@ struct VSideParams {
   const ChunkDesc* chunks;
   float *dq_s, *dkbar;  // [chunks, H, 64, K]: dO h^T, Vnew dh^T
   bf16* dw;             // [chunks, H, 64, K]: -dVnew h^T
-  float *daqk, *dtv;    // [chunks, H, 64, 64]: dO Vnew^T (unmasked), dVnew (beta V)^T
-  float* dbeta_v;       // [chunks, H, 64]: sum_v (T^T dVnew) V
-  float* dgc;           // [chunks, H, K]: gamma sum_v h dh
-  bf16* dv;             // [rows, H, V]
+  bf16* daqk;        // [chunks, H, 64, 64]: s dO Vnew^T strictly lower (the K-side's bf16 operand)
+  float* daqk_diag;  // [chunks, H, 64]: its diagonal s dA_qk[r][r], fp32
+  float* dtv;        // [chunks, H, 64, 64]: dVnew (beta V)^T
+  float* dbeta_v;    // [chunks, H, 64]: sum_v (T^T dVnew) V
+  float* dgc;        // [chunks, H, K]: gamma sum_v h dh
+  bf16* dv;          // [rows, H, V]
+  float scale;
   int heads;
 };
 
@@ -376,7 +379,9 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
       }
     }
   }
-  // dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half).
+  // dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half). dA_qk goes out
+  // as the K-side reads it: s dA_qk strictly lower in bf16 (its MMA operand, rounded as it would
+  // round it) and the diagonal s dA_qk[r][r] in fp32 apart; half the bytes of fp32.
   {
     const int n0 = half * (kChunk / 2);
     float a1[4][4] = {}, a2[4][4] = {};
@@ -399,8 +404,11 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
-        *reinterpret_cast<float2*>(p.daqk + (row_base + r) * kChunk + c) =
-            make_float2(a1[nt][e], a1[nt][e + 1]);
+        const float s0 = p.scale * a1[nt][e], s1 = p.scale * a1[nt][e + 1];
+        *reinterpret_cast<uint32_t*>(p.daqk + (row_base + r) * kChunk + c) =
+            PackBf16(c < r ? s0 : 0.0f, c + 1 < r ? s1 : 0.0f);
+        if (c == r) p.daqk_diag[row_base + r] = s0;
+        if (c + 1 == r) p.daqk_diag[row_base + r] = s1;
         *reinterpret_cast<float2*>(p.dtv + (row_base + r) * kChunk + c) =
             make_float2(a2[nt][e] * bs[c], a2[nt][e + 1] * bs[c + 1]);
       }
@@ -489,7 +497,9 @@ struct KSideParams {
   const GIn* g;
   const bf16* tinv;
   const ChunkDesc* chunks;
-  const float *dq_s, *dkbar, *daqk, *dtv, *dbeta_v, *dgc;
+  const float *dq_s, *dkbar;
+  const bf16* daqk;  // s dA_qk strictly lower, bf16
+  const float *daqk_diag, *dtv, *dbeta_v, *dgc;
   const bf16* dw;
   bf16 *dq, *dk, *dbeta;
   GIn* dg;
@@ -556,8 +566,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   const int a = warp & 3, half = warp >> 2;
 
   // 1. Load, and form the gate's cumsum G (rows past the end: zeros, so G stays flat there).
-  // Every global load is issued before the first wait: dW and T by cp.async, the V-side's
-  // dA_qk and dT_v (read in stages 2 and 3) into registers, then q, k and g.
+  // Every global load is issued before the first wait: dW, T and s dA_qk by cp.async, the
+  // V-side's dT_v (read in stage 3) and dA_qk's diagonal into registers, then q, k and g.
   for (int i = tid; i < kChunk * KD / 8; i += kChunkThreads) {
     const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
     CpAsync16(dws + r * SK + c, p.dw + (row_base + r) * KD + c);
@@ -566,15 +576,11 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
     const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
     CpAsync16(ts + r * ST + c, p.tinv + (row_base + r) * kChunk + c);
   }
-  constexpr int kAqPer = kChunk * kChunk / 4 / kChunkThreads;  // float4 pieces of dA_qk
-  static_assert(kChunk * kChunk % (4 * kChunkThreads) == 0, "whole pieces per thread");
-  float4 daq_in[kAqPer];
-#pragma unroll
-  for (int it = 0; it < kAqPer; ++it) {
-    const int i = tid + it * kChunkThreads, r = i / (kChunk / 4), c = (i % (kChunk / 4)) * 4;
-    daq_in[it] = *reinterpret_cast<const float4*>(p.daqk + (row_base + r) * kChunk + c);
+  for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
+    const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+    CpAsync16(aqs + r * ST + c, p.daqk + (row_base + r) * kChunk + c);
   }
-  const float aqd_in = tid < kChunk ? p.daqk[(row_base + tid) * kChunk + tid] : 0.0f;
+  const float aqd_in = tid < kChunk ? p.daqk_diag[row_base + tid] : 0.0f;
   float2 dtv_in[4][2];  // this lane's dT_v entries in stage 3's accumulator layout
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {
@@ -600,15 +606,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   // 2. beta K e^G, s dA_qk strictly lower (the diagonal r = j adds s dA_qk[r][r] k_r to dq_r and
   // s dA_qk[r][r] q_r to dk_r, exactly, and nothing to dG), the diagonal tiles' spans.
   StoreBetaKExpG<KD, kChunkThreads>(bks, ks, SK, G, SG, bs);
-#pragma unroll
-  for (int it = 0; it < kAqPer; ++it) {
-    const int i = tid + it * kChunkThreads, r = i / (kChunk / 4), c = (i % (kChunk / 4)) * 4;
-    const float4 x = daq_in[it];
-    *reinterpret_cast<uint2*>(aqs + r * ST + c) =
-        make_uint2(PackBf16(c < r ? scale * x.x : 0.0f, c + 1 < r ? scale * x.y : 0.0f),
-                   PackBf16(c + 2 < r ? scale * x.z : 0.0f, c + 3 < r ? scale * x.w : 0.0f));
-  }
-  if (tid < kChunk) aqd[tid] = scale * aqd_in;
+  if (tid < kChunk) aqd[tid] = aqd_in;
   if (warp < 4) {
     float span = 0.0f;
     for (int d = lane; d < KD; d += 32)
@@ -1063,7 +1061,10 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   ORRERY_ASSIGN_OR_RETURN(Tensor dkbar,
                           Tensor::Allocate({chunks, heads, ck, kd}, DType::kF32, dev));
   ORRERY_ASSIGN_OR_RETURN(Tensor dw, Tensor::Allocate({chunks, heads, ck, kd}, DType::kBF16, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor daqk, Tensor::Allocate({chunks, heads, ck, ck}, DType::kF32, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor daqk,
+                          Tensor::Allocate({chunks, heads, ck, ck}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor daqk_diag,
+                          Tensor::Allocate({chunks, heads, ck}, DType::kF32, dev));
   ORRERY_ASSIGN_OR_RETURN(Tensor dtv, Tensor::Allocate({chunks, heads, ck, ck}, DType::kF32, dev));
   ORRERY_ASSIGN_OR_RETURN(Tensor dbeta_v, Tensor::Allocate({chunks, heads, ck}, DType::kF32, dev));
   ORRERY_ASSIGN_OR_RETURN(Tensor dgc, Tensor::Allocate({chunks, heads, kd}, DType::kF32, dev));
@@ -1083,7 +1084,9 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     vp.dq_s = dq_s.data<float>();
     vp.dkbar = dkbar.data<float>();
     vp.dw = static_cast<bf16*>(dw.raw_data());
-    vp.daqk = daqk.data<float>();
+    vp.daqk = static_cast<bf16*>(daqk.raw_data());
+    vp.daqk_diag = daqk_diag.data<float>();
+    vp.scale = p.scale;
     vp.dtv = dtv.data<float>();
     vp.dbeta_v = dbeta_v.data<float>();
     vp.dgc = dgc.data<float>();
@@ -1108,7 +1111,8 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     kp.chunks = chunk_desc;
     kp.dq_s = dq_s.data<float>();
     kp.dkbar = dkbar.data<float>();
-    kp.daqk = daqk.data<float>();
+    kp.daqk = static_cast<const bf16*>(daqk.raw_data());
+    kp.daqk_diag = daqk_diag.data<float>();
     kp.dtv = dtv.data<float>();
     kp.dbeta_v = dbeta_v.data<float>();
     kp.dgc = dgc.data<float>();
