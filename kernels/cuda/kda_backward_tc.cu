@@ -603,8 +603,9 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   CpAsyncWaitAll();
   __syncthreads();
 
-  // 2. beta K e^G, s dA_qk strictly lower (the diagonal r = j adds s dA_qk[r][r] k_r to dq_r and
-  // s dA_qk[r][r] q_r to dk_r, exactly, and nothing to dG), the diagonal tiles' spans.
+  // 2. beta K e^G, the diagonal of s dA_qk (its strictly lower part came from the V-side in bf16;
+  // the diagonal r = j adds s dA_qk[r][r] k_r to dq_r and s dA_qk[r][r] q_r to dk_r, exactly, and
+  // nothing to dG), the diagonal tiles' spans.
   StoreBetaKExpG<KD, kChunkThreads>(bks, ks, SK, G, SG, bs);
   if (tid < kChunk) aqd[tid] = aqd_in;
   if (warp < 4) {

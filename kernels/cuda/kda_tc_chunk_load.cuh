@@ -1,6 +1,7 @@
-// Loading one 64-token chunk of one head into shared memory, shared by the tensor-core kernels
-// that work per (chunk, head): the forward's chunk preparation (kda_forward_tc.cu) and the
-// backward's K-side kernel (kda_backward_tc.cu). Every thread of the block calls these.
+// Loading one 64-token chunk of one head into shared memory, and the operand both users form
+// from it first (beta K 2^G), shared by the tensor-core kernels that work per (chunk, head): the
+// forward's chunk preparation (kda_forward_tc.cu) and the backward's K-side kernel
+// (kda_backward_tc.cu). Every thread of the block calls these.
 #pragma once
 
 #include <cuda_bf16.h>
