@@ -8,7 +8,7 @@
 #
 # BIN_DIR as for scripts/gpu_kda.sh (kda_gpu_bench, or a bundle from scripts/gpu_bundle.sh).
 # Default shape 8,8192,16,128; default kernels: the forward's chunk prep and state pass, and the
-# backward's reverse state pass, V-side and K-side kernels. ncu runs with --clock-control none
+# backward's reverse state pass and chunk kernel. ncu runs with --clock-control none
 # (the card's clocks are left as they are).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ shift $(($# >= 2 ? 2 : $#))
 kernels=("$@")
 if [[ ${#kernels[@]} -eq 0 ]]; then
   kernels=(KdaChunkPrepKernel KdaStatePassKernel KdaReverseStatePassKernel
-    KdaBackwardVSideKernel KdaBackwardKSideKernel)
+    KdaBackwardChunkKernel)
 fi
 if [[ -f "$bin/bundle.tar.xz" ]]; then
   unpacked="$(mktemp -d)"

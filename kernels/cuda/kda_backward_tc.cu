@@ -1,7 +1,7 @@
 // KDA chunked backward on tensor cores (spec §2.4, §2.8): bf16 operands, fp32 accumulation, fp32
 // state gradient, 64-token chunks in 16x16 tiles (the forward's tiling, kda_forward_tc.cu).
 //
-// Four stages; only the second is sequential over chunks:
+// Three stages; only the second is sequential over chunks:
 // 1. Recompute: the tensor-core forward keeps W, s Q e^G, Kbar^T, A_qk, gamma = e^{G_C}, T and,
 //    from its state pass, the state h at every chunk start and Vnew (all bf16, as the forward
 //    rounded them).
@@ -12,11 +12,11 @@
 //    chunks are split into segments like the forward's: every segment but the first runs from a
 //    zero dS and carries the transposed transition P = prod (Diag(gamma) - W^T Kbar) from the
 //    identity; KdaSegmentCombine chains dS_end(j - 1) = P_j dS_end(j) + dS_ext,j from dht.
-// 3. KdaBackwardVSideKernel, one block per (chunk, head), every chunk at once: the products over
-//    V: dQ = dO h^T, dW = -dVnew h^T, dKbar = Vnew dh^T, dA_qk = dO Vnew^T,
+// 3. KdaBackwardChunkKernel, one block per (chunk, head), every chunk at once. First the products
+//    over V: dQ = dO h^T, dW = -dVnew h^T, dKbar = Vnew dh^T, dA_qk = dO Vnew^T,
 //    dT_v = dVnew (beta V)^T, dv = beta T^T dVnew, the V part of dbeta, and
-//    dG_C = gamma sum_v h dh.
-// 4. KdaBackwardKSideKernel, one block per (chunk, head): dT = dT_v + dW (beta K e^G)^T,
+//    dG_C = gamma sum_v h dh; they stay on chip for the rest (as two kernels, ~88 KB per block
+//    went out to global memory and back): dT = dT_v + dW (beta K e^G)^T,
 //    dBk = T^T dW, dA_kk = -T^T dT T^T (strictly lower), then the pairwise terms of A_qk and A_kk
 //    as MMAs per 16-row tile: the row side (dq, dk of row r, against the reference row n = the
 //    tile's first row) aq Y and dA_kk Y with Y = K e^{G_n - G}, scaled by e^{G_r - G_n}; the column
@@ -230,71 +230,134 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
 }
 
 // ---------------------------------------------------------------------------------------------
-// Stage 3: the products over V, per (chunk, head).
+// Stage 3: the chunk kernel, per (chunk, head), every chunk at once. The products over V come
+// first; what they hand to the rest (dW, s dA_qk, dT_v, dQ, dKbar, the V parts of dbeta and
+// dG_C) stays on chip, in shared memory or in the registers of the thread that reads it next;
+// then T, A_kk, the pairwise and element-wise terms.
 
-struct VSideParams {
-  const bf16 *v, *d_o, *beta;         // inputs [rows, H, V], [rows, H, V], [rows, H]
-  const bf16 *h, *dh, *vnew, *dvnew;  // [chunks, H, K | 64, V]
-  const bf16* tinv;                   // [chunks, H, 64, 64]
-  const float* gamma;                 // [chunks, H, K]
+template <typename GIn>
+struct ChunkParams {
+  const bf16 *q, *k, *v, *beta, *d_o;  // inputs [rows, H, K | V], beta [rows, H]
+  const GIn* g;                        // [rows, H, K]
+  const bf16 *h, *dh, *vnew, *dvnew;   // [chunks, H, K | 64, V]
+  const bf16* tinv;                    // [chunks, H, 64, 64]
+  const float* gamma;                  // [chunks, H, K]
   const ChunkDesc* chunks;
-  float *dq_s, *dkbar;  // [chunks, H, 64, K]: dO h^T, Vnew dh^T
-  bf16* dw;             // [chunks, H, 64, K]: -dVnew h^T
-  bf16* daqk;        // [chunks, H, 64, 64]: s dO Vnew^T strictly lower (the K-side's bf16 operand)
-  float* daqk_diag;  // [chunks, H, 64]: its diagonal s dA_qk[r][r], fp32
-  float* dtv;        // [chunks, H, 64, 64]: dVnew (beta V)^T
-  float* dbeta_v;    // [chunks, H, 64]: sum_v (T^T dVnew) V
-  float* dgc;        // [chunks, H, K]: gamma sum_v h dh
-  bf16* dv;          // [rows, H, V]
-  float scale;
+  bf16 *dq, *dk, *dv, *dbeta;
+  GIn* dg;
   int heads;
+  float scale;
 };
 
+// Shared memory of the chunk kernel. Three parts:
+// - kept throughout: T, dW, s dA_qk (strictly lower, bf16) and the per-row and per-column vectors;
+// - the V phase: dO, dVnew, Vnew, V, h, dh (bf16). dQ = dO h^T and dKbar = Vnew dh^T (fp32, in
+//   accumulator order: each thread's values contiguous across the block, read back by the same
+//   thread) go over dO + dVnew and Vnew + V once those are dead when they fit there (K <= V + 8),
+//   else into a region of their own before the V phase's;
+// - the K phase, over h and dh (or over the whole V phase): G (dG at the end over it), beta K e^G,
+//   dT, dA_kk; then q and k, past everything of the V phase.
 template <int KD, int VD>
-struct VSideSmem {
-  static constexpr int kSV = VD + 8;
-  static constexpr size_t kDo = 0;
-  static constexpr size_t kVn = kDo + sizeof(bf16) * kChunk * kSV;
-  static constexpr size_t kDvn = kVn + sizeof(bf16) * kChunk * kSV;
-  static constexpr size_t kV = kDvn + sizeof(bf16) * kChunk * kSV;
-  static constexpr size_t kH = kV + sizeof(bf16) * kChunk * kSV;
-  static constexpr size_t kDh = kH + sizeof(bf16) * KD * kSV;
-  static constexpr size_t kT = kDh + sizeof(bf16) * KD * kSV;
-  static constexpr size_t kBeta = kT + sizeof(bf16) * kChunk * kST;
-  static constexpr size_t kDb = kBeta + sizeof(float) * kChunk;
-  static constexpr size_t kGam = kDb + sizeof(float) * 2 * kChunk;
-  static constexpr size_t kBytes = kGam + sizeof(float) * KD;
-  static_assert(kVn % 16 == 0 && kDvn % 16 == 0 && kV % 16 == 0 && kH % 16 == 0 && kDh % 16 == 0 &&
-                    kT % 16 == 0 && kBeta % 16 == 0 && kGam % 16 == 0,
+struct ChunkSmem {
+  static constexpr int kSK = KD + 8;                             // bf16 per q/k/dW row
+  static constexpr int kSG = KD + 4;                             // floats per G row
+  static constexpr int kSV = VD + 8;                             // bf16 per V-wide row
+  static constexpr size_t kTile = sizeof(bf16) * kChunk * kST;   // a 64x64 bf16 tile
+  static constexpr size_t kRowsK = sizeof(bf16) * kChunk * kSK;  // [64][K] bf16
+  static constexpr size_t kRowsV = sizeof(bf16) * kChunk * kSV;  // [64][V] bf16
+  static constexpr size_t kStateV = sizeof(bf16) * KD * kSV;     // [K][V] bf16
+  static constexpr size_t kFragK = sizeof(float) * kChunk * KD;  // [64][K] fp32
+  static constexpr size_t kT = 0;
+  static constexpr size_t kDw = kT + kTile;
+  static constexpr size_t kAq = kDw + kRowsK;
+  static constexpr size_t kBeta = kAq + kTile;
+  static constexpr size_t kDbv = kBeta + sizeof(float) * kChunk;  // [2][64] dbeta's V part halves
+  static constexpr size_t kDbk = kDbv + sizeof(float) * 2 * kChunk;  // dbeta's other parts
+  static constexpr size_t kAqd = kDbk + sizeof(float) * kChunk;      // s dA_qk[r][r], fp32
+  static constexpr size_t kGam = kAqd + sizeof(float) * kChunk;      // gamma [K]
+  static constexpr size_t kDgcV = kGam + sizeof(float) * KD;         // gamma sum_v h dh [K]
+  static constexpr size_t kDgcK = kDgcV + sizeof(float) * KD;        // dG_C's Kbar part [K]
+  static constexpr size_t kMma = kDgcK + sizeof(float) * KD;         // int [4]
+  static constexpr size_t kKeptEnd = kMma + 16;
+  static constexpr bool kOverlay = kFragK <= 2 * kRowsV;
+  static constexpr size_t kDq = kKeptEnd;
+  static constexpr size_t kDk = kOverlay ? kDq + 2 * kRowsV : kDq + kFragK;
+  static constexpr size_t kDo = kOverlay ? kKeptEnd : kDk + kFragK;
+  static constexpr size_t kDvn = kDo + kRowsV;
+  static constexpr size_t kVn = kDvn + kRowsV;
+  static constexpr size_t kV = kVn + kRowsV;
+  static constexpr size_t kH = kV + kRowsV;
+  static constexpr size_t kDh = kH + kStateV;
+  static constexpr size_t kVEnd = kDh + kStateV;
+  static constexpr size_t kG = kOverlay ? kH : kDo;
+  static constexpr size_t kDG = kG;
+  static constexpr size_t kBk = kG + sizeof(float) * kChunk * kSG;
+  static constexpr size_t kDt = kBk + kRowsK;
+  static constexpr size_t kAk = kDt + kTile;
+  // q and k lie past the V phase's regions: their copies are issued with the V phase's.
+  static constexpr size_t kQ = kAk + kTile > kVEnd ? kAk + kTile : kVEnd;
+  static constexpr size_t kK = kQ + kRowsK;
+  static constexpr size_t kKEnd = kK + kRowsK;
+  static constexpr size_t kBytes = kKEnd;
+  static_assert(kDw % 16 == 0 && kAq % 16 == 0 && kBeta % 16 == 0 && kGam % 16 == 0 &&
+                    kKeptEnd % 16 == 0 && kDk % 16 == 0 && kDo % 16 == 0 && kDvn % 16 == 0 &&
+                    kVn % 16 == 0 && kV % 16 == 0 && kH % 16 == 0 && kDh % 16 == 0 &&
+                    kBk % 16 == 0 && kDt % 16 == 0 && kAk % 16 == 0 && kQ % 16 == 0 && kK % 16 == 0,
                 "16-byte aligned regions");
+  static_assert(kBytes <= 227 * 1024, "one block per multiprocessor");
 };
 
-template <int KD, int VD>
-__global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSideParams p) {
-  using L = VSideSmem<KD, VD>;
-  constexpr int SV = L::kSV, ST = kST;
+template <int KD, int VD, typename GIn>
+__global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkParams<GIn> p) {
+  using L = ChunkSmem<KD, VD>;
+  constexpr int SK = L::kSK, SG = L::kSG, SV = L::kSV, ST = kST;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* dos = reinterpret_cast<bf16*>(smem + L::kDo);   // dO     [64][SV]
-  bf16* vns = reinterpret_cast<bf16*>(smem + L::kVn);   // Vnew   [64][SV]
-  bf16* dvs = reinterpret_cast<bf16*>(smem + L::kDvn);  // dVnew  [64][SV]
-  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);     // V      [64][SV]
-  bf16* hs = reinterpret_cast<bf16*>(smem + L::kH);     // h      [K][SV]
-  bf16* dhs = reinterpret_cast<bf16*>(smem + L::kDh);   // dh     [K][SV]
-  bf16* ts = reinterpret_cast<bf16*>(smem + L::kT);     // T      [64][ST]
+  bf16* ts = reinterpret_cast<bf16*>(smem + L::kT);    // T                    [64][ST]
+  bf16* dws = reinterpret_cast<bf16*>(smem + L::kDw);  // dW = -dVnew h^T      [64][SK]
+  bf16* aqs = reinterpret_cast<bf16*>(smem + L::kAq);  // s dA_qk (j < r)      [64][ST]
   float* bs = reinterpret_cast<float*>(smem + L::kBeta);
-  float* dbs = reinterpret_cast<float*>(smem + L::kDb);   // [2][64] dbeta halves
-  float* gam = reinterpret_cast<float*>(smem + L::kGam);  // gamma [K]
+  float* dbv = reinterpret_cast<float*>(smem + L::kDbv);    // [2][64] dbeta, V part halves
+  float* dbk = reinterpret_cast<float*>(smem + L::kDbk);    // dbeta, K and pairwise parts
+  float* aqd = reinterpret_cast<float*>(smem + L::kAqd);    // s dA_qk[r][r], fp32
+  float* gam = reinterpret_cast<float*>(smem + L::kGam);    // gamma [K]
+  float* dgcv = reinterpret_cast<float*>(smem + L::kDgcV);  // dG_C, state part
+  float* dgck = reinterpret_cast<float*>(smem + L::kDgcK);  // dG_C, Kbar part
+  int* diag_mma = reinterpret_cast<int*>(smem + L::kMma);   // diagonal tile t on tensor cores
+  float2* dqf = reinterpret_cast<float2*>(smem + L::kDq);   // dQ, accumulator order
+  float2* dkf = reinterpret_cast<float2*>(smem + L::kDk);   // dKbar, accumulator order
+  bf16* dos = reinterpret_cast<bf16*>(smem + L::kDo);       // dO     [64][SV]
+  bf16* dvs = reinterpret_cast<bf16*>(smem + L::kDvn);      // dVnew  [64][SV]
+  bf16* vns = reinterpret_cast<bf16*>(smem + L::kVn);       // Vnew   [64][SV]
+  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);         // V      [64][SV]
+  bf16* hs = reinterpret_cast<bf16*>(smem + L::kH);         // h      [K][SV]
+  bf16* dhs = reinterpret_cast<bf16*>(smem + L::kDh);       // dh     [K][SV]
+  float* G = reinterpret_cast<float*>(smem + L::kG);        // cumsum of g, log2    [64][SG]
+  float* dGs = reinterpret_cast<float*>(smem + L::kDG);     // dG (at the end)      [64][SG]
+  bf16* bks = reinterpret_cast<bf16*>(smem + L::kBk);       // beta k e^G           [64][SK]
+  bf16* dts = reinterpret_cast<bf16*>(smem + L::kDt);       // dT, then T^T dT      [64][ST]
+  bf16* aks = reinterpret_cast<bf16*>(smem + L::kAk);       // dA_kk (j < r)        [64][ST]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);         // q                    [64][SK]
+  bf16* ks = reinterpret_cast<bf16*>(smem + L::kK);         // k                    [64][SK]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, heads = p.heads;
   const ChunkDesc cd = p.chunks[blockIdx.x];
   const int len = static_cast<int>(cd.len);
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
+  const int64_t row_base = tile * kChunk;
+  const float scale = p.scale;
+  // Every product below: warp w takes row tile a = w % 4 (16 rows) and column half w / 4; a
+  // thread's accumulators sit at rows 16 a + g8 (+ 8) and columns 2 t4 (+ 1) of each 8-wide
+  // column tile, in the V phase and the K phase alike, so what one hands to the other stays in
+  // the thread that formed it.
+  const int a = warp & 3, half = warp >> 2;
 
+  // 1. Issue every copy, in three groups: what stages 2 and 3 read; h and dh (stages 4 to 6); q
+  // and k (the K phase). Rows past the chunk's end: zeros.
   for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
     const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
-    CpAsync16(vns + r * SV + c, p.vnew + (tile * kChunk + r) * VD + c);
-    CpAsync16(dvs + r * SV + c, p.dvnew + (tile * kChunk + r) * VD + c);
+    CpAsync16(vns + r * SV + c, p.vnew + (row_base + r) * VD + c);
+    CpAsync16(dvs + r * SV + c, p.dvnew + (row_base + r) * VD + c);
     if (r < len) {
       const int64_t off = ((cd.row_start + r) * heads + h) * VD + c;
       CpAsync16(dos + r * SV + c, p.d_o + off);
@@ -304,88 +367,53 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
       *reinterpret_cast<uint4*>(vs + r * SV + c) = make_uint4(0, 0, 0, 0);
     }
   }
+  for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
+    const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+    CpAsync16(ts + r * ST + c, p.tinv + (row_base + r) * kChunk + c);
+  }
+  for (int i = tid; i < KD / 4; i += kChunkThreads)
+    CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
+  CpAsyncCommit();
   for (int i = tid; i < KD * VD / 8; i += kChunkThreads) {
     const int d = i / (VD / 8), c = (i % (VD / 8)) * 8;
     CpAsync16(hs + d * SV + c, p.h + (tile * KD + d) * VD + c);
     CpAsync16(dhs + d * SV + c, p.dh + (tile * KD + d) * VD + c);
   }
-  for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
-    const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
-    CpAsync16(ts + r * ST + c, p.tinv + (tile * kChunk + r) * kChunk + c);
+  CpAsyncCommit();
+  for (int i = tid; i < kChunk * KD / 8; i += kChunkThreads) {
+    const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+    if (r < len) {
+      const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
+      CpAsync16(qs + r * SK + c, p.q + off);
+      CpAsync16(ks + r * SK + c, p.k + off);
+    } else {
+      *reinterpret_cast<uint4*>(qs + r * SK + c) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(ks + r * SK + c) = make_uint4(0, 0, 0, 0);
+    }
   }
-  // gamma with the rest: read inside the dG_C loop below, a global load there waits in full.
-  for (int i = tid; i < KD / 4; i += kChunkThreads)
-    CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
-  if (tid < kChunk) bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
-  CpAsyncWaitAll();
+  CpAsyncCommit();
+  if (tid < kChunk) {
+    bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
+    dbk[tid] = 0.0f;
+  }
+  for (int d = tid; d < KD; d += kChunkThreads) dgck[d] = 0.0f;
+  CpAsyncWaitPending<2>();
   __syncthreads();
 
-  // Warp w: row tile a = w % 4 (16 rows), column half w / 4.
-  const int a = warp & 3, half = warp >> 2;
-  const int64_t row_base = tile * kChunk;
-  // dQ = dO h^T and dW = -dVnew h^T (columns d of the half).
-  {
-    constexpr int kN = KD / 16;
-    const int n0 = half * (KD / 2);
-    float aq[kN][4] = {}, aw[kN][4] = {};
-#pragma unroll
-    for (int k0 = 0; k0 < VD; k0 += 16) {
-      uint32_t fo[4], fv[4];
-      LoadFragA(fo, dos + 16 * a * SV, SV, k0);
-      LoadFragA(fv, dvs + 16 * a * SV, SV, k0);
-#pragma unroll
-      for (int nt = 0; nt < kN; ++nt) {
-        uint32_t fb[2];
-        LoadFragBT(fb, hs + (n0 + 8 * nt) * SV, SV, k0);
-        MmaBf16(aq[nt], fo, fb);
-        MmaBf16(aw[nt], fv, fb);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < kN; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
-        *reinterpret_cast<float2*>(p.dq_s + (row_base + r) * KD + c) =
-            make_float2(aq[nt][e], aq[nt][e + 1]);
-        *reinterpret_cast<uint32_t*>(p.dw + (row_base + r) * KD + c) =
-            PackBf16(-aw[nt][e], -aw[nt][e + 1]);
-      }
-    }
-  }
-  // dKbar = Vnew dh^T.
-  {
-    constexpr int kN = KD / 16;
-    const int n0 = half * (KD / 2);
-    float ak[kN][4] = {};
-#pragma unroll
-    for (int k0 = 0; k0 < VD; k0 += 16) {
-      uint32_t fv[4];
-      LoadFragA(fv, vns + 16 * a * SV, SV, k0);
-#pragma unroll
-      for (int nt = 0; nt < kN; ++nt) {
-        uint32_t fb[2];
-        LoadFragBT(fb, dhs + (n0 + 8 * nt) * SV, SV, k0);
-        MmaBf16(ak[nt], fv, fb);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < kN; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
-        *reinterpret_cast<float2*>(p.dkbar + (row_base + r) * KD + c) =
-            make_float2(ak[nt][e], ak[nt][e + 1]);
-      }
-    }
-  }
-  // dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half). dA_qk goes out
-  // as the K-side reads it: s dA_qk strictly lower in bf16 (its MMA operand, rounded as it would
-  // round it) and the diagonal s dA_qk[r][r] in fp32 apart; half the bytes of fp32.
+  // 2. dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half). s dA_qk goes
+  // to shared memory as the pairwise terms read it: strictly lower in bf16 (their MMA operand)
+  // and the diagonal s dA_qk[r][r] in fp32 apart (it adds s dA_qk[r][r] k_r to dq_r and
+  // s dA_qk[r][r] q_r to dk_r, exactly, and nothing to dG). dT_v stays in registers for stage 8.
+  float dtv[4][4];
   {
     const int n0 = half * (kChunk / 2);
-    float a1[4][4] = {}, a2[4][4] = {};
+    float a1[4][4] = {};
 #pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dtv[nt][e] = 0.0f;
+    }
+#pragma unroll 2
     for (int k0 = 0; k0 < VD; k0 += 16) {
       uint32_t fo[4], fv[4];
       LoadFragA(fo, dos + 16 * a * SV, SV, k0);
@@ -396,7 +424,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
         LoadFragBT(fb, vns + (n0 + 8 * nt) * SV, SV, k0);
         MmaBf16(a1[nt], fo, fb);
         LoadFragBT(fb, vs + (n0 + 8 * nt) * SV, SV, k0);
-        MmaBf16(a2[nt], fv, fb);
+        MmaBf16(dtv[nt], fv, fb);
       }
     }
 #pragma unroll
@@ -404,17 +432,17 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
-        const float s0 = p.scale * a1[nt][e], s1 = p.scale * a1[nt][e + 1];
-        *reinterpret_cast<uint32_t*>(p.daqk + (row_base + r) * kChunk + c) =
+        const float s0 = scale * a1[nt][e], s1 = scale * a1[nt][e + 1];
+        *reinterpret_cast<uint32_t*>(aqs + r * ST + c) =
             PackBf16(c < r ? s0 : 0.0f, c + 1 < r ? s1 : 0.0f);
-        if (c == r) p.daqk_diag[row_base + r] = s0;
-        if (c + 1 == r) p.daqk_diag[row_base + r] = s1;
-        *reinterpret_cast<float2*>(p.dtv + (row_base + r) * kChunk + c) =
-            make_float2(a2[nt][e] * bs[c], a2[nt][e + 1] * bs[c + 1]);
+        if (c == r) aqd[r] = s0;
+        if (c + 1 == r) aqd[r] = s1;
+        dtv[nt][e] *= bs[c];
+        dtv[nt][e + 1] *= bs[c + 1];
       }
     }
   }
-  // dBv = T^T dVnew: dv = beta dBv, dbeta (V part) = sum_v dBv V.
+  // 3. dBv = T^T dVnew: dv = beta dBv, dbeta (V part) = sum_v dBv V.
   {
     constexpr int kN = VD / 16;
     const int n0 = half * (VD / 2);
@@ -449,11 +477,47 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
       part[i] += __shfl_xor_sync(0xffffffffu, part[i], 2);
     }
     if (t4 == 0) {
-      dbs[half * kChunk + 16 * a + g8] = part[0];
-      dbs[half * kChunk + 16 * a + g8 + 8] = part[1];
+      dbv[half * kChunk + 16 * a + g8] = part[0];
+      dbv[half * kChunk + 16 * a + g8 + 8] = part[1];
     }
   }
-  // dG_C (state part) = gamma sum_v h dh: rows d = warp + 8 i on one warp, all of them at once
+  // 4. dQ = dO h^T and dW = -dVnew h^T (columns d of the half), once h and dh are in.
+  CpAsyncWaitPending<1>();
+  __syncthreads();
+  {
+    constexpr int kN = KD / 16;
+    const int n0 = half * (KD / 2);
+    float aq[kN][4] = {}, aw[kN][4] = {};
+#pragma unroll 2
+    for (int k0 = 0; k0 < VD; k0 += 16) {
+      uint32_t fo[4], fv[4];
+      LoadFragA(fo, dos + 16 * a * SV, SV, k0);
+      LoadFragA(fv, dvs + 16 * a * SV, SV, k0);
+#pragma unroll
+      for (int nt = 0; nt < kN; ++nt) {
+        uint32_t fb[2];
+        LoadFragBT(fb, hs + (n0 + 8 * nt) * SV, SV, k0);
+        MmaBf16(aq[nt], fo, fb);
+        MmaBf16(aw[nt], fv, fb);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kN; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
+        *reinterpret_cast<uint32_t*>(dws + r * SK + c) = PackBf16(-aw[nt][e], -aw[nt][e + 1]);
+      }
+    }
+    if constexpr (L::kOverlay) __syncthreads();
+#pragma unroll
+    for (int nt = 0; nt < kN; ++nt) {
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2)
+        dqf[(2 * nt + e2) * kChunkThreads + tid] = make_float2(aq[nt][2 * e2], aq[nt][2 * e2 + 1]);
+    }
+  }
+  // 5. dG_C (state part) = gamma sum_v h dh: rows d = warp + 8 i on one warp, all of them at once
   // (independent sums and shuffle chains, not each row's reduction waiting on the last).
   {
     constexpr int kRows = KD / (kChunkThreads / 32);
@@ -481,133 +545,42 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardVSideKernel(VSidePar
 #pragma unroll
       for (int i = 1; i < kRows; ++i) mine = lane == i ? acc[i] : mine;
       const int d = warp + lane * (kChunkThreads / 32);
-      p.dgc[tile * KD + d] = gam[d] * mine;
+      dgcv[d] = gam[d] * mine;
     }
   }
-  __syncthreads();
-  if (tid < kChunk) p.dbeta_v[row_base + tid] = dbs[tid] + dbs[kChunk + tid];
-}
-
-// ---------------------------------------------------------------------------------------------
-// Stage 4: T, A_kk, the pairwise and element-wise terms, per (chunk, head).
-
-template <typename GIn>
-struct KSideParams {
-  const bf16 *q, *k, *beta;
-  const GIn* g;
-  const bf16* tinv;
-  const ChunkDesc* chunks;
-  const float *dq_s, *dkbar;
-  const bf16* daqk;  // s dA_qk strictly lower, bf16
-  const float *daqk_diag, *dtv, *dbeta_v, *dgc;
-  const bf16* dw;
-  bf16 *dq, *dk, *dbeta;
-  GIn* dg;
-  int heads;
-  float scale;
-};
-
-template <int KD>
-struct KSideSmem {
-  static constexpr int kSK = KD + 8;  // bf16 per q/k row
-  static constexpr int kSG = KD + 4;  // floats per G row
-  static constexpr size_t kQ = 0;
-  static constexpr size_t kK = kQ + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kG = kK + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kBk = kG + sizeof(float) * kChunk * kSG;
-  static constexpr size_t kDw = kBk + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kDG = kBk;  // dG (fp32) over beta K e^G and dW once both are dead
-  static constexpr size_t kT = kDw + sizeof(bf16) * kChunk * kSK;
-  static constexpr size_t kDt = kT + sizeof(bf16) * kChunk * kST;
-  static constexpr size_t kAq = kDt + sizeof(bf16) * kChunk * kST;
-  static constexpr size_t kAk = kAq + sizeof(bf16) * kChunk * kST;
-  static constexpr size_t kBeta = kAk + sizeof(bf16) * kChunk * kST;
-  static constexpr size_t kDb = kBeta + sizeof(float) * kChunk;
-  static constexpr size_t kAqd = kDb + sizeof(float) * kChunk;
-  static constexpr size_t kDgc = kAqd + sizeof(float) * kChunk;
-  static constexpr size_t kMma = kDgc + sizeof(float) * KD;
-  static constexpr size_t kBytes = kMma + sizeof(int) * 4;
-  static_assert(kK % 16 == 0 && kG % 16 == 0 && kBk % 16 == 0 && kDw % 16 == 0 && kT % 16 == 0 &&
-                    kDt % 16 == 0 && kAq % 16 == 0 && kAk % 16 == 0 && kBeta % 16 == 0,
-                "16-byte aligned regions");
-  static_assert(sizeof(float) * kChunk * kSG <= kT - kBk, "dG fits over beta K e^G and dW");
-};
-
-template <int KD, typename GIn>
-__global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSideParams<GIn> p) {
-  using L = KSideSmem<KD>;
-  constexpr int SK = L::kSK, SG = L::kSG, ST = kST;
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);      // q                    [64][SK]
-  bf16* ks = reinterpret_cast<bf16*>(smem + L::kK);      // k                    [64][SK]
-  float* G = reinterpret_cast<float*>(smem + L::kG);     // cumsum of g, log2    [64][SG]
-  bf16* bks = reinterpret_cast<bf16*>(smem + L::kBk);    // beta k e^G           [64][SK]
-  bf16* dws = reinterpret_cast<bf16*>(smem + L::kDw);    // dW                   [64][SK]
-  float* dGs = reinterpret_cast<float*>(smem + L::kDG);  // dG (at the end)    [64][SG]
-  bf16* ts = reinterpret_cast<bf16*>(smem + L::kT);      // T                    [64][ST]
-  bf16* dts = reinterpret_cast<bf16*>(smem + L::kDt);    // dT, then T^T dT      [64][ST]
-  bf16* aqs = reinterpret_cast<bf16*>(smem + L::kAq);    // s dA_qk (j < r)      [64][ST]
-  bf16* aks = reinterpret_cast<bf16*>(smem + L::kAk);    // dA_kk (j < r)        [64][ST]
-  float* bs = reinterpret_cast<float*>(smem + L::kBeta);
-  float* dbs = reinterpret_cast<float*>(smem + L::kDb);    // dbeta (K and pairwise parts)
-  float* aqd = reinterpret_cast<float*>(smem + L::kAqd);   // s dA_qk[r][r], fp32
-  float* dgcs = reinterpret_cast<float*>(smem + L::kDgc);  // dG_C (Kbar part)
-  int* diag_mma = reinterpret_cast<int*>(smem + L::kMma);  // diagonal tile t on tensor cores
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
-  const int h = blockIdx.y, heads = p.heads;
-  const ChunkDesc cd = p.chunks[blockIdx.x];
-  const int len = static_cast<int>(cd.len);
-  const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
-  const int64_t row_base = tile * kChunk;
-  const float scale = p.scale;
-
-  // Warp w: row tile a = w % 4, column half w / 4 (32 of the 64 columns of the 64x64 products).
-  const int a = warp & 3, half = warp >> 2;
-
-  // 1. Load, and form the gate's cumsum G (rows past the end: zeros, so G stays flat there).
-  // Every global load is issued before the first wait: dW, T and s dA_qk by cp.async, the
-  // V-side's dT_v (read in stage 3) and dA_qk's diagonal into registers, then q, k and g.
-  for (int i = tid; i < kChunk * KD / 8; i += kChunkThreads) {
-    const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-    CpAsync16(dws + r * SK + c, p.dw + (row_base + r) * KD + c);
-  }
-  for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
-    const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
-    CpAsync16(ts + r * ST + c, p.tinv + (row_base + r) * kChunk + c);
-  }
-  for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
-    const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
-    CpAsync16(aqs + r * ST + c, p.daqk + (row_base + r) * kChunk + c);
-  }
-  const float aqd_in = tid < kChunk ? p.daqk_diag[row_base + tid] : 0.0f;
-  float2 dtv_in[4][2];  // this lane's dT_v entries in stage 3's accumulator layout
+  // The gate's loads go out now (its cumsum lands over h and dh once stage 6 is done with dh).
+  ChunkGatePieces<KD, kChunkThreads> gate;
+  FetchChunkGate<KD, kChunkThreads>(gate, p.g, cd, heads, h);
+  // 6. dKbar = Vnew dh^T (columns d of the half), while the gate's loads are in flight; to shared
+  // memory over Vnew and V once every warp is done with them.
+  {
+    constexpr int kN = KD / 16;
+    const int n0 = half * (KD / 2);
+    float ak[kN][4] = {};
+#pragma unroll 2
+    for (int k0 = 0; k0 < VD; k0 += 16) {
+      uint32_t fv[4];
+      LoadFragA(fv, vns + 16 * a * SV, SV, k0);
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kN; ++nt) {
+        uint32_t fb[2];
+        LoadFragBT(fb, dhs + (n0 + 8 * nt) * SV, SV, k0);
+        MmaBf16(ak[nt], fv, fb);
+      }
+    }
+    __syncthreads();  // Vnew, V and dh are dead: dKbar goes over Vnew and V, G over h and dh
 #pragma unroll
-    for (int e2 = 0; e2 < 2; ++e2) {
-      const int r = 16 * a + g8 + 8 * e2, c = half * 32 + 8 * nt + 2 * t4;
-      dtv_in[nt][e2] = *reinterpret_cast<const float2*>(p.dtv + (row_base + r) * kChunk + c);
+    for (int nt = 0; nt < kN; ++nt) {
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2)
+        dkf[(2 * nt + e2) * kChunkThreads + tid] = make_float2(ak[nt][2 * e2], ak[nt][2 * e2 + 1]);
     }
   }
-  const float beta_r = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
-  // Read only at the end (dbeta and dg's chunk-end term), fetched now so that nothing waits.
-  const float dbeta_v_in = tid < len ? p.dbeta_v[row_base + tid] : 0.0f;
-  const float dgc_in = tid < 2 * KD ? p.dgc[tile * KD + tid % KD] : 0.0f;
-  LoadChunkQKGate<KD, kChunkThreads>(qs, ks, SK, G, SG, p.q, p.k, p.g, cd, heads, h);
-  if (tid < kChunk) {
-    bs[tid] = beta_r;
-    dbs[tid] = 0.0f;
-  }
-  for (int d = tid; d < KD; d += kChunkThreads) dgcs[d] = 0.0f;
-  CpAsyncWaitAll();
-  __syncthreads();
-
-  // 2. beta K e^G, the diagonal of s dA_qk (its strictly lower part came from the V-side in bf16;
-  // the diagonal r = j adds s dA_qk[r][r] k_r to dq_r and s dA_qk[r][r] q_r to dk_r, exactly, and
-  // nothing to dG), the diagonal tiles' spans.
+  // 7. The K phase: the gate's cumsum G (rows past the end: zeros, G flat there), q and k, then
+  // beta K e^G and the diagonal tiles' spans.
+  CpAsyncWaitAll();  // q and k: visible to all after StoreChunkGate's barriers
+  StoreChunkGate<KD, kChunkThreads>(G, SG, gate, cd, h);
   StoreBetaKExpG<KD, kChunkThreads>(bks, ks, SK, G, SG, bs);
-  if (tid < kChunk) aqd[tid] = aqd_in;
   if (warp < 4) {
     float span = 0.0f;
     for (int d = lane; d < KD; d += 32)
@@ -617,18 +590,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   }
   __syncthreads();
 
-  // 3. dT = dT_v + dW (beta K e^G)^T.
+  // 8. dT = dT_v + dW (beta K e^G)^T.
   {
     const int n0 = half * 32;
-    float acc[4][4];
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      acc[nt][0] = dtv_in[nt][0].x;
-      acc[nt][1] = dtv_in[nt][0].y;
-      acc[nt][2] = dtv_in[nt][1].x;
-      acc[nt][3] = dtv_in[nt][1].y;
-    }
-#pragma unroll
+#pragma unroll 2
     for (int k0 = 0; k0 < KD; k0 += 16) {
       uint32_t fa[4];
       LoadFragA(fa, dws + 16 * a * SK, SK, k0);
@@ -636,7 +601,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
       for (int nt = 0; nt < 4; ++nt) {
         uint32_t fb[2];
         LoadFragBT(fb, bks + (n0 + 8 * nt) * SK, SK, k0);
-        MmaBf16(acc[nt], fa, fb);
+        MmaBf16(dtv[nt], fa, fb);
       }
     }
 #pragma unroll
@@ -644,12 +609,12 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4 + (e & 1);
-        dts[r * ST + c] = __float2bfloat16(acc[nt][e]);
+        dts[r * ST + c] = __float2bfloat16(dtv[nt][e]);
       }
     }
   }
   __syncthreads();
-  // 4. T^T dT (over dT once every warp has read it).
+  // 9. T^T dT (over dT once every warp has read it).
   {
     const int n0 = half * 32;
     float acc[4][4] = {};
@@ -674,7 +639,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
     }
   }
   __syncthreads();
-  // 5. dA_kk = -(T^T dT) T^T, strictly lower.
+  // 10. dA_kk = -(T^T dT) T^T, strictly lower.
   {
     const int n0 = half * 32;
     float acc[4][4] = {};
@@ -700,29 +665,30 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   }
   __syncthreads();
 
-  // 6. Per 32-column block of the warp's half of K: dBk = T^T dW, the pairwise row side (tiles
+  // 11. Per 32-column block of the warp's half of K: dBk = T^T dW, the pairwise row side (tiles
   // 0..a against reference row 16 a) and column side (tiles a..3 against reference row
   // 16 a + 15), the element-wise terms; dq and dk go out, dG is kept for the cumsum.
   constexpr int kCB = KD / 64;
   const int ref = 16 * a, mref = 16 * a + 15;
   const bool mma_diag = diag_mma[a] != 0;
-  float dg_keep[kCB][4][4];
   float dbeta_part[2] = {0.0f, 0.0f};
-#pragma unroll
+  // Not unrolled: one copy of this code, not one per block (the kernel's code must stay within
+  // the instruction cache; unrolled, a third of the kernel's time went to instruction fetch).
+  // dG of the block waits in the thread's dQ slots, read just before (G is still being read).
+#pragma unroll 1
   for (int cb = 0; cb < kCB; ++cb) {
     const int n0 = half * (KD / 2) + 32 * cb;
     float bk_acc[4][4] = {}, pq[4][4] = {}, pk[4][4] = {}, js[4][4] = {};
-    // The V-side's fp32 terms of this block, loaded now so that their latency hides behind the
-    // products below.
+    // This thread's dQ and dKbar of the block (stages 4 and 6 formed them at the same rows and
+    // columns), read now so that their latency hides behind the products below.
     float2 dqs_in[4][2], dkb_in[4][2];
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
-        const int r = 16 * a + g8 + e2 * 8, d = n0 + 8 * nt + 2 * t4;
-        const int64_t xo = (row_base + r) * KD + d;
-        dqs_in[nt][e2] = *reinterpret_cast<const float2*>(p.dq_s + xo);
-        dkb_in[nt][e2] = *reinterpret_cast<const float2*>(p.dkbar + xo);
+        const int i = (2 * (4 * cb + nt) + e2) * kChunkThreads + tid;
+        dqs_in[nt][e2] = dqf[i];
+        dkb_in[nt][e2] = dkf[i];
       }
     }
     for (int kt = a; kt < kChunk / 16; ++kt) {
@@ -815,7 +781,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
     // Element-wise terms and the outputs.
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      float dq_out[4], dk_out[4], dgc_part[2] = {0.0f, 0.0f};
+      float dq_out[4], dk_out[4], dg_out[4], dgc_part[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * nt + 2 * t4 + (e & 1);
@@ -836,8 +802,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
         const float dbk = bk_acc[nt][e];
         dq_out[e] = scale * eg * dqs + dqp + aqd[r] * kv;
         dk_out[e] = br * dbk * eg + dkb * ebar + br * pkv + dkj + aqd[r] * qv;
-        dg_keep[cb][nt][e] = scale * dqs * qv * eg + br * dbk * kv * eg - dkb * kv * ebar +
-                             qv * dqp + kv * br * pkv - kv * dkj;
+        dg_out[e] = scale * dqs * qv * eg + br * dbk * kv * eg - dkb * kv * ebar + qv * dqp +
+                    kv * br * pkv - kv * dkj;
         dbeta_part[e >> 1] += dbk * kv * eg + kv * pkv;
         dgc_part[e & 1] += dkb * kv * ebar;
       }
@@ -849,6 +815,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
           *reinterpret_cast<uint32_t*>(p.dq + off) = PackBf16(dq_out[e], dq_out[e + 1]);
           *reinterpret_cast<uint32_t*>(p.dk + off) = PackBf16(dk_out[e], dk_out[e + 1]);
         }
+        dqf[(2 * (4 * cb + nt) + (e >> 1)) * kChunkThreads + tid] =
+            make_float2(dg_out[e], dg_out[e + 1]);
       }
       // dG_C's Kbar part: sum over the 16 rows of the tile (lanes with the same t4).
 #pragma unroll
@@ -857,8 +825,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
           dgc_part[i] += __shfl_xor_sync(0xffffffffu, dgc_part[i], o);
       }
       if (g8 == 0) {
-        atomicAdd(&dgcs[n0 + 8 * nt + 2 * t4], dgc_part[0]);
-        atomicAdd(&dgcs[n0 + 8 * nt + 2 * t4 + 1], dgc_part[1]);
+        atomicAdd(&dgck[n0 + 8 * nt + 2 * t4], dgc_part[0]);
+        atomicAdd(&dgck[n0 + 8 * nt + 2 * t4 + 1], dgc_part[1]);
       }
     }
   }
@@ -868,24 +836,21 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
     dbeta_part[i] += __shfl_xor_sync(0xffffffffu, dbeta_part[i], 2);
   }
   if (t4 == 0) {
-    atomicAdd(&dbs[16 * a + g8], dbeta_part[0]);
-    atomicAdd(&dbs[16 * a + g8 + 8], dbeta_part[1]);
+    atomicAdd(&dbk[16 * a + g8], dbeta_part[0]);
+    atomicAdd(&dbk[16 * a + g8 + 8], dbeta_part[1]);
   }
-  __syncthreads();  // beta K e^G and dW are dead: dG goes over them
+  __syncthreads();  // G is dead: dG goes over it
 #pragma unroll
-  for (int cb = 0; cb < kCB; ++cb) {
-    const int n0 = half * (KD / 2) + 32 * cb;
+  for (int nt = 0; nt < KD / 16; ++nt) {
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * nt + 2 * t4 + (e & 1);
-        dGs[r * SG + d] = dg_keep[cb][nt][e];
-      }
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int r = 16 * a + g8 + 8 * e2, d = half * (KD / 2) + 8 * nt + 2 * t4;
+      *reinterpret_cast<float2*>(dGs + r * SG + d) = dqf[(2 * nt + e2) * kChunkThreads + tid];
     }
   }
   __syncthreads();
-  if (tid < len) StoreF(p.dbeta + (cd.row_start + tid) * heads + h, dbs[tid] + dbeta_v_in);
+  if (tid < len)
+    StoreF(p.dbeta + (cd.row_start + tid) * heads + h, dbk[tid] + (dbv[tid] + dbv[kChunk + tid]));
   // dg = reverse cumsum of dG, starting from the chunk-end terms, the two halves of the rows at
   // once: thread d + K c stores column d's rows [32 c, 32 c + 32); for c = 0 it first runs the
   // same chain over rows 63 .. 32 without storing (the identical sums, in the same order: dg is
@@ -893,7 +858,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardKSideKernel(KSidePar
   static_assert(kChunkThreads >= 2 * KD, "a thread per column and half");
   if (tid < 2 * KD) {
     const int d = tid % KD, hi = kChunk / 2;
-    float acc = dgc_in + dgcs[d];
+    float acc = dgcv[d] + dgck[d];
     int r = len - 1;
     if (tid < KD) {
       for (; r >= hi; --r) acc += dGs[r * SG + d];
@@ -1057,77 +1022,34 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     return CudaCheck(cudaDeviceSynchronize(), "tensor-core backward");
   }
 
-  // 3. Products over V.
-  ORRERY_ASSIGN_OR_RETURN(Tensor dq_s, Tensor::Allocate({chunks, heads, ck, kd}, DType::kF32, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dkbar,
-                          Tensor::Allocate({chunks, heads, ck, kd}, DType::kF32, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dw, Tensor::Allocate({chunks, heads, ck, kd}, DType::kBF16, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor daqk,
-                          Tensor::Allocate({chunks, heads, ck, ck}, DType::kBF16, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor daqk_diag,
-                          Tensor::Allocate({chunks, heads, ck}, DType::kF32, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dtv, Tensor::Allocate({chunks, heads, ck, ck}, DType::kF32, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dbeta_v, Tensor::Allocate({chunks, heads, ck}, DType::kF32, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dgc, Tensor::Allocate({chunks, heads, kd}, DType::kF32, dev));
-  const dim3 chunk_grid(static_cast<unsigned>(chunks), static_cast<unsigned>(heads));
+  // 3. The chunk kernel: the products over V, then T, A_kk, the pairwise and element-wise terms.
   {
-    VSideParams vp;
-    vp.v = static_cast<const bf16*>(in.v.raw_data());
-    vp.d_o = static_cast<const bf16*>(d_o.raw_data());
-    vp.beta = static_cast<const bf16*>(in.beta.raw_data());
-    vp.h = static_cast<const bf16*>(saved.h.raw_data());
-    vp.dh = static_cast<const bf16*>(dh.raw_data());
-    vp.vnew = static_cast<const bf16*>(saved.vnew.raw_data());
-    vp.dvnew = static_cast<const bf16*>(dvnew.raw_data());
-    vp.tinv = static_cast<const bf16*>(saved.tinv.raw_data());
-    vp.gamma = saved.gamma.data<float>();
-    vp.chunks = chunk_desc;
-    vp.dq_s = dq_s.data<float>();
-    vp.dkbar = dkbar.data<float>();
-    vp.dw = static_cast<bf16*>(dw.raw_data());
-    vp.daqk = static_cast<bf16*>(daqk.raw_data());
-    vp.daqk_diag = daqk_diag.data<float>();
-    vp.scale = p.scale;
-    vp.dtv = dtv.data<float>();
-    vp.dbeta_v = dbeta_v.data<float>();
-    vp.dgc = dgc.data<float>();
-    vp.dv = static_cast<bf16*>(grads->dv.raw_data());
-    vp.heads = static_cast<int>(heads);
-    const size_t smem = VSideSmem<KD, VD>::kBytes;
-    ORRERY_RETURN_IF_ERROR(AllowSmem(KdaBackwardVSideKernel<KD, VD>, smem));
-    KdaBackwardVSideKernel<KD, VD><<<chunk_grid, kChunkThreads, smem>>>(vp);
-    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "backward V-side launch"));
-  }
-  if (tuning.backward_stages == 3)
-    return CudaCheck(cudaDeviceSynchronize(), "tensor-core backward");
-
-  // 4. T, A_kk, pairwise and element-wise terms.
-  {
-    KSideParams<GIn> kp;
-    kp.q = static_cast<const bf16*>(in.q.raw_data());
-    kp.k = static_cast<const bf16*>(in.k.raw_data());
-    kp.beta = static_cast<const bf16*>(in.beta.raw_data());
-    kp.g = static_cast<const GIn*>(in.g.raw_data());
-    kp.tinv = static_cast<const bf16*>(saved.tinv.raw_data());
-    kp.chunks = chunk_desc;
-    kp.dq_s = dq_s.data<float>();
-    kp.dkbar = dkbar.data<float>();
-    kp.daqk = static_cast<const bf16*>(daqk.raw_data());
-    kp.daqk_diag = daqk_diag.data<float>();
-    kp.dtv = dtv.data<float>();
-    kp.dbeta_v = dbeta_v.data<float>();
-    kp.dgc = dgc.data<float>();
-    kp.dw = static_cast<const bf16*>(dw.raw_data());
-    kp.dq = static_cast<bf16*>(grads->dq.raw_data());
-    kp.dk = static_cast<bf16*>(grads->dk.raw_data());
-    kp.dbeta = static_cast<bf16*>(grads->dbeta.raw_data());
-    kp.dg = static_cast<GIn*>(grads->dg.raw_data());
-    kp.heads = static_cast<int>(heads);
-    kp.scale = p.scale;
-    const size_t smem = KSideSmem<KD>::kBytes;
-    ORRERY_RETURN_IF_ERROR(AllowSmem(KdaBackwardKSideKernel<KD, GIn>, smem));
-    KdaBackwardKSideKernel<KD, GIn><<<chunk_grid, kChunkThreads, smem>>>(kp);
-    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "backward K-side launch"));
+    ChunkParams<GIn> cp;
+    cp.q = static_cast<const bf16*>(in.q.raw_data());
+    cp.k = static_cast<const bf16*>(in.k.raw_data());
+    cp.v = static_cast<const bf16*>(in.v.raw_data());
+    cp.beta = static_cast<const bf16*>(in.beta.raw_data());
+    cp.d_o = static_cast<const bf16*>(d_o.raw_data());
+    cp.g = static_cast<const GIn*>(in.g.raw_data());
+    cp.h = static_cast<const bf16*>(saved.h.raw_data());
+    cp.dh = static_cast<const bf16*>(dh.raw_data());
+    cp.vnew = static_cast<const bf16*>(saved.vnew.raw_data());
+    cp.dvnew = static_cast<const bf16*>(dvnew.raw_data());
+    cp.tinv = static_cast<const bf16*>(saved.tinv.raw_data());
+    cp.gamma = saved.gamma.data<float>();
+    cp.chunks = chunk_desc;
+    cp.dq = static_cast<bf16*>(grads->dq.raw_data());
+    cp.dk = static_cast<bf16*>(grads->dk.raw_data());
+    cp.dv = static_cast<bf16*>(grads->dv.raw_data());
+    cp.dbeta = static_cast<bf16*>(grads->dbeta.raw_data());
+    cp.dg = static_cast<GIn*>(grads->dg.raw_data());
+    cp.heads = static_cast<int>(heads);
+    cp.scale = p.scale;
+    const size_t smem = ChunkSmem<KD, VD>::kBytes;
+    ORRERY_RETURN_IF_ERROR(AllowSmem(KdaBackwardChunkKernel<KD, VD, GIn>, smem));
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(heads));
+    KdaBackwardChunkKernel<KD, VD, GIn><<<grid, kChunkThreads, smem>>>(cp);
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "backward chunk kernel launch"));
   }
   // The scratch tensors are freed when this returns; wait for the kernels first.
   return CudaCheck(cudaDeviceSynchronize(), "tensor-core backward");

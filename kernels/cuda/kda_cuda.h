@@ -69,7 +69,7 @@ struct KdaTcTuning {
   // stages apart (o and final_state are left unwritten).
   bool prep_only = false;
   // Benchmarks only: the backward stops after this many of its stages (1: the forward
-  // recompute, 2: + the reverse state pass, 3: + the V-side chunk kernel); 0 runs all four.
+  // recompute, 2: + the reverse state pass); 0 runs all three (+ the chunk kernel).
   int backward_stages = 0;
 };
 

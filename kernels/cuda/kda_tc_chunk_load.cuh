@@ -1,6 +1,6 @@
 // Loading one 64-token chunk of one head into shared memory, and the operand both users form
 // from it first (beta K 2^G), shared by the tensor-core kernels that work per (chunk, head): the
-// forward's chunk preparation (kda_forward_tc.cu) and the backward's K-side kernel
+// forward's chunk preparation (kda_forward_tc.cu) and the backward's chunk kernel
 // (kda_backward_tc.cu). Every thread of the block calls these.
 #pragma once
 
@@ -51,63 +51,44 @@ __device__ __forceinline__ uint4 NormalisePiece(uint4 v, float eps) {
   return v;
 }
 
-// One 64-token chunk of q, k and the gate into shared memory: q and k rows [64][K] (bf16,
-// `stride` elements per shared row, a multiple of 8; rows past the chunk's end are zeros) and the
-// chunk-local cumulative gate in log2, G[r][d] = log2(e) * sum_{i <= r} g[i][d] ([64][sg] floats,
-// sg a multiple of 4; rows past the end add zeros, so G stays flat there). Every global load is
-// issued before the first shared store, so the chunk costs one memory round trip, not one per
-// loop iteration (a block per SM or two cannot hide them otherwise). Global rows must be
-// 16-byte aligned (KdaTcSupported checks the bases). With tr->qk_l2norm each row of q and k is
-// normalised as it loads (a row's K / 8 pieces are on consecutive lanes of one warp); with
-// tr->gate, g holds the gate's pre-activation z and is activated as it loads. Needs
-// kThreads >= 2 K (the cumsum runs two 32-row halves in parallel, then adds the first half's
-// total to the second). Ends with a barrier.
+// One chunk's gate, [64][K] (rows past the chunk's end: zeros), as 16-byte pieces in the
+// registers of the kThreads threads of a block: what FetchChunkGate loads and StoreChunkGate puts
+// into shared memory, apart so that other work can run while the loads are in flight.
+template <int KD, int kThreads>
+struct ChunkGatePieces {
+  static constexpr int kPer = kTcChunk * KD / 4 / kThreads;
+  static_assert(kTcChunk * KD / 4 % kThreads == 0, "every thread the same number of pieces");
+  float4 v[kPer];
+};
+
+// Issues the loads of one chunk's gate (every thread of the block; global rows 16-byte aligned).
 template <int KD, int kThreads, typename GIn>
-__device__ __forceinline__ void LoadChunkQKGate(__nv_bfloat16* qs, __nv_bfloat16* ks, int stride,
-                                                float* G, int sg, const __nv_bfloat16* q,
-                                                const __nv_bfloat16* k, const GIn* g,
-                                                const ChunkDesc& cd, int heads, int h,
-                                                const ChunkInputTransforms* tr = nullptr) {
-  constexpr int kQkPieces = kTcChunk * KD / 8, kGPieces = kTcChunk * KD / 4;
-  static_assert(32 % (KD / 8) == 0 && kQkPieces % kThreads == 0 && kGPieces % kThreads == 0,
-                "a row's pieces in one warp, every thread the same number of pieces");
+__device__ __forceinline__ void FetchChunkGate(ChunkGatePieces<KD, kThreads>& gp, const GIn* g,
+                                               const ChunkDesc& cd, int heads, int h) {
+#pragma unroll
+  for (int it = 0; it < gp.kPer; ++it) {
+    const int i = threadIdx.x + it * kThreads, r = i / (KD / 4), d = (i % (KD / 4)) * 4;
+    gp.v[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < cd.len) gp.v[it] = LoadF4(g + ((cd.row_start + r) * heads + h) * KD + d);
+  }
+}
+
+// Stores fetched gate pieces into G ([64][sg] floats, sg a multiple of 4) and forms the
+// chunk-local cumulative gate in log2 in place, G[r][d] = log2(e) * sum_{i <= r} g[i][d] (rows past
+// the end add zeros, so G stays flat there). With tr->gate the pieces hold the gate's
+// pre-activation z and are activated first. Needs kThreads >= 2 K (the cumsum runs two 32-row
+// halves in parallel, then adds the first half's total to the second). Ends with a barrier.
+template <int KD, int kThreads>
+__device__ __forceinline__ void StoreChunkGate(float* G, int sg,
+                                               const ChunkGatePieces<KD, kThreads>& gp,
+                                               const ChunkDesc& cd, int h,
+                                               const ChunkInputTransforms* tr = nullptr) {
   static_assert(kThreads >= 2 * KD, "one thread per column and half chunk");
-  constexpr int kQkPer = kQkPieces / kThreads, kGPer = kGPieces / kThreads;
   const int tid = threadIdx.x;
-  // Fetch: 2 kQkPer + kGPer loads in flight per thread.
-  uint4 qv[kQkPer], kv[kQkPer];
-  float4 gv[kGPer];
 #pragma unroll
-  for (int it = 0; it < kQkPer; ++it) {
-    const int i = tid + it * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-    qv[it] = kv[it] = make_uint4(0, 0, 0, 0);
-    if (r < cd.len) {
-      const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
-      qv[it] = *reinterpret_cast<const uint4*>(q + off);
-      kv[it] = *reinterpret_cast<const uint4*>(k + off);
-    }
-  }
-#pragma unroll
-  for (int it = 0; it < kGPer; ++it) {
+  for (int it = 0; it < gp.kPer; ++it) {
     const int i = tid + it * kThreads, r = i / (KD / 4), d = (i % (KD / 4)) * 4;
-    gv[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < cd.len) gv[it] = LoadF4(g + ((cd.row_start + r) * heads + h) * KD + d);
-  }
-  // Store, transforming on the way.
-#pragma unroll
-  for (int it = 0; it < kQkPer; ++it) {
-    const int i = tid + it * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-    if (tr != nullptr && tr->qk_l2norm) {
-      qv[it] = NormalisePiece<KD / 8>(qv[it], tr->eps);
-      kv[it] = NormalisePiece<KD / 8>(kv[it], tr->eps);
-    }
-    *reinterpret_cast<uint4*>(qs + r * stride + c) = qv[it];
-    *reinterpret_cast<uint4*>(ks + r * stride + c) = kv[it];
-  }
-#pragma unroll
-  for (int it = 0; it < kGPer; ++it) {
-    const int i = tid + it * kThreads, r = i / (KD / 4), d = (i % (KD / 4)) * 4;
-    *reinterpret_cast<float4*>(G + r * sg + d) = gv[it];
+    *reinterpret_cast<float4*>(G + r * sg + d) = gp.v[it];
   }
   if (tr != nullptr && tr->gate) {
     // The activation in place, on the pieces this thread stored (no barrier needed), in a loop
@@ -121,7 +102,7 @@ __device__ __forceinline__ void LoadChunkQKGate(__nv_bfloat16* qs, __nv_bfloat16
                             ? *reinterpret_cast<const float4*>(tr->dt_bias + h * KD + d0)
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 1
-    for (int it = 0; it < kGPer; ++it) {
+    for (int it = 0; it < gp.kPer; ++it) {
       const int r = (tid + it * kThreads) / (KD / 4);
       if (r >= cd.len) break;  // rows past the end stay zero
       float4* x = reinterpret_cast<float4*>(G + r * sg + d0);
@@ -148,6 +129,53 @@ __device__ __forceinline__ void LoadChunkQKGate(__nv_bfloat16* qs, __nv_bfloat16
     G[r * sg + d] += G[(kTcChunk / 2 - 1) * sg + d];
   }
   __syncthreads();
+}
+
+// One 64-token chunk of q, k and the gate into shared memory: q and k rows [64][K] (bf16,
+// `stride` elements per shared row, a multiple of 8; rows past the chunk's end are zeros) and the
+// gate's cumsum G as StoreChunkGate forms it. Every global load is issued before the first shared
+// store, so the chunk costs one memory round trip, not one per loop iteration (a block per SM or
+// two cannot hide them otherwise). Global rows must be 16-byte aligned (KdaTcSupported checks the
+// bases). With tr->qk_l2norm each row of q and k is normalised as it loads (a row's K / 8 pieces
+// are on consecutive lanes of one warp); with tr->gate, g holds the gate's pre-activation z. Ends
+// with a barrier.
+template <int KD, int kThreads, typename GIn>
+__device__ __forceinline__ void LoadChunkQKGate(__nv_bfloat16* qs, __nv_bfloat16* ks, int stride,
+                                                float* G, int sg, const __nv_bfloat16* q,
+                                                const __nv_bfloat16* k, const GIn* g,
+                                                const ChunkDesc& cd, int heads, int h,
+                                                const ChunkInputTransforms* tr = nullptr) {
+  constexpr int kQkPieces = kTcChunk * KD / 8;
+  static_assert(32 % (KD / 8) == 0 && kQkPieces % kThreads == 0,
+                "a row's pieces in one warp, every thread the same number of pieces");
+  constexpr int kQkPer = kQkPieces / kThreads;
+  const int tid = threadIdx.x;
+  // Fetch: 2 kQkPer + the gate's pieces in flight per thread.
+  uint4 qv[kQkPer], kv[kQkPer];
+#pragma unroll
+  for (int it = 0; it < kQkPer; ++it) {
+    const int i = tid + it * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+    qv[it] = kv[it] = make_uint4(0, 0, 0, 0);
+    if (r < cd.len) {
+      const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
+      qv[it] = *reinterpret_cast<const uint4*>(q + off);
+      kv[it] = *reinterpret_cast<const uint4*>(k + off);
+    }
+  }
+  ChunkGatePieces<KD, kThreads> gp;
+  FetchChunkGate<KD, kThreads>(gp, g, cd, heads, h);
+  // Store, transforming on the way.
+#pragma unroll
+  for (int it = 0; it < kQkPer; ++it) {
+    const int i = tid + it * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+    if (tr != nullptr && tr->qk_l2norm) {
+      qv[it] = NormalisePiece<KD / 8>(qv[it], tr->eps);
+      kv[it] = NormalisePiece<KD / 8>(kv[it], tr->eps);
+    }
+    *reinterpret_cast<uint4*>(qs + r * stride + c) = qv[it];
+    *reinterpret_cast<uint4*>(ks + r * stride + c) = kv[it];
+  }
+  StoreChunkGate<KD, kThreads>(G, sg, gp, cd, h, tr);
 }
 
 // beta K 2^G of the loaded chunk into dst[r * stride + d] (bf16; dst may be q's rows once q is
