@@ -190,14 +190,18 @@ Status RunForward(const KdaProblem& p, const KdaInputs& in, const KdaOptions& op
 #endif
 }
 
+// `fused` as for RunForward: the raw inputs' gradients come back.
 Status RunBackward(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
-                   const Tensor& d_final_state, KdaGrads* grads, const KdaSaved* saved) {
+                   const Tensor& d_final_state, KdaGrads* grads, const KdaSaved* saved,
+                   const KdaInputTransforms* fused) {
   if (p.device.is_cpu()) return cpu::KdaBackwardCpu(p, in, d_o, d_final_state, grads);
 #if defined(ORRERY_KERNELS_CUDA)
   return cuda::KdaBackwardCuda(p, in, d_o, d_final_state, grads,
-                               saved != nullptr && saved->tc.chunks > 0 ? &saved->tc : nullptr);
+                               saved != nullptr && saved->tc.chunks > 0 ? &saved->tc : nullptr,
+                               fused);
 #else
   (void)saved;  // only the CUDA kernels keep anything
+  (void)fused;
   return FailedPreconditionError("kda backward: inputs are on " + p.device.ToString() +
                                  " but this build has no CUDA kernels");
 #endif
@@ -242,10 +246,19 @@ Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final
     }
   }
   *grads = KdaGrads();
-  if (!options.transforms.any()) return RunBackward(p, in, d_o, d_final_state, grads, saved);
+  if (!options.transforms.any()) {
+    return RunBackward(p, in, d_o, d_final_state, grads, saved, nullptr);
+  }
+#if defined(ORRERY_KERNELS_CUDA)
+  // The tensor-core backward applies the transforms as each chunk loads and their chain rule
+  // before it writes the gradients: no separate passes.
+  if (p.device.is_cuda() && cuda::KdaTcSupported(p, in)) {
+    return RunBackward(p, in, d_o, d_final_state, grads, saved, &options.transforms);
+  }
+#endif
   // The transformed inputs are formed again (cheap, elementwise) rather than kept.
   ORRERY_ASSIGN_OR_RETURN(KdaTransformed x, ApplyKdaInputTransforms(p, in, options.transforms));
-  ORRERY_RETURN_IF_ERROR(RunBackward(p, x.in, d_o, d_final_state, grads, saved));
+  ORRERY_RETURN_IF_ERROR(RunBackward(p, x.in, d_o, d_final_state, grads, saved, nullptr));
   return ChainKdaInputTransforms(p, in, x, options.transforms, grads);
 }
 

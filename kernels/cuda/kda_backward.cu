@@ -488,10 +488,14 @@ StatusOr<Tensor> DeviceZeros(const Shape& shape, DType dtype, Device device) {
 }  // namespace
 
 Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
-                       const Tensor& d_final_state, KdaGrads* grads, const KdaTcSaved* kept) {
+                       const Tensor& d_final_state, KdaGrads* grads, const KdaTcSaved* kept,
+                       const KdaInputTransforms* fused) {
   ORRERY_RETURN_IF_ERROR(CheckCudaKdaSupported(p, in));
   if (KdaTcSupported(p, in)) {
-    return LaunchKdaBackwardTc(p, in, d_o, d_final_state, KdaTcTuning(), grads, kept);
+    return LaunchKdaBackwardTc(p, in, d_o, d_final_state, KdaTcTuning(), grads, kept, fused);
+  }
+  if (fused != nullptr) {
+    return InternalError("kda cuda: input transforms fused into a backward without tensor cores");
   }
   const int64_t nseq = p.num_sequences(), heads = p.heads, kd = p.key_dim, vd = p.value_dim;
   const int64_t rows = p.batch * p.tokens;

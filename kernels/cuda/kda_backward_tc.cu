@@ -247,6 +247,11 @@ struct ChunkParams {
   GIn* dg;
   int heads;
   float scale;
+  // kTransforms: q, k, g and beta are the raw inputs of these transforms, applied as they load;
+  // dq, dk, dg (then dz), dbeta are the raw inputs' gradients, and with the gate da_log and
+  // ddt_bias (zeroed, or null) are summed into.
+  ChunkInputTransforms tr;
+  float *da_log, *ddt_bias;
 };
 
 // Shared memory of the chunk kernel. Three parts:
@@ -277,7 +282,9 @@ struct ChunkSmem {
   static constexpr size_t kGam = kAqd + sizeof(float) * kChunk;      // gamma [K]
   static constexpr size_t kDgcV = kGam + sizeof(float) * KD;         // gamma sum_v h dh [K]
   static constexpr size_t kDgcK = kDgcV + sizeof(float) * KD;        // dG_C's Kbar part [K]
-  static constexpr size_t kMma = kDgcK + sizeof(float) * KD;         // int [4]
+  static constexpr size_t kRstd = kDgcK + sizeof(float) * KD;  // q, k rows' L2 factors [2][64]
+  static constexpr size_t kRowDot = kRstd + sizeof(float) * 2 * kChunk;  // [2][64]
+  static constexpr size_t kMma = kRowDot + sizeof(float) * 2 * kChunk;   // int [4]
   static constexpr size_t kKeptEnd = kMma + 16;
   static constexpr bool kOverlay = kFragK <= 2 * kRowsV;
   static constexpr size_t kDq = kKeptEnd;
@@ -307,7 +314,8 @@ struct ChunkSmem {
   static_assert(kBytes <= 227 * 1024, "one block per multiprocessor");
 };
 
-template <int KD, int VD, typename GIn>
+// kTransforms: p.tr applies (raw inputs); compiled apart so that the plain path carries none of it.
+template <int KD, int VD, typename GIn, bool kTransforms>
 __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkParams<GIn> p) {
   using L = ChunkSmem<KD, VD>;
   constexpr int SK = L::kSK, SG = L::kSG, SV = L::kSV, ST = kST;
@@ -316,28 +324,30 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   bf16* dws = reinterpret_cast<bf16*>(smem + L::kDw);  // dW = -dVnew h^T      [64][SK]
   bf16* aqs = reinterpret_cast<bf16*>(smem + L::kAq);  // s dA_qk (j < r)      [64][ST]
   float* bs = reinterpret_cast<float*>(smem + L::kBeta);
-  float* dbv = reinterpret_cast<float*>(smem + L::kDbv);    // [2][64] dbeta, V part halves
-  float* dbk = reinterpret_cast<float*>(smem + L::kDbk);    // dbeta, K and pairwise parts
-  float* aqd = reinterpret_cast<float*>(smem + L::kAqd);    // s dA_qk[r][r], fp32
-  float* gam = reinterpret_cast<float*>(smem + L::kGam);    // gamma [K]
-  float* dgcv = reinterpret_cast<float*>(smem + L::kDgcV);  // dG_C, state part
-  float* dgck = reinterpret_cast<float*>(smem + L::kDgcK);  // dG_C, Kbar part
-  int* diag_mma = reinterpret_cast<int*>(smem + L::kMma);   // diagonal tile t on tensor cores
-  float2* dqf = reinterpret_cast<float2*>(smem + L::kDq);   // dQ, accumulator order
-  float2* dkf = reinterpret_cast<float2*>(smem + L::kDk);   // dKbar, accumulator order
-  bf16* dos = reinterpret_cast<bf16*>(smem + L::kDo);       // dO     [64][SV]
-  bf16* dvs = reinterpret_cast<bf16*>(smem + L::kDvn);      // dVnew  [64][SV]
-  bf16* vns = reinterpret_cast<bf16*>(smem + L::kVn);       // Vnew   [64][SV]
-  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);         // V      [64][SV]
-  bf16* hs = reinterpret_cast<bf16*>(smem + L::kH);         // h      [K][SV]
-  bf16* dhs = reinterpret_cast<bf16*>(smem + L::kDh);       // dh     [K][SV]
-  float* G = reinterpret_cast<float*>(smem + L::kG);        // cumsum of g, log2    [64][SG]
-  float* dGs = reinterpret_cast<float*>(smem + L::kDG);     // dG (at the end)      [64][SG]
-  bf16* bks = reinterpret_cast<bf16*>(smem + L::kBk);       // beta k e^G           [64][SK]
-  bf16* dts = reinterpret_cast<bf16*>(smem + L::kDt);       // dT, then T^T dT      [64][ST]
-  bf16* aks = reinterpret_cast<bf16*>(smem + L::kAk);       // dA_kk (j < r)        [64][ST]
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);         // q                    [64][SK]
-  bf16* ks = reinterpret_cast<bf16*>(smem + L::kK);         // k                    [64][SK]
+  float* dbv = reinterpret_cast<float*>(smem + L::kDbv);        // [2][64] dbeta, V part halves
+  float* dbk = reinterpret_cast<float*>(smem + L::kDbk);        // dbeta, K and pairwise parts
+  float* aqd = reinterpret_cast<float*>(smem + L::kAqd);        // s dA_qk[r][r], fp32
+  float* gam = reinterpret_cast<float*>(smem + L::kGam);        // gamma [K]
+  float* dgcv = reinterpret_cast<float*>(smem + L::kDgcV);      // dG_C, state part
+  float* dgck = reinterpret_cast<float*>(smem + L::kDgcK);      // dG_C, Kbar part
+  int* diag_mma = reinterpret_cast<int*>(smem + L::kMma);       // diagonal tile t on tensor cores
+  float* rstd = reinterpret_cast<float*>(smem + L::kRstd);      // [2][64]: q, k rows' L2 factors
+  float* rowdot = reinterpret_cast<float*>(smem + L::kRowDot);  // [2][64]: <q^, dq^>, <k^, dk^>
+  float2* dqf = reinterpret_cast<float2*>(smem + L::kDq);       // dQ, accumulator order
+  float2* dkf = reinterpret_cast<float2*>(smem + L::kDk);       // dKbar, accumulator order
+  bf16* dos = reinterpret_cast<bf16*>(smem + L::kDo);           // dO     [64][SV]
+  bf16* dvs = reinterpret_cast<bf16*>(smem + L::kDvn);          // dVnew  [64][SV]
+  bf16* vns = reinterpret_cast<bf16*>(smem + L::kVn);           // Vnew   [64][SV]
+  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);             // V      [64][SV]
+  bf16* hs = reinterpret_cast<bf16*>(smem + L::kH);             // h      [K][SV]
+  bf16* dhs = reinterpret_cast<bf16*>(smem + L::kDh);           // dh     [K][SV]
+  float* G = reinterpret_cast<float*>(smem + L::kG);            // cumsum of g, log2    [64][SG]
+  float* dGs = reinterpret_cast<float*>(smem + L::kDG);         // dG (at the end)      [64][SG]
+  bf16* bks = reinterpret_cast<bf16*>(smem + L::kBk);           // beta k e^G           [64][SK]
+  bf16* dts = reinterpret_cast<bf16*>(smem + L::kDt);           // dT, then T^T dT      [64][ST]
+  bf16* aks = reinterpret_cast<bf16*>(smem + L::kAk);           // dA_kk (j < r)        [64][ST]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);             // q                    [64][SK]
+  bf16* ks = reinterpret_cast<bf16*>(smem + L::kK);             // k                    [64][SK]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, heads = p.heads;
@@ -346,6 +356,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
   const int64_t row_base = tile * kChunk;
   const float scale = p.scale;
+  const ChunkInputTransforms* tr = kTransforms ? &p.tr : nullptr;
+  const bool l2norm = kTransforms && p.tr.qk_l2norm;
   // Every product below: warp w takes row tile a = w % 4 (16 rows) and column half w / 4; a
   // thread's accumulators sit at rows 16 a + g8 (+ 8) and columns 2 t4 (+ 1) of each 8-wide
   // column tile, in the V phase and the K phase alike, so what one hands to the other stays in
@@ -393,9 +405,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   }
   CpAsyncCommit();
   if (tid < kChunk) {
-    bs[tid] = tid < len ? LoadF(p.beta + (cd.row_start + tid) * heads + h) : 0.0f;
+    bs[tid] = tid < len ? LoadBeta(p.beta + (cd.row_start + tid) * heads + h, tr) : 0.0f;
     dbk[tid] = 0.0f;
   }
+  if (tid < 2 * kChunk) rowdot[tid] = 0.0f;
   for (int d = tid; d < KD; d += kChunkThreads) dgck[d] = 0.0f;
   CpAsyncWaitPending<2>();
   __syncthreads();
@@ -579,7 +592,11 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   // 7. The K phase: the gate's cumsum G (rows past the end: zeros, G flat there), q and k, then
   // beta K e^G and the diagonal tiles' spans.
   CpAsyncWaitAll();  // q and k: visible to all after StoreChunkGate's barriers
-  StoreChunkGate<KD, kChunkThreads>(G, SG, gate, cd, h);
+  if (l2norm) {
+    __syncthreads();
+    NormaliseChunkQK<KD, kChunkThreads>(qs, ks, SK, rstd, rstd + kChunk, p.tr.eps);
+  }
+  StoreChunkGate<KD, kChunkThreads>(G, SG, gate, cd, h, tr);
   StoreBetaKExpG<KD, kChunkThreads>(bks, ks, SK, G, SG, bs);
   if (warp < 4) {
     float span = 0.0f;
@@ -671,7 +688,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   constexpr int kCB = KD / 64;
   const int ref = 16 * a, mref = 16 * a + 15;
   const bool mma_diag = diag_mma[a] != 0;
-  float dbeta_part[2] = {0.0f, 0.0f};
+  float dbeta_part[2] = {0.0f, 0.0f}, qdot_part[2] = {0.0f, 0.0f}, kdot_part[2] = {0.0f, 0.0f};
   // Not unrolled: one copy of this code, not one per block (the kernel's code must stay within
   // the instruction cache; unrolled, a third of the kernel's time went to instruction fetch).
   // dG of the block waits in the thread's dQ slots, read just before (G is still being read).
@@ -810,10 +827,26 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * nt + 2 * t4;
-        if (r < len) {
+        const uint32_t dq2 = PackBf16(dq_out[e], dq_out[e + 1]);
+        const uint32_t dk2 = PackBf16(dk_out[e], dk_out[e + 1]);
+        if constexpr (kTransforms) {
+          // Gradients w.r.t. the normalised rows, rounded to bf16 (as the unfused op passed them
+          // on), wait in this thread's dKbar slots (read above) for the rows' dot products (the
+          // same code with the norm off, so that this loop is not compiled twice).
+          reinterpret_cast<uint2*>(dkf)[(2 * (4 * cb + nt) + (e >> 1)) * kChunkThreads + tid] =
+              make_uint2(dq2, dk2);
+          const float2 q2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dq2));
+          const float2 k2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dk2));
+          const float2 qh =
+              __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qs + r * SK + d));
+          const float2 kh =
+              __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ks + r * SK + d));
+          qdot_part[e >> 1] += qh.x * q2.x + qh.y * q2.y;
+          kdot_part[e >> 1] += kh.x * k2.x + kh.y * k2.y;
+        } else if (r < len) {
           const int64_t off = ((cd.row_start + r) * heads + h) * KD + d;
-          *reinterpret_cast<uint32_t*>(p.dq + off) = PackBf16(dq_out[e], dq_out[e + 1]);
-          *reinterpret_cast<uint32_t*>(p.dk + off) = PackBf16(dk_out[e], dk_out[e + 1]);
+          *reinterpret_cast<uint32_t*>(p.dq + off) = dq2;
+          *reinterpret_cast<uint32_t*>(p.dk + off) = dk2;
         }
         dqf[(2 * (4 * cb + nt) + (e >> 1)) * kChunkThreads + tid] =
             make_float2(dg_out[e], dg_out[e + 1]);
@@ -839,6 +872,20 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     atomicAdd(&dbk[16 * a + g8], dbeta_part[0]);
     atomicAdd(&dbk[16 * a + g8 + 8], dbeta_part[1]);
   }
+  static_assert(kChunkThreads >= 2 * KD, "a thread per column and half");
+  if constexpr (kTransforms) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      for (int o = 1; o < 4; o <<= 1) {
+        qdot_part[i] += __shfl_xor_sync(0xffffffffu, qdot_part[i], o);
+        kdot_part[i] += __shfl_xor_sync(0xffffffffu, kdot_part[i], o);
+      }
+      if (t4 == 0) {
+        atomicAdd(&rowdot[16 * a + g8 + 8 * i], qdot_part[i]);
+        atomicAdd(&rowdot[kChunk + 16 * a + g8 + 8 * i], kdot_part[i]);
+      }
+    }
+  }
   __syncthreads();  // G is dead: dG goes over it
 #pragma unroll
   for (int nt = 0; nt < KD / 16; ++nt) {
@@ -848,14 +895,68 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       *reinterpret_cast<float2*>(dGs + r * SG + d) = dqf[(2 * nt + e2) * kChunkThreads + tid];
     }
   }
+  if constexpr (kTransforms) {
+    // With the gate: the raw input at the rows and column this thread's dg cumsum below stores,
+    // fetched now (all loads in flight at once, behind the dq / dk pass) into the dQ slots, free
+    // once every thread has moved its dG out (at K = 64 a thread's 32 values span other
+    // threads' slots); in the cumsum's loop each load would wait in full (its stores might alias
+    // them).
+    if (p.tr.gate) __syncthreads();
+    if (p.tr.gate && tid < 2 * KD) {
+      const int r0 = (tid / KD) * (kChunk / 2);
+      const GIn* zp = p.g + ((cd.row_start + r0) * heads + h) * KD + tid % KD;
+      const int64_t zs = static_cast<int64_t>(heads) * KD;
+      if (r0 + kChunk / 2 <= len) {
+        float z[kChunk / 2];
+#pragma unroll
+        for (int i = 0; i < kChunk / 2; ++i) z[i] = LoadF(zp + i * zs);
+#pragma unroll
+        for (int m = 0; m < kChunk / 4; ++m)
+          dqf[m * 2 * KD + tid] = make_float2(z[2 * m], z[2 * m + 1]);
+      } else {  // the sequence's last chunk
+        float* zf = reinterpret_cast<float*>(dqf);
+#pragma unroll 1
+        for (int i = 0; i < len - r0; ++i)
+          zf[2 * ((i >> 1) * 2 * KD + tid) + (i & 1)] = LoadF(zp + i * zs);
+      }
+    }
+  }
+  if constexpr (kTransforms) {
+    // dq = rstd (dq^ - q^ <q^, dq^>) and the same for dk (the L2 norm's chain rule; as they are
+    // with it off); loops left rolled, as not hot (instruction cache).
+#pragma unroll 1
+    for (int nt = 0; nt < KD / 16; ++nt) {
+#pragma unroll 1
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int r = 16 * a + g8 + 8 * e2, d = half * (KD / 2) + 8 * nt + 2 * t4;
+        if (r >= len) continue;
+        const uint2 x = reinterpret_cast<const uint2*>(dkf)[(2 * nt + e2) * kChunkThreads + tid];
+        const float2 dq2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.x));
+        const float2 dk2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.y));
+        const float2 qh =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qs + r * SK + d));
+        const float2 kh =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ks + r * SK + d));
+        const float rq = l2norm ? rstd[r] : 1.0f, rk = l2norm ? rstd[kChunk + r] : 1.0f;
+        const float qd = l2norm ? rowdot[r] : 0.0f, kd = l2norm ? rowdot[kChunk + r] : 0.0f;
+        const int64_t off = ((cd.row_start + r) * heads + h) * KD + d;
+        *reinterpret_cast<uint32_t*>(p.dq + off) =
+            PackBf16(rq * (dq2.x - qh.x * qd), rq * (dq2.y - qh.y * qd));
+        *reinterpret_cast<uint32_t*>(p.dk + off) =
+            PackBf16(rk * (dk2.x - kh.x * kd), rk * (dk2.y - kh.y * kd));
+      }
+    }
+  }
   __syncthreads();
-  if (tid < len)
-    StoreF(p.dbeta + (cd.row_start + tid) * heads + h, dbk[tid] + (dbv[tid] + dbv[kChunk + tid]));
+  if (tid < len) {
+    float db = dbk[tid] + (dbv[tid] + dbv[kChunk + tid]);
+    if (kTransforms && p.tr.beta_sigmoid) db *= bs[tid] * (1.0f - bs[tid]);  // the sigmoid's
+    StoreF(p.dbeta + (cd.row_start + tid) * heads + h, db);
+  }
   // dg = reverse cumsum of dG, starting from the chunk-end terms, the two halves of the rows at
   // once: thread d + K c stores column d's rows [32 c, 32 c + 32); for c = 0 it first runs the
   // same chain over rows 63 .. 32 without storing (the identical sums, in the same order: dg is
   // a small remainder of large terms, so the order is kept).
-  static_assert(kChunkThreads >= 2 * KD, "a thread per column and half");
   if (tid < 2 * KD) {
     const int d = tid % KD, hi = kChunk / 2;
     float acc = dgcv[d] + dgck[d];
@@ -864,9 +965,32 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       for (; r >= hi; --r) acc += dGs[r * SG + d];
     }
     const int r_end = tid < KD ? 0 : hi;
-    for (; r >= r_end; --r) {
-      acc += dGs[r * SG + d];
-      StoreF(p.dg + ((cd.row_start + r) * heads + h) * KD + d, acc);
+    if (kTransforms && p.tr.gate) {
+      // dz = dg dg/dz at the raw input (re-read here), and the column's share of ddt_bias and
+      // da_log; one atomic each per thread (column and half) and per warp.
+      const float ea = p.tr.a_log != nullptr ? __expf(p.tr.a_log[h]) : 1.0f;
+      const float b = p.tr.dt_bias != nullptr ? p.tr.dt_bias[h * KD + d] : 0.0f;
+      float db = 0.0f, da = 0.0f;
+      for (; r >= r_end; --r) {
+        acc += dGs[r * SG + d];
+        const int64_t off = ((cd.row_start + r) * heads + h) * KD + d;
+        const int i = r - (tid / KD) * (kChunk / 2);
+        const float2 z2 = dqf[(i >> 1) * 2 * KD + tid];
+        float dx, dA;
+        KdaGateGrad((i & 1 ? z2.y : z2.x) + b, ea, p.tr.bounded, p.tr.g_min, &dx, &dA);
+        const float dz = acc * dx;
+        StoreF(p.dg + off, dz);
+        db += dz;
+        da += acc * dA;
+      }
+      if (p.ddt_bias != nullptr) atomicAdd(p.ddt_bias + h * KD + d, db);
+      for (int o = 16; o > 0; o >>= 1) da += __shfl_xor_sync(0xffffffffu, da, o);
+      if (p.da_log != nullptr && lane == 0) atomicAdd(p.da_log + h, da);
+    } else {
+      for (; r >= r_end; --r) {
+        acc += dGs[r * SG + d];
+        StoreF(p.dg + ((cd.row_start + r) * heads + h) * KD + d, acc);
+      }
     }
   }
 }
@@ -894,7 +1018,7 @@ Status CheckKept(const KdaProblem& p, const KdaTcSaved& kept, int64_t kd, int64_
 template <int KD, int VD, typename GIn>
 Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                      const KdaTcSaved* kept, const Tensor& d_final_state, const KdaTcTuning& tuning,
-                     KdaGrads* grads) {
+                     KdaGrads* grads, const KdaInputTransforms* fused) {
   const Device dev = p.device;
   const int64_t n_seq = p.num_sequences(), heads = p.heads, kd = KD, vd = VD, ck = kChunk;
   grads->dinitial_state = Tensor();
@@ -907,12 +1031,22 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     ORRERY_ASSIGN_OR_RETURN(grads->dinitial_state,
                             Tensor::Allocate(in.initial_state.shape(), DType::kF32, dev));
   }
+  if (fused != nullptr && fused->gate) {
+    for (const auto& [param, grad] :
+         {std::pair<const Tensor*, Tensor*>{&in.a_log, &grads->da_log},
+          std::pair<const Tensor*, Tensor*>{&in.dt_bias, &grads->ddt_bias}}) {
+      if (!param->defined()) continue;
+      ORRERY_ASSIGN_OR_RETURN(*grad, Tensor::Allocate(param->shape(), DType::kF32, dev));
+      ORRERY_RETURN_IF_ERROR(
+          CudaCheck(cudaMemset(grad->raw_data(), 0, grad->nbytes()), "cudaMemset"));
+    }
+  }
 
   // 1. The forward, keeping what the backward reads (unless the caller's forward kept it).
   KdaTcSaved recomputed;
   if (kept == nullptr) {
     KdaOutputs none;
-    ORRERY_RETURN_IF_ERROR(LaunchKdaForwardTc(p, in, tuning, &none, &recomputed));
+    ORRERY_RETURN_IF_ERROR(LaunchKdaForwardTc(p, in, tuning, &none, &recomputed, fused));
   } else {
     ORRERY_RETURN_IF_ERROR(CheckKept(p, *kept, KD, VD));
   }
@@ -1045,10 +1179,15 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     cp.dg = static_cast<GIn*>(grads->dg.raw_data());
     cp.heads = static_cast<int>(heads);
     cp.scale = p.scale;
+    if (fused != nullptr) cp.tr = MakeChunkInputTransforms(*fused, in);
+    cp.da_log = grads->da_log.defined() ? grads->da_log.data<float>() : nullptr;
+    cp.ddt_bias = grads->ddt_bias.defined() ? grads->ddt_bias.data<float>() : nullptr;
     const size_t smem = ChunkSmem<KD, VD>::kBytes;
-    ORRERY_RETURN_IF_ERROR(AllowSmem(KdaBackwardChunkKernel<KD, VD, GIn>, smem));
+    auto kernel = fused != nullptr ? KdaBackwardChunkKernel<KD, VD, GIn, true>
+                                   : KdaBackwardChunkKernel<KD, VD, GIn, false>;
+    ORRERY_RETURN_IF_ERROR(AllowSmem(kernel, smem));
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(heads));
-    KdaBackwardChunkKernel<KD, VD, GIn><<<grid, kChunkThreads, smem>>>(cp);
+    kernel<<<grid, kChunkThreads, smem>>>(cp);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "backward chunk kernel launch"));
   }
   // The scratch tensors are freed when this returns; wait for the kernels first.
@@ -1058,24 +1197,24 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
 template <typename GIn>
 Status DispatchBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                           const KdaTcSaved* kept, const Tensor& dht, const KdaTcTuning& tuning,
-                          KdaGrads* grads) {
+                          KdaGrads* grads, const KdaInputTransforms* fused) {
   if (p.key_dim == 128 && p.value_dim == 128) {
-    return RunBackwardTc<128, 128, GIn>(p, in, d_o, kept, dht, tuning, grads);
+    return RunBackwardTc<128, 128, GIn>(p, in, d_o, kept, dht, tuning, grads, fused);
   }
   if (p.key_dim == 128 && p.value_dim == 64) {
-    return RunBackwardTc<128, 64, GIn>(p, in, d_o, kept, dht, tuning, grads);
+    return RunBackwardTc<128, 64, GIn>(p, in, d_o, kept, dht, tuning, grads, fused);
   }
   if (p.key_dim == 64 && p.value_dim == 128) {
-    return RunBackwardTc<64, 128, GIn>(p, in, d_o, kept, dht, tuning, grads);
+    return RunBackwardTc<64, 128, GIn>(p, in, d_o, kept, dht, tuning, grads, fused);
   }
-  return RunBackwardTc<64, 64, GIn>(p, in, d_o, kept, dht, tuning, grads);
+  return RunBackwardTc<64, 64, GIn>(p, in, d_o, kept, dht, tuning, grads, fused);
 }
 
 }  // namespace
 
 Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                            const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads,
-                           const KdaTcSaved* kept) {
+                           const KdaTcSaved* kept, const KdaInputTransforms* fused) {
   if (!KdaTcSupported(p, in)) {
     return UnimplementedError(
         "kda cuda: the tensor-core backward needs bf16 q/k/v/beta and K, V in {64, 128}; got " +
@@ -1083,9 +1222,9 @@ Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tenso
         " V = " + std::to_string(p.value_dim));
   }
   if (in.g.dtype() == DType::kF32) {
-    return DispatchBackwardTc<float>(p, in, d_o, kept, d_final_state, tuning, grads);
+    return DispatchBackwardTc<float>(p, in, d_o, kept, d_final_state, tuning, grads, fused);
   }
-  return DispatchBackwardTc<bf16>(p, in, d_o, kept, d_final_state, tuning, grads);
+  return DispatchBackwardTc<bf16>(p, in, d_o, kept, d_final_state, tuning, grads, fused);
 }
 
 }  // namespace orrery::kernels::cuda

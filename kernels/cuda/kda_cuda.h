@@ -23,8 +23,11 @@ struct KdaTcSaved;
 // these transforms as it loads each chunk.
 Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_final_state,
                       KdaOutputs* out, KdaTcSaved* keep, const KdaInputTransforms* fused);
+// `fused` (may be null; tensor-core path only): `in` holds raw inputs, the chunk kernels apply
+// these transforms as they load and return the raw inputs' gradients (with da_log / ddt_bias).
 Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
-                       const Tensor& d_final_state, KdaGrads* grads, const KdaTcSaved* kept);
+                       const Tensor& d_final_state, KdaGrads* grads, const KdaTcSaved* kept,
+                       const KdaInputTransforms* fused);
 Status KdaDecodeStepCuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                          const Tensor& beta, float scale, Tensor* state, Tensor* o);
 
@@ -100,12 +103,16 @@ Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcT
 
 // The tensor-core backward (kda_backward_tc.cu), for KdaTcSupported problems: the forward above
 // with `saved`, a reverse state pass for dS (per segment, head and 64-wide V slice; the segment
-// split of the forward, chained through the transposed transitions), then two chunk-parallel
-// kernels for the intra-chunk gradient products. With `kept` (from LaunchKdaForwardTc on these
-// inputs) the forward is not run again. Allocates every gradient; waits for the kernels.
+// split of the forward, chained through the transposed transitions), then one chunk-parallel
+// kernel for the intra-chunk gradient products. With `kept` (from LaunchKdaForwardTc on these
+// inputs, with the same `fused`) the forward is not run again. With `fused`, `in` holds raw
+// inputs as for LaunchKdaForwardTc and the gradients are the raw inputs' (da_log / ddt_bias
+// summed with f32 atomics: their last bits depend on block order). Allocates every gradient;
+// waits for the kernels.
 Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                            const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads,
-                           const KdaTcSaved* kept = nullptr);
+                           const KdaTcSaved* kept = nullptr,
+                           const KdaInputTransforms* fused = nullptr);
 
 // Segments per sequence for a state pass of `blocks` blocks (sequences x heads x V slices)
 // over sequences of at most `max_chunks` chunks: tuning.segments_per_sequence, or chosen

@@ -79,4 +79,17 @@ __device__ __forceinline__ float KdaGateValue(float x, float ea, bool bounded, f
   return bounded ? g_min * SigmoidF(ea * x) : -ea * SoftplusF(x);
 }
 
+// Its derivatives at the same point: *dx = dg/dx (= dg/dz = dg/d dt_bias), *da = dg/dA_log.
+__device__ __forceinline__ void KdaGateGrad(float x, float ea, bool bounded, float g_min, float* dx,
+                                            float* da) {
+  if (bounded) {
+    const float s = SigmoidF(ea * x);
+    *dx = g_min * s * (1.0f - s) * ea;
+    *da = *dx * x;
+  } else {
+    *dx = -ea * SigmoidF(x);
+    *da = -ea * SoftplusF(x);
+  }
+}
+
 }  // namespace orrery::kernels::cuda

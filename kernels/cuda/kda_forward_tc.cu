@@ -704,16 +704,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     pp.tinv = saved != nullptr ? static_cast<bf16*>(tinv.raw_data()) : nullptr;
     pp.heads = static_cast<int>(heads);
     pp.scale = p.scale;
-    if (fused != nullptr) {
-      pp.tr.qk_l2norm = fused->qk_l2norm;
-      pp.tr.beta_sigmoid = fused->beta_sigmoid;
-      pp.tr.gate = fused->gate;
-      pp.tr.bounded = fused->gate_kind == KdaGateKind::kBounded;
-      pp.tr.eps = fused->l2norm_eps;
-      pp.tr.g_min = fused->gate_lower_bound;
-      pp.tr.a_log = in.a_log.defined() ? in.a_log.data<float>() : nullptr;
-      pp.tr.dt_bias = in.dt_bias.defined() ? in.dt_bias.data<float>() : nullptr;
-    }
+    if (fused != nullptr) pp.tr = MakeChunkInputTransforms(*fused, in);
     const size_t smem = PrepSmem<KD, VD>::kBytes;
     auto kernel = fused != nullptr ? KdaChunkPrepKernel<KD, VD, GIn, true>
                                    : KdaChunkPrepKernel<KD, VD, GIn, false>;

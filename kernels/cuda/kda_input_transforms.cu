@@ -180,14 +180,7 @@ __global__ void __launch_bounds__(kThreads)
         const int d = Column<kVec>(e, lane);
         const float x = z[e] + (p.dt_bias != nullptr && d < kd ? p.dt_bias[h * kd + d] : 0.0f);
         float dx, dA;  // dg/dx and dg/dA_log
-        if (p.bounded) {
-          const float s = SigmoidF(ea * x);
-          dx = p.g_min * s * (1.0f - s) * ea;
-          dA = dx * x;
-        } else {
-          dx = -ea * SigmoidF(x);
-          dA = -ea * SoftplusF(x);
-        }
+        KdaGateGrad(x, ea, p.bounded, p.g_min, &dx, &dA);
         z[e] = dg[e] * dx;  // dz (zero past the row's end: dg is)
         db[e] += z[e];
         da += dg[e] * dA;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/kda_cuda_util.cuh"
 #include "kernels/cuda/kda_mma.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
+#include "kernels/kda.h"
 
 namespace orrery::kernels::cuda {
 
@@ -22,6 +23,21 @@ struct ChunkInputTransforms {
   const float *a_log = nullptr, *dt_bias = nullptr;  // optional with gate
 };
 
+// The op's transforms as the kernels take them; in holds the raw inputs (a_log, dt_bias f32).
+inline ChunkInputTransforms MakeChunkInputTransforms(const KdaInputTransforms& t,
+                                                     const KdaInputs& in) {
+  ChunkInputTransforms tr;
+  tr.qk_l2norm = t.qk_l2norm;
+  tr.beta_sigmoid = t.beta_sigmoid;
+  tr.gate = t.gate;
+  tr.bounded = t.gate_kind == KdaGateKind::kBounded;
+  tr.eps = t.l2norm_eps;
+  tr.g_min = t.gate_lower_bound;
+  tr.a_log = in.a_log.defined() ? in.a_log.data<float>() : nullptr;
+  tr.dt_bias = in.dt_bias.defined() ? in.dt_bias.data<float>() : nullptr;
+  return tr;
+}
+
 // beta of one row as the recurrence takes it (tr null: as given).
 template <typename In>
 __device__ __forceinline__ float LoadBeta(const In* beta, const ChunkInputTransforms* tr) {
@@ -30,9 +46,10 @@ __device__ __forceinline__ float LoadBeta(const In* beta, const ChunkInputTransf
 }
 
 // Scales the 8 bf16 of `v` by 1 / sqrt(sum of squares over the row + eps), the row being the
-// kLanes consecutive lanes that hold its 16-byte pieces (all lanes of the warp call this).
+// kLanes consecutive lanes that hold its 16-byte pieces (all lanes of the warp call this); that
+// factor goes to *rstd when given.
 template <int kLanes>
-__device__ __forceinline__ uint4 NormalisePiece(uint4 v, float eps) {
+__device__ __forceinline__ uint4 NormalisePiece(uint4 v, float eps, float* rstd = nullptr) {
   __nv_bfloat162* x = reinterpret_cast<__nv_bfloat162*>(&v);
   float ss = 0.0f;
 #pragma unroll
@@ -43,6 +60,7 @@ __device__ __forceinline__ uint4 NormalisePiece(uint4 v, float eps) {
 #pragma unroll
   for (int o = 1; o < kLanes; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   const float r = rsqrtf(ss + eps);
+  if (rstd != nullptr) *rstd = r;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const float2 f = __bfloat1622float2(x[j]);
@@ -129,6 +147,31 @@ __device__ __forceinline__ void StoreChunkGate(float* G, int sg,
     G[r * sg + d] += G[(kTcChunk / 2 - 1) * sg + d];
   }
   __syncthreads();
+}
+
+// The L2 norm of LoadChunkQKGate (the same pieces on the same lanes) on q and k rows already in
+// shared memory ([64][K] bf16, `stride` elements per row), in place, with each row's
+// 1 / sqrt(sum x^2 + eps) into q_rstd[r] and k_rstd[r] (what the backward's chain rule needs).
+// The rows must be visible to every thread (a barrier before); one must follow.
+template <int KD, int kThreads>
+__device__ __forceinline__ void NormaliseChunkQK(__nv_bfloat16* qs, __nv_bfloat16* ks, int stride,
+                                                 float* q_rstd, float* k_rstd, float eps) {
+  constexpr int kPer = kTcChunk * KD / 8 / kThreads;
+  static_assert(32 % (KD / 8) == 0 && kTcChunk * KD / 8 % kThreads == 0,
+                "a row's pieces in one warp, every thread the same number of pieces");
+#pragma unroll 1  // shared-memory operands only: nothing to overlap, and less code
+  for (int it = 0; it < kPer; ++it) {
+    const int i = threadIdx.x + it * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+    uint4* qp = reinterpret_cast<uint4*>(qs + r * stride + c);
+    uint4* kp = reinterpret_cast<uint4*>(ks + r * stride + c);
+    float rq, rk;
+    *qp = NormalisePiece<KD / 8>(*qp, eps, &rq);
+    *kp = NormalisePiece<KD / 8>(*kp, eps, &rk);
+    if (c == 0) {
+      q_rstd[r] = rq;
+      k_rstd[r] = rk;
+    }
+  }
 }
 
 // One 64-token chunk of q, k and the gate into shared memory: q and k rows [64][K] (bf16,

@@ -386,14 +386,25 @@ TEST(KdaGpu, BackwardRefusesKeptForwardOfAnotherShape) {
 // raw values: forward outputs and every raw input's gradient, da_log and ddt_bias included.
 // Tolerances: fla's for bf16 (spec 2.8; da_log and ddt_bias are sums over tokens of dg-like
 // terms, so dg's 2e-2), fp32 levels for f32 as in CheckBackward.
+// Which of the transforms are on (all by default), and whether the GPU forward keeps its
+// intermediates for the backward.
+struct TransformCase {
+  bool qk_l2norm = true, beta_sigmoid = true, gate = true, keep = false;
+};
+
 void CheckTransforms(const KdaShape& shape, DType dtype, DType g_dtype, KdaGateKind kind,
-                     std::vector<int64_t> seq_lens, uint64_t seed) {
+                     std::vector<int64_t> seq_lens, uint64_t seed, TransformCase tc = {}) {
   KdaInputs raw = RandomKdaInputs(shape, DType::kF64, seed, false);
   PhiloxGenerator rng(seed + 1, 0);
-  raw.q = testing::RandomNormal(raw.q.shape(), DType::kF64, rng);
-  raw.k = testing::RandomNormal(raw.k.shape(), DType::kF64, rng);
-  raw.g = testing::RandomNormal(raw.g.shape(), DType::kF64, rng);
-  raw.beta = testing::RandomNormal(raw.beta.shape(), DType::kF64, rng);
+  // Raw inputs where a transform takes them; the recurrence's own (normalised q and k, beta in
+  // (0, 1), g in (-5, 0)) where it is off.
+  if (tc.qk_l2norm) {
+    raw.q = testing::RandomNormal(raw.q.shape(), DType::kF64, rng);
+    raw.k = testing::RandomNormal(raw.k.shape(), DType::kF64, rng);
+  }
+  raw.g = tc.gate ? testing::RandomNormal(raw.g.shape(), DType::kF64, rng)
+                  : testing::RandomUniform(raw.g.shape(), DType::kF64, rng, -5, 0);
+  if (tc.beta_sigmoid) raw.beta = testing::RandomNormal(raw.beta.shape(), DType::kF64, rng);
   raw.a_log = Round(testing::RandomUniform({shape.h}, DType::kF64, rng, -1.0, 0.5), DType::kF32);
   raw.dt_bias = Round(testing::RandomNormal({shape.h * shape.k}, DType::kF64, rng), DType::kF32);
   for (Tensor* t : {&raw.q, &raw.k, &raw.v, &raw.beta}) *t = Round(*t, dtype);
@@ -409,9 +420,11 @@ void CheckTransforms(const KdaShape& shape, DType dtype, DType g_dtype, KdaGateK
   const Tensor d_o = Round(testing::RandomNormal(raw.v.shape(), DType::kF64, rng), dtype);
   const Tensor dht = Round(testing::RandomNormal(st, DType::kF64, rng), DType::kF32);
   KdaOptions options;
-  options.transforms.qk_l2norm = options.transforms.beta_sigmoid = true;
-  options.transforms.gate = true;
+  options.transforms.qk_l2norm = tc.qk_l2norm;
+  options.transforms.beta_sigmoid = tc.beta_sigmoid;
+  options.transforms.gate = tc.gate;
   options.transforms.gate_kind = kind;
+  if (!tc.gate) raw.a_log = raw.dt_bias = Tensor();  // the gate's parameters
   KdaOutputs ref_out;
   KdaGrads ref;
   ASSERT_TRUE(KdaForward(raw, options, &ref_out).ok());
@@ -421,15 +434,20 @@ void CheckTransforms(const KdaShape& shape, DType dtype, DType g_dtype, KdaGateK
   KdaInputs gpu = raw;
   for (Tensor* t : {&gpu.q, &gpu.k, &gpu.v, &gpu.beta}) *t = ToGpu(*t, dtype);
   gpu.g = ToGpu(raw.g, g_dtype);
-  for (Tensor* t : {&gpu.a_log, &gpu.dt_bias, &gpu.initial_state}) *t = ToGpu(*t, DType::kF32);
+  for (Tensor* t : {&gpu.a_log, &gpu.dt_bias, &gpu.initial_state}) {
+    if (t->defined()) *t = ToGpu(*t, DType::kF32);
+  }
   KdaOutputs out;
   KdaGrads got;
-  const Status fs = KdaForward(gpu, options, &out);
+  KdaOptions gpu_options = options;
+  gpu_options.keep_for_backward = tc.keep;
+  const Status fs = KdaForward(gpu, gpu_options, &out);
   ASSERT_TRUE(fs.ok()) << fs.ToString();
-  const Status bs = KdaBackward(gpu, ToGpu(d_o, dtype), ToGpu(dht, DType::kF32), options, &got);
+  const Status bs =
+      KdaBackward(gpu, ToGpu(d_o, dtype), ToGpu(dht, DType::kF32), options, &got, out.saved.get());
   ASSERT_TRUE(bs.ok()) << bs.ToString();
   ASSERT_EQ(got.dg.dtype(), g_dtype);
-  ASSERT_TRUE(got.da_log.defined() && got.ddt_bias.defined());
+  ASSERT_EQ(got.da_log.defined() && got.ddt_bias.defined(), tc.gate);
   const bool bf16 = dtype == DType::kBF16;
   const double t_out = bf16 ? 5e-3 : 1e-4, t_grad = bf16 ? 8e-3 : 1e-4, t_g = bf16 ? 2e-2 : 1e-3;
   const std::tuple<const char*, const Tensor*, const Tensor*, double> checks[] = {
@@ -443,12 +461,15 @@ void CheckTransforms(const KdaShape& shape, DType dtype, DType g_dtype, KdaGateK
       {"dbeta", &got.dbeta, &ref.dbeta, t_g},
       {"da_log", &got.da_log, &ref.da_log, t_g},
       {"ddt_bias", &got.ddt_bias, &ref.ddt_bias, t_g}};
-  std::printf("  transforms %s g %s %s B=%lld T=%lld H=%lld K=%lld V=%lld packed=%zu:",
-              std::string(DTypeName(dtype)).c_str(), std::string(DTypeName(g_dtype)).c_str(),
-              kind == KdaGateKind::kBounded ? "bounded" : "original", (long long)shape.b,
-              (long long)shape.t, (long long)shape.h, (long long)shape.k, (long long)shape.v,
-              seq_lens.size());
+  std::printf(
+      "  transforms %s g %s %s B=%lld T=%lld H=%lld K=%lld V=%lld packed=%zu l2norm=%d "
+      "sigmoid=%d gate=%d kept=%d:",
+      std::string(DTypeName(dtype)).c_str(), std::string(DTypeName(g_dtype)).c_str(),
+      kind == KdaGateKind::kBounded ? "bounded" : "original", (long long)shape.b,
+      (long long)shape.t, (long long)shape.h, (long long)shape.k, (long long)shape.v,
+      seq_lens.size(), tc.qk_l2norm, tc.beta_sigmoid, tc.gate, tc.keep);
   for (const auto& [name, a, b, tol] : checks) {
+    if (!b->defined()) continue;  // da_log, ddt_bias without the gate
     const double e = RelRmsError(*a, *b);
     std::printf(" %s %.2e", name, e);
     EXPECT_LT(e, tol) << name;
@@ -466,6 +487,18 @@ TEST(KdaGpu, InputTransformsMatchCpuReference) {
   CheckTransforms({2, 100, 2, 64, 32}, DType::kF32, DType::kF32, KdaGateKind::kBounded, {}, 803);
   CheckTransforms({1, 150, 2, 32, 48}, DType::kF32, DType::kF32, KdaGateKind::kOriginal, {70, 80},
                   804);
+  // The tensor-core backward applies the transforms itself: from a kept forward, and with each
+  // transform alone (the others off).
+  CheckTransforms({2, 200, 3, 128, 128}, DType::kBF16, DType::kBF16, KdaGateKind::kBounded, {}, 805,
+                  {.keep = true});
+  CheckTransforms({1, 300, 2, 64, 128}, DType::kBF16, DType::kF32, KdaGateKind::kOriginal,
+                  {1, 0, 120, 179}, 806, {.keep = true});
+  CheckTransforms({1, 130, 2, 128, 64}, DType::kBF16, DType::kF32, KdaGateKind::kBounded, {}, 807,
+                  {.beta_sigmoid = false, .gate = false});
+  CheckTransforms({1, 130, 2, 64, 64}, DType::kBF16, DType::kBF16, KdaGateKind::kBounded, {}, 808,
+                  {.qk_l2norm = false, .gate = false});
+  CheckTransforms({1, 130, 2, 128, 128}, DType::kBF16, DType::kF32, KdaGateKind::kBounded, {}, 809,
+                  {.qk_l2norm = false, .beta_sigmoid = false});
 }
 
 TEST(KdaGpu, BackwardRefusesWideValues) {
