@@ -31,7 +31,9 @@
 //    (whose dG parts cancel exactly) are added in fp32 outside the MMAs: with plain bf16 the
 //    leftovers of the cancelled pairs swamp dg under strong decays (measured: 0.49 relative
 //    RMS error at g near -5). The element-wise terms of Q e^G, K e^G and K e^{G_C - G} follow,
-//    then dg = the reverse cumsum of dG plus the chunk-end term.
+//    then dg = the reverse cumsum of dG plus the chunk-end term. With the op's input transforms
+//    (a second instantiation) the kernel takes the raw q, k, g, beta, applies the transforms as
+//    they load and their chain rule before it writes the raw inputs' gradients.
 #include <cuda_bf16.h>
 
 #include <algorithm>
