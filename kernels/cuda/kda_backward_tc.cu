@@ -1033,16 +1033,8 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     ORRERY_ASSIGN_OR_RETURN(grads->dinitial_state,
                             Tensor::Allocate(in.initial_state.shape(), DType::kF32, dev));
   }
-  if (fused != nullptr && fused->gate) {
-    for (const auto& [param, grad] :
-         {std::pair<const Tensor*, Tensor*>{&in.a_log, &grads->da_log},
-          std::pair<const Tensor*, Tensor*>{&in.dt_bias, &grads->ddt_bias}}) {
-      if (!param->defined()) continue;
-      ORRERY_ASSIGN_OR_RETURN(*grad, Tensor::Allocate(param->shape(), DType::kF32, dev));
-      ORRERY_RETURN_IF_ERROR(
-          CudaCheck(cudaMemset(grad->raw_data(), 0, grad->nbytes()), "cudaMemset"));
-    }
-  }
+  if (fused != nullptr && fused->gate)
+    ORRERY_RETURN_IF_ERROR(AllocateGateParamGrads(in, dev, grads));
 
   // 1. The forward, keeping what the backward reads (unless the caller's forward kept it).
   KdaTcSaved recomputed;

@@ -42,6 +42,9 @@ Status KdaTransformInputsCuda(const KdaProblem& p, const KdaInputs& raw,
 Status KdaChainTransformsCuda(const KdaProblem& p, const KdaInputs& raw,
                               const KdaInputs& transformed, const Tensor& q_rstd,
                               const Tensor& k_rstd, const KdaInputTransforms& t, KdaGrads* grads);
+// grads->da_log / ddt_bias for the gate parameters `raw` holds (f32 on dev, zeroed: the kernels
+// sum into them with atomics); those not given stay undefined.
+Status AllocateGateParamGrads(const KdaInputs& raw, Device dev, KdaGrads* grads);
 
 // Shared by the forward and the backward (kda_forward.cu, kda_backward.cu).
 

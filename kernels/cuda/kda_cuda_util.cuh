@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/kda.h"
 
 namespace orrery::kernels::cuda {
 
@@ -24,6 +25,30 @@ Status AllowSmem(Kernel kernel, size_t bytes) {
   return CudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)),
                    "cudaFuncSetAttribute");
+}
+
+// The op's input transforms (KdaInputTransforms, kernels/kda.h) as the kernels take them: the
+// tensor-core kernels apply them while a chunk loads, the elementwise pass of
+// kda_input_transforms.cu row by row; all off: the inputs are used as given.
+struct ChunkInputTransforms {
+  bool qk_l2norm = false, beta_sigmoid = false, gate = false, bounded = true;
+  float eps = 0.0f, g_min = 0.0f;
+  const float *a_log = nullptr, *dt_bias = nullptr;  // optional with gate
+};
+
+// The op's transforms as the kernels take them; in holds the raw inputs (a_log, dt_bias f32).
+inline ChunkInputTransforms MakeChunkInputTransforms(const KdaInputTransforms& t,
+                                                     const KdaInputs& in) {
+  ChunkInputTransforms tr;
+  tr.qk_l2norm = t.qk_l2norm;
+  tr.beta_sigmoid = t.beta_sigmoid;
+  tr.gate = t.gate;
+  tr.bounded = t.gate_kind == KdaGateKind::kBounded;
+  tr.eps = t.l2norm_eps;
+  tr.g_min = t.gate_lower_bound;
+  tr.a_log = in.a_log.defined() ? in.a_log.data<float>() : nullptr;
+  tr.dt_bias = in.dt_bias.defined() ? in.dt_bias.data<float>() : nullptr;
+  return tr;
 }
 
 // A host table (chunk and segment descriptors) as an i64 tensor on `device`.

@@ -32,9 +32,7 @@ __device__ __forceinline__ float WarpSum(float x) {
 struct TransformParams {
   int64_t rows;  // B * T
   int heads, kd;
-  bool qk_l2norm, beta_sigmoid, gate, bounded;
-  float eps, g_min;
-  const float *a_log, *dt_bias;  // or null
+  ChunkInputTransforms tr;
 };
 
 template <typename In, typename GIn>
@@ -99,27 +97,27 @@ template <int kVec, typename In, typename GIn>
 __global__ void __launch_bounds__(kThreads)
     KdaTransformInputsKernel(TransformParams p, ForwardArgs<In, GIn> a) {
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, kd = p.kd;
-  const float ea = p.a_log != nullptr ? __expf(p.a_log[h]) : 1.0f;
+  const float ea = p.tr.a_log != nullptr ? __expf(p.tr.a_log[h]) : 1.0f;
   const int64_t t_end = min(p.rows, static_cast<int64_t>(blockIdx.y + 1) * kTokens);
   for (int64_t t = static_cast<int64_t>(blockIdx.y) * kTokens + warp; t < t_end; t += kWarps) {
     const int64_t row = t * p.heads + h;
-    if (p.qk_l2norm) {
-      const float rq = NormaliseRow<kVec>(a.q + row * kd, a.q_out + row * kd, kd, p.eps, lane);
-      const float rk = NormaliseRow<kVec>(a.k + row * kd, a.k_out + row * kd, kd, p.eps, lane);
+    if (p.tr.qk_l2norm) {
+      const float rq = NormaliseRow<kVec>(a.q + row * kd, a.q_out + row * kd, kd, p.tr.eps, lane);
+      const float rk = NormaliseRow<kVec>(a.k + row * kd, a.k_out + row * kd, kd, p.tr.eps, lane);
       if (lane == 0) {
         a.q_rstd[row] = rq;
         a.k_rstd[row] = rk;
       }
     }
-    if (p.beta_sigmoid && lane == 0) StoreF(a.beta_out + row, SigmoidF(LoadF(a.beta + row)));
-    if (p.gate) {
+    if (p.tr.beta_sigmoid && lane == 0) StoreF(a.beta_out + row, SigmoidF(LoadF(a.beta + row)));
+    if (p.tr.gate) {
       float z[kMaxPerLane];
       LoadRow<kVec>(a.z + row * kd, kd, lane, z);
 #pragma unroll
       for (int e = 0; e < kMaxPerLane; ++e) {
         const int d = Column<kVec>(e, lane);
-        const float b = p.dt_bias != nullptr && d < kd ? p.dt_bias[h * kd + d] : 0.0f;
-        z[e] = KdaGateValue(z[e] + b, ea, p.bounded, p.g_min);
+        const float b = p.tr.dt_bias != nullptr && d < kd ? p.tr.dt_bias[h * kd + d] : 0.0f;
+        z[e] = KdaGateValue(z[e] + b, ea, p.tr.bounded, p.tr.g_min);
       }
       StoreRow<kVec>(a.g_out + row * kd, kd, lane, z);
     }
@@ -158,29 +156,30 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float db_part[kWarps][kMaxPerLane * 32];
   __shared__ float da_part[kWarps];
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, kd = p.kd;
-  const float ea = p.a_log != nullptr ? __expf(p.a_log[h]) : 1.0f;
+  const float ea = p.tr.a_log != nullptr ? __expf(p.tr.a_log[h]) : 1.0f;
   float db[kMaxPerLane] = {}, da = 0.0f;
   const int64_t t_end = min(p.rows, static_cast<int64_t>(blockIdx.y + 1) * kTokens);
   for (int64_t t = static_cast<int64_t>(blockIdx.y) * kTokens + warp; t < t_end; t += kWarps) {
     const int64_t row = t * p.heads + h;
-    if (p.qk_l2norm) {
+    if (p.tr.qk_l2norm) {
       ChainRow<kVec>(a.q_hat + row * kd, a.dq + row * kd, a.q_rstd[row], kd, lane);
       ChainRow<kVec>(a.k_hat + row * kd, a.dk + row * kd, a.k_rstd[row], kd, lane);
     }
-    if (p.beta_sigmoid && lane == 0) {
+    if (p.tr.beta_sigmoid && lane == 0) {
       const float b = LoadF(a.beta_hat + row);
       StoreF(a.dbeta + row, LoadF(a.dbeta + row) * b * (1.0f - b));
     }
-    if (p.gate) {
+    if (p.tr.gate) {
       float z[kMaxPerLane], dg[kMaxPerLane];
       LoadRow<kVec>(a.z + row * kd, kd, lane, z);
       LoadRow<kVec>(a.dg + row * kd, kd, lane, dg);
 #pragma unroll
       for (int e = 0; e < kMaxPerLane; ++e) {
         const int d = Column<kVec>(e, lane);
-        const float x = z[e] + (p.dt_bias != nullptr && d < kd ? p.dt_bias[h * kd + d] : 0.0f);
+        const float x =
+            z[e] + (p.tr.dt_bias != nullptr && d < kd ? p.tr.dt_bias[h * kd + d] : 0.0f);
         float dx, dA;  // dg/dx and dg/dA_log
-        KdaGateGrad(x, ea, p.bounded, p.g_min, &dx, &dA);
+        KdaGateGrad(x, ea, p.tr.bounded, p.tr.g_min, &dx, &dA);
         z[e] = dg[e] * dx;  // dz (zero past the row's end: dg is)
         db[e] += z[e];
         da += dg[e] * dA;
@@ -188,7 +187,7 @@ __global__ void __launch_bounds__(kThreads)
       StoreRow<kVec>(a.dz + row * kd, kd, lane, z);
     }
   }
-  if (!p.gate || (a.da_log == nullptr && a.ddt_bias == nullptr)) return;
+  if (!p.tr.gate || (a.da_log == nullptr && a.ddt_bias == nullptr)) return;
     // The block's sums: over the lanes' tokens (registers), the warps (shared memory), then one
     // atomic per column.
 #pragma unroll
@@ -215,14 +214,7 @@ TransformParams Params(const KdaProblem& p, const KdaInputs& raw, const KdaInput
   tp.rows = p.batch * p.tokens;
   tp.heads = static_cast<int>(p.heads);
   tp.kd = static_cast<int>(p.key_dim);
-  tp.qk_l2norm = t.qk_l2norm;
-  tp.beta_sigmoid = t.beta_sigmoid;
-  tp.gate = t.gate;
-  tp.bounded = t.gate_kind == KdaGateKind::kBounded;
-  tp.eps = t.l2norm_eps;
-  tp.g_min = t.gate_lower_bound;
-  tp.a_log = raw.a_log.defined() ? raw.a_log.data<float>() : nullptr;
-  tp.dt_bias = raw.dt_bias.defined() ? raw.dt_bias.data<float>() : nullptr;
+  tp.tr = MakeChunkInputTransforms(t, raw);
   return tp;
 }
 
@@ -286,14 +278,7 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
   Tensor dz;
   if (t.gate) {
     ORRERY_ASSIGN_OR_RETURN(dz, Tensor::Allocate(raw.g.shape(), raw.g.dtype(), dev));
-    for (const auto& [param, grad] :
-         {std::pair<const Tensor*, Tensor*>{&raw.a_log, &grads->da_log},
-          std::pair<const Tensor*, Tensor*>{&raw.dt_bias, &grads->ddt_bias}}) {
-      if (!param->defined()) continue;
-      ORRERY_ASSIGN_OR_RETURN(*grad, Tensor::Allocate(param->shape(), DType::kF32, dev));
-      ORRERY_RETURN_IF_ERROR(
-          CudaCheck(cudaMemset(grad->raw_data(), 0, grad->nbytes()), "cudaMemset"));
-    }
+    ORRERY_RETURN_IF_ERROR(AllocateGateParamGrads(raw, dev, grads));
   }
   ChainArgs<In, GIn> a{Ptr<const In>(x.q),
                        Ptr<const In>(x.k),
@@ -323,6 +308,18 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
 }
 
 }  // namespace
+
+Status AllocateGateParamGrads(const KdaInputs& raw, Device dev, KdaGrads* grads) {
+  for (const auto& [param, grad] :
+       {std::pair<const Tensor*, Tensor*>{&raw.a_log, &grads->da_log},
+        std::pair<const Tensor*, Tensor*>{&raw.dt_bias, &grads->ddt_bias}}) {
+    if (!param->defined()) continue;
+    ORRERY_ASSIGN_OR_RETURN(*grad, Tensor::Allocate(param->shape(), DType::kF32, dev));
+    ORRERY_RETURN_IF_ERROR(
+        CudaCheck(cudaMemset(grad->raw_data(), 0, grad->nbytes()), "cudaMemset"));
+  }
+  return Status::OK();
+}
 
 Status KdaTransformInputsCuda(const KdaProblem& p, const KdaInputs& raw,
                               const KdaInputTransforms& t, KdaInputs* out, Tensor* q_rstd,

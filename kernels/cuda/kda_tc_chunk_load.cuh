@@ -11,32 +11,8 @@
 #include "kernels/cuda/kda_cuda_util.cuh"
 #include "kernels/cuda/kda_mma.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
-#include "kernels/kda.h"
 
 namespace orrery::kernels::cuda {
-
-// The op's input transforms (KdaInputTransforms, kernels/kda.h) applied while a chunk loads, so
-// that the raw inputs need no separate pass; all off: the inputs are used as given.
-struct ChunkInputTransforms {
-  bool qk_l2norm = false, beta_sigmoid = false, gate = false, bounded = true;
-  float eps = 0.0f, g_min = 0.0f;
-  const float *a_log = nullptr, *dt_bias = nullptr;  // optional with gate
-};
-
-// The op's transforms as the kernels take them; in holds the raw inputs (a_log, dt_bias f32).
-inline ChunkInputTransforms MakeChunkInputTransforms(const KdaInputTransforms& t,
-                                                     const KdaInputs& in) {
-  ChunkInputTransforms tr;
-  tr.qk_l2norm = t.qk_l2norm;
-  tr.beta_sigmoid = t.beta_sigmoid;
-  tr.gate = t.gate;
-  tr.bounded = t.gate_kind == KdaGateKind::kBounded;
-  tr.eps = t.l2norm_eps;
-  tr.g_min = t.gate_lower_bound;
-  tr.a_log = in.a_log.defined() ? in.a_log.data<float>() : nullptr;
-  tr.dt_bias = in.dt_bias.defined() ? in.dt_bias.data<float>() : nullptr;
-  return tr;
-}
 
 // beta of one row as the recurrence takes it (tr null: as given).
 template <typename In>
