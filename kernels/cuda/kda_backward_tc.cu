@@ -9,9 +9,10 @@
 //    reverse, the K x 64 slice of dS (gradient of the chunk-end state) in fp32 registers as MMA
 //    accumulators; per chunk: dh = dS (kept), dVnew = A_qk^T dO + Kbar dS (kept),
 //    dS <- Diag(gamma) dS + (s Q e^G)^T dO - W^T dVnew, finally dh0. For long sequences the
-//    chunks are split into segments like the forward's: every segment but the first runs from a
-//    zero dS and carries the transposed transition P = prod (Diag(gamma) - W^T Kbar) from the
-//    identity; KdaSegmentCombine chains dS_end(j - 1) = P_j dS_end(j) + dS_ext,j from dht.
+//    chunks are split into the forward's segments: every segment but the first runs from a zero
+//    dS, and KdaSegmentCombine chains dS_end(j - 1) = P_j dS_end(j) + dS_ext,j from dht with
+//    the segment's transition P_j = prod (Diag(gamma) - W^T Kbar), chunks in reverse, which is
+//    the transpose of the forward's M_j = prod (Diag(gamma) - Kbar^T W): the forward kept it.
 // 3. KdaBackwardChunkKernel, one block per (chunk, head), every chunk at once. First the products
 //    over V: dQ = dO h^T, dW = -dVnew h^T, dKbar = Vnew dh^T, dA_qk = dO Vnew^T,
 //    dT_v = dVnew (beta V)^T, dv = beta T^T dVnew, the V part of dbeta, and
@@ -45,6 +46,7 @@
 #include "kernels/cuda/kda_mma.cuh"
 #include "kernels/cuda/kda_tc_chunk_load.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
+#include "kernels/cuda/kda_tc_segments.h"
 #include "kernels/cuda/kda_tc_state_slice.cuh"
 
 namespace orrery::kernels::cuda {
@@ -90,12 +92,11 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, heads = p.heads, vd = p.vd;
   const int v0 = blockIdx.z * kSliceV;
-  const bool transition = v0 >= vd;  // carries P (columns v0 - vd of the K x K transition)
   const SegmentDesc seg = p.segments[blockIdx.x];
 
   // dS: the slice this block carries (kda_tc_state_slice.cuh).
   StateSlice<KD> dS;
-  dS.Init(transition, v0 - vd,
+  dS.Init(false, 0,
           seg.state_in != nullptr ? seg.state_in + static_cast<int64_t>(h) * KD * p.in_ld + v0
                                   : nullptr,
           p.in_ld);
@@ -107,11 +108,9 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
       const int d = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
       CpAsync16(kb + d * ST + c, p.kbar_t + (tile * KD + d) * kChunk + c);
     }
-    if (!transition) {
-      for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
-        const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
-        CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
-      }
+    for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
+      const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
+      CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
     }
     CpAsyncCommit();
   };
@@ -120,25 +119,23 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   for (int64_t ch = seg.chunk_end - 1; ch >= seg.chunk_begin; --ch) {
     const int64_t tile = ch * heads + h;
     const ChunkDesc cd = p.chunks[ch];
-    if (p.dh != nullptr && !transition) dS.StoreBf16(p.dh + tile * KD * vd + v0, vd);
+    if (p.dh != nullptr) dS.StoreBf16(p.dh + tile * KD * vd + v0, vd);
     // The chunk's other operands in two stages, dO (with A_qk and Kbar, already on their way,
     // what dVnew reads), then W, s Q e^G and gamma (read by the dS update). The previous
     // iteration ended with a barrier.
-    if (!transition) {
-      for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
-        const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
-        if (r < cd.len) {
-          CpAsync16(dos + r * SU + c, p.d_o + ((cd.row_start + r) * heads + h) * vd + v0 + c);
-        } else {
-          *reinterpret_cast<uint4*>(dos + r * SU + c) = make_uint4(0, 0, 0, 0);
-        }
+    for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
+      const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
+      if (r < cd.len) {
+        CpAsync16(dos + r * SU + c, p.d_o + ((cd.row_start + r) * heads + h) * vd + v0 + c);
+      } else {
+        *reinterpret_cast<uint4*>(dos + r * SU + c) = make_uint4(0, 0, 0, 0);
       }
     }
     CpAsyncCommit();
     for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
       const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
       CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
-      if (!transition) CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
+      CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
     }
     for (int i = tid; i < KD / 4; i += kPassThreads)
       CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
@@ -149,16 +146,14 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
     // dVnew = A_qk^T dO + Kbar dS for rows 16 warp .. 16 warp + 15; -dVnew^T to shared memory.
     {
       float acc[kNT][4] = {};
-      if (!transition) {
-        for (int kt = warp; kt < kChunk / 16; ++kt) {  // A_qk[m][r] = 0 for m < r
-          uint32_t fa[4];
-          LoadFragAT(fa, as, ST, 16 * warp, 16 * kt);
+      for (int kt = warp; kt < kChunk / 16; ++kt) {  // A_qk[m][r] = 0 for m < r
+        uint32_t fa[4];
+        LoadFragAT(fa, as, ST, 16 * warp, 16 * kt);
 #pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-            uint32_t fb[2];
-            LoadFragB(fb, dos, SU, 16 * kt, 8 * nt);
-            MmaBf16(acc[nt], fa, fb);
-          }
+        for (int nt = 0; nt < kNT; ++nt) {
+          uint32_t fb[2];
+          LoadFragB(fb, dos, SU, 16 * kt, 8 * nt);
+          MmaBf16(acc[nt], fa, fb);
         }
       }
 #pragma unroll
@@ -180,7 +175,7 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
       }
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        if (p.dvnew != nullptr && !transition) {
+        if (p.dvnew != nullptr) {
 #pragma unroll
           for (int e = 0; e < 4; e += 2) {
             const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
@@ -210,15 +205,13 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
           LoadFragBT(fb, vt + 8 * nt * ST, ST, 16 * kt);
           MmaBf16(dS.x[mi][nt], fw, fb);
         }
-        if (!transition) {
-          uint32_t fq[4];
-          LoadFragAT(fq, qs, SK, d0, 16 * kt);
+        uint32_t fq[4];
+        LoadFragAT(fq, qs, SK, d0, 16 * kt);
 #pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-            uint32_t fb[2];
-            LoadFragB(fb, dos, SU, 16 * kt, 8 * nt);
-            MmaBf16(dS.x[mi][nt], fq, fb);
-          }
+        for (int nt = 0; nt < kNT; ++nt) {
+          uint32_t fb[2];
+          LoadFragB(fb, dos, SU, 16 * kt, 8 * nt);
+          MmaBf16(dS.x[mi][nt], fq, fb);
         }
       }
     }
@@ -1007,9 +1000,12 @@ Status CheckKept(const KdaProblem& p, const KdaTcSaved& kept, int64_t kd, int64_
     chunks += (p.seq_start[n + 1] - p.seq_start[n] + kChunk - 1) / kChunk;
   }
   const Shape h = {chunks, p.heads, kd, vd};
+  const bool transitions_ok = kept.segments_per_sequence <= 1 ||
+                              (kept.transitions.defined() && kept.transitions.dim(1) == p.heads &&
+                               kept.transitions.dim(3) == vd + kd);
   if (kept.chunks != chunks || kept.h.shape() != h ||
       kept.w.shape() != Shape{chunks, p.heads, kChunk, kd} || !kept.tinv.defined() ||
-      !kept.vnew.defined()) {
+      !kept.vnew.defined() || !transitions_ok) {
     return InvalidArgumentError("kda backward: the kept forward intermediates hold states " +
                                 ShapeToString(kept.h.shape()) + ", these inputs need " +
                                 ShapeToString(h) + " (keep them from a forward of these inputs)");
@@ -1050,58 +1046,49 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   const ChunkDesc* chunk_desc =
       reinterpret_cast<const ChunkDesc*>(saved.chunk_table.data<int64_t>());
 
-  // 2. The reverse state pass. Segments are listed per sequence from its last chunk range to
-  // its first, so that the combine (which walks a sequence's segments in list order) chains dS
-  // backwards in time from dht.
-  const int64_t segs_per_seq =
-      KdaTcSegmentsPerSequence(tuning, n_seq * heads * (VD / kSliceV), saved.max_chunks);
-  const bool split = segs_per_seq > 1;
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  std::vector<int64_t> seg_seq, seq_seg_first = {0};
-  for (int64_t n = 0; n < n_seq; ++n) {
-    const int64_t c0 = saved.seq_chunk_first[n], nc = saved.seq_chunk_first[n + 1] - c0;
-    const int64_t segs = split ? std::max<int64_t>(1, std::min(segs_per_seq, nc)) : 1;
-    for (int64_t j = segs - 1; j >= 0; --j) {
-      ranges.push_back({c0 + nc * j / segs, c0 + nc * (j + 1) / segs});
-      seg_seq.push_back(n);
-    }
-    seq_seg_first.push_back(static_cast<int64_t>(ranges.size()));
-  }
-  const int64_t total_segs = static_cast<int64_t>(ranges.size());
+  // 2. The reverse state pass over the forward's segments, listed per sequence from its last
+  // chunk range to its first, so that the combine (which walks a sequence's segments in list
+  // order) chains dS backwards in time from dht. The tables go to the device in one copy before
+  // the first kernel.
+  const KdaSegmentSplit fwd_segments =
+      SplitKdaSegments(saved.seq_chunk_first, saved.segments_per_sequence);
+  const bool split = saved.segments_per_sequence > 1;
+  const int64_t total_segs = static_cast<int64_t>(fwd_segments.ranges.size());
   const int64_t state_elems = heads * kd * vd;
   ORRERY_ASSIGN_OR_RETURN(Tensor dvnew,
                           Tensor::Allocate({chunks, heads, ck, vd}, DType::kBF16, dev));
   ORRERY_ASSIGN_OR_RETURN(Tensor dh, Tensor::Allocate({chunks, heads, kd, vd}, DType::kBF16, dev));
   Tensor ext, seg_end;
   if (split) {
-    ORRERY_ASSIGN_OR_RETURN(ext,
-                            Tensor::Allocate({total_segs, heads, kd, vd + kd}, DType::kF32, dev));
+    ORRERY_ASSIGN_OR_RETURN(ext, Tensor::Allocate({total_segs, heads, kd, vd}, DType::kF32, dev));
     ORRERY_ASSIGN_OR_RETURN(seg_end,
                             Tensor::Allocate({total_segs, heads, kd, vd}, DType::kF32, dev));
   }
   const float* dht = d_final_state.defined() ? d_final_state.data<float>() : nullptr;
   float* dh0 = grads->dinitial_state.defined() ? grads->dinitial_state.data<float>() : nullptr;
-  std::vector<int64_t> pass1, pass2;  // SegmentDesc as 4 int64 each
-  auto push = [](std::vector<int64_t>* v, std::pair<int64_t, int64_t> range, const float* i,
-                 float* o) {
-    v->push_back(range.first);
-    v->push_back(range.second);
-    v->push_back(reinterpret_cast<int64_t>(i));
-    v->push_back(reinterpret_cast<int64_t>(o));
-  };
-  for (int64_t s = 0; s < total_segs; ++s) {
-    const int64_t n = seg_seq[s];
-    const bool first_in_time = s + 1 == seq_seg_first[n + 1];
-    float* out_dh0 = first_in_time && dh0 != nullptr ? dh0 + n * state_elems : nullptr;
-    if (split) {
-      if (!first_in_time) {
-        push(&pass1, ranges[s], nullptr, ext.data<float>() + s * heads * kd * (vd + kd));
+  std::vector<int64_t> pass1, pass2;
+  for (int64_t n = 0; n < n_seq; ++n) {
+    const int64_t first = fwd_segments.seq_first[n], last = fwd_segments.seq_first[n + 1] - 1;
+    for (int64_t f = last; f >= first; --f) {  // f: the forward's index; s: the list's
+      const int64_t s = first + last - f;
+      const auto range = fwd_segments.ranges[f];
+      float* out_dh0 = f == first && dh0 != nullptr ? dh0 + n * state_elems : nullptr;
+      if (!split) {
+        AppendSegmentDesc(&pass2, range, dht != nullptr ? dht + n * state_elems : nullptr, out_dh0);
+        continue;
       }
-      push(&pass2, ranges[s], seg_end.data<float>() + s * state_elems, out_dh0);
-    } else {
-      push(&pass2, ranges[s], dht != nullptr ? dht + n * state_elems : nullptr, out_dh0);
+      if (f != first)
+        AppendSegmentDesc(&pass1, range, nullptr, ext.data<float>() + s * state_elems);
+      AppendSegmentDesc(&pass2, range, seg_end.data<float>() + s * state_elems, out_dh0);
     }
   }
+  std::vector<int64_t> tables = pass2;
+  const int64_t pass1_at = static_cast<int64_t>(tables.size());
+  tables.insert(tables.end(), pass1.begin(), pass1.end());
+  const int64_t seq_seg_at = static_cast<int64_t>(tables.size());
+  tables.insert(tables.end(), fwd_segments.seq_first.begin(), fwd_segments.seq_first.end());
+  ORRERY_ASSIGN_OR_RETURN(Tensor tables_dev, Upload(tables, dev));
+  const int64_t* table_base = tables_dev.data<int64_t>();
   RevParams rev;
   rev.w = static_cast<const bf16*>(saved.w.raw_data());
   rev.qg = static_cast<const bf16*>(saved.qg.raw_data());
@@ -1114,33 +1101,34 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   rev.dh = nullptr;
   rev.heads = static_cast<int>(heads);
   rev.vd = VD;
+  rev.in_ld = VD;
+  rev.out_ld = VD;
   const size_t rev_smem = StatePassSmem<KD>::kBytes;
   ORRERY_RETURN_IF_ERROR(AllowSmem(KdaReverseStatePassKernel<KD>, rev_smem));
-  Tensor pass1_dev, seq_seg_dev;
-  if (split && !pass1.empty()) {
-    ORRERY_ASSIGN_OR_RETURN(pass1_dev, Upload(pass1, dev));
+  if (!pass1.empty()) {
     RevParams r1 = rev;
-    r1.segments = reinterpret_cast<const SegmentDesc*>(pass1_dev.data<int64_t>());
-    r1.in_ld = VD;
-    r1.out_ld = VD + KD;
-    const dim3 grid(static_cast<unsigned>(pass1.size() / 4), static_cast<unsigned>(heads),
-                    (VD + KD) / kSliceV);
+    r1.segments = reinterpret_cast<const SegmentDesc*>(table_base + pass1_at);
+    const dim3 grid(static_cast<unsigned>(pass1.size() / kSegmentDescWords),
+                    static_cast<unsigned>(heads), VD / kSliceV);
     KdaReverseStatePassKernel<KD><<<grid, kPassThreads, rev_smem>>>(r1);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "reverse state pass 1 launch"));
   }
   if (split) {
-    ORRERY_ASSIGN_OR_RETURN(seq_seg_dev, Upload(seq_seg_first, dev));
-    ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads,
-                                                   seq_seg_dev.data<int64_t>(), ext.data<float>(),
-                                                   dht, seg_end.data<float>()));
+    SegmentCombineArgs combine;
+    combine.seq_segment_first = table_base + seq_seg_at;
+    combine.ext = ext.data<float>();
+    combine.ext_ld = vd;
+    combine.trans = saved.transitions.data<float>() + vd;
+    combine.trans_ld = vd + kd;
+    combine.backward = true;
+    combine.init = dht;
+    combine.seg_start = seg_end.data<float>();
+    ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads, combine));
   }
-  ORRERY_ASSIGN_OR_RETURN(Tensor pass2_dev, Upload(pass2, dev));
   RevParams r2 = rev;
-  r2.segments = reinterpret_cast<const SegmentDesc*>(pass2_dev.data<int64_t>());
+  r2.segments = reinterpret_cast<const SegmentDesc*>(table_base);
   r2.dvnew = static_cast<bf16*>(dvnew.raw_data());
   r2.dh = static_cast<bf16*>(dh.raw_data());
-  r2.in_ld = VD;
-  r2.out_ld = VD;
   {
     const dim3 grid(static_cast<unsigned>(total_segs), static_cast<unsigned>(heads), VD / kSliceV);
     KdaReverseStatePassKernel<KD><<<grid, kPassThreads, rev_smem>>>(r2);

@@ -93,6 +93,12 @@ struct KdaTcSaved {
   Tensor tinv;                           // [64, 64]: T = (I + A_kk)^-1
   Tensor h;                              // [K, V]: the state at the chunk start
   Tensor vnew;                           // [64, V]: U - W S
+  // The state pass's segments per sequence (KdaTcSegmentsPerSequence) and, when that is more
+  // than 1, its first pass's record [segments, H, K, V + K] f32: S_ext | the transition M_j of
+  // every segment of a sequence split in more than one (the last one's kept for the backward,
+  // which chains its segments through their transposes).
+  int64_t segments_per_sequence = 1;
+  Tensor transitions;
 };
 
 // out->o may be undefined (not written; the backward's recompute), else allocated ([B, T, H, V]
@@ -124,9 +130,20 @@ int64_t KdaTcSegmentsPerSequence(const KdaTcTuning& tuning, int64_t blocks, int6
 
 // Chains the segments of each sequence (fp32): for j in [first[n], first[n + 1]),
 // seg_start[j] = s, then s <- M_j s + S_ext,j, with s starting at init[n] (zeros when init is
-// null) and ext[j] = [K, V + K] holding S_ext,j | M_j. Layouts [segments or N, H, K, ...].
+// null). Layouts [segments or N, H, K, ...] with the row strides given.
+struct SegmentCombineArgs {
+  const int64_t* seq_segment_first = nullptr;  // device [N + 1]
+  const float* ext = nullptr;                  // S_ext,j in the first V columns of [K, ext_ld]
+  const float* trans = nullptr;                // M_j in the first K columns of [K, trans_ld]
+  const float* init = nullptr;                 // [N, H, K, V] or null
+  float* seg_start = nullptr;                  // [segments, H, K, V]
+  int64_t ext_ld = 0, trans_ld = 0;
+  // The backward's chain: its segments are listed last in time first, and trans is the
+  // forward's record (first in time first), whose transposes are the backward's transitions:
+  // M_j = trans[first[n] + first[n + 1] - 1 - j]^T.
+  bool backward = false;
+};
 Status LaunchKdaSegmentCombine(int64_t kd, int64_t vd, int64_t n_seq, int64_t heads,
-                               const int64_t* seq_segment_first, const float* ext,
-                               const float* init, float* seg_start);
+                               const SegmentCombineArgs& args);
 
 }  // namespace orrery::kernels::cuda

@@ -25,7 +25,9 @@
 //    A first state pass runs every segment but the last from a zero state, giving the segment's
 //    end state S_ext and its transition M; KdaSegmentCombineKernel chains
 //    S_start(j + 1) = M_j S_start(j) + S_ext_j (fp32, spec §2.5); a second state pass runs every
-//    segment from its start state and writes the output.
+//    segment from its start state and writes the output. A forward kept for the backward also
+//    carries the last segment's transition in the first pass: the backward chains its segments
+//    through the transposes of these transitions instead of forming its own.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -36,6 +38,7 @@
 #include "kernels/cuda/kda_mma.cuh"
 #include "kernels/cuda/kda_tc_chunk_load.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
+#include "kernels/cuda/kda_tc_segments.h"
 #include "kernels/cuda/kda_tc_state_slice.cuh"
 #include "kernels/cuda/kda_tc_unit_lower_inverse.cuh"
 
@@ -384,9 +387,10 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, heads = p.heads, vd = p.vd;
   const int v0 = blockIdx.z * kSliceV;
+  const SegmentDesc seg = p.segments[blockIdx.x];
+  if (static_cast<int64_t>(blockIdx.z) < seg.slice_begin) return;
   const bool transition = v0 >= vd;  // carries M (columns v0 - vd of the K x K transition)
   const bool write_o = p.o != nullptr && !transition;
-  const SegmentDesc seg = p.segments[blockIdx.x];
 
   // S: the slice this block carries (kda_tc_state_slice.cuh).
   StateSlice<KD> S;
@@ -548,10 +552,12 @@ constexpr int kCombineThreads = 256;
 
 struct CombineParams {
   const int64_t* seq_segment_first;  // [N + 1]
-  const float* ext;                  // [segments, H, K, V + K]: S_ext | M
+  const float* ext;                  // [segments, H, K, ext_ld]: S_ext in the first V columns
+  const float* trans;                // [segments, H, K, trans_ld]: M in the first K columns
   const float* h0;                   // [N, H, K, V] or null
   float* seg_start;                  // [segments, H, K, V]
-  int heads, vd;
+  int heads, vd, ext_ld, trans_ld;
+  bool backward;  // segment j's transition is trans[first + last - 1 - j] transposed
 };
 
 template <int KD>
@@ -562,7 +568,7 @@ __global__ void __launch_bounds__(kCombineThreads) KdaSegmentCombineKernel(Combi
   const int n = blockIdx.x / p.heads, h = blockIdx.x % p.heads, v0 = blockIdx.y * kCombineCols;
   const int tid = threadIdx.x, c = tid % kCombineCols, dg = tid / kCombineCols;
   constexpr int kRows = KD / (kCombineThreads / kCombineCols);
-  const int vd = p.vd, ld = vd + KD;
+  const int vd = p.vd, ld = p.ext_ld, tld = p.trans_ld;
   for (int i = tid; i < KD * kCombineCols; i += kCombineThreads) {
     const int d = i / kCombineCols, j = i % kCombineCols;
     s[i] = p.h0 != nullptr ? p.h0[((static_cast<int64_t>(n) * p.heads + h) * KD + d) * vd + v0 + j]
@@ -577,15 +583,19 @@ __global__ void __launch_bounds__(kCombineThreads) KdaSegmentCombineKernel(Combi
     }
     if (j + 1 == last) break;
     const float* e = p.ext + (j * p.heads + h) * KD * ld;
-    for (int i = tid; i < KD * KD; i += kCombineThreads) m[i] = e[(i / KD) * ld + vd + i % KD];
+    const float* t = p.trans + ((p.backward ? first + last - 1 - j : j) * p.heads + h) * KD * tld;
+    for (int i = tid; i < KD * KD; i += kCombineThreads) m[i] = t[(i / KD) * tld + i % KD];
     __syncthreads();
+    // M[d][x] = m[d K + x], or m[x K + d] transposed (either way one address across a warp).
+    const int sd = p.backward ? 1 : KD, sx_stride = p.backward ? KD : 1;
     float acc[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) acc[i] = e[(dg + i * (KD / kRows)) * ld + v0 + c];
     for (int x = 0; x < KD; ++x) {
       const float sx = s[x * kCombineCols + c];
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) acc[i] += m[(dg + i * (KD / kRows)) * KD + x] * sx;
+      for (int i = 0; i < kRows; ++i)
+        acc[i] += m[(dg + i * (KD / kRows)) * sd + x * sx_stride] * sx;
     }
     __syncthreads();
 #pragma unroll
@@ -639,52 +649,45 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   const float* h0 = in.initial_state.defined() ? in.initial_state.data<float>() : nullptr;
   float* ht = out->final_state.defined() ? out->final_state.data<float>() : nullptr;
   const int64_t state_elems = heads * kd * vd;
-  // Segment tables (SegmentDesc as 4 int64 each): pass 1 (every segment but the last of its
-  // sequence, into ext) and the output pass.
-  std::vector<int64_t> pass1, pass2, seq_seg_first = {0};
+  // Segment tables: pass 1 (every segment but the last of its sequence, into ext; kept for the
+  // backward, the last one's transition too) and the output pass. They go to the device in one
+  // copy, before the first kernel (a copy between two launches would wait for the first).
+  const KdaSegmentSplit segments = SplitKdaSegments(seq_chunk_first, segs_per_seq);
+  const int64_t total_segs = static_cast<int64_t>(segments.ranges.size());
   Tensor ext, seg_start;
-  int64_t total_segs = 0;
-  std::vector<std::pair<int64_t, int64_t>> seg_ranges;  // (chunk_begin, chunk_end)
-  std::vector<int64_t> seg_seq;
-  for (int64_t n = 0; n < n_seq; ++n) {
-    const int64_t c0 = seq_chunk_first[n], nc = seq_chunk_first[n + 1] - c0;
-    const int64_t segs = split ? std::max<int64_t>(1, std::min(segs_per_seq, nc)) : 1;
-    for (int64_t j = 0; j < segs; ++j) {
-      seg_ranges.push_back({c0 + nc * j / segs, c0 + nc * (j + 1) / segs});
-      seg_seq.push_back(n);
-    }
-    total_segs += segs;
-    seq_seg_first.push_back(total_segs);
-  }
   if (split) {
     ORRERY_ASSIGN_OR_RETURN(ext,
                             Tensor::Allocate({total_segs, heads, kd, vd + kd}, DType::kF32, dev));
     ORRERY_ASSIGN_OR_RETURN(seg_start,
                             Tensor::Allocate({total_segs, heads, kd, vd}, DType::kF32, dev));
   }
-  for (int64_t s = 0; s < total_segs; ++s) {
-    const int64_t n = seg_seq[s];
-    const bool last = s + 1 == seq_seg_first[n + 1];
-    auto push = [](std::vector<int64_t>* v, int64_t b, int64_t e, const float* i, float* o) {
-      v->push_back(b);
-      v->push_back(e);
-      v->push_back(reinterpret_cast<int64_t>(i));
-      v->push_back(reinterpret_cast<int64_t>(o));
-    };
-    if (split) {
-      if (!last) {
-        push(&pass1, seg_ranges[s].first, seg_ranges[s].second, nullptr,
-             ext.data<float>() + s * heads * kd * (vd + kd));
+  std::vector<int64_t> pass1, pass2;
+  for (int64_t n = 0; n < n_seq; ++n) {
+    const int64_t first = segments.seq_first[n], last = segments.seq_first[n + 1] - 1;
+    for (int64_t s = first; s <= last; ++s) {
+      const auto range = segments.ranges[s];
+      if (!split) {
+        AppendSegmentDesc(&pass2, range, h0 != nullptr ? h0 + n * state_elems : nullptr,
+                          ht != nullptr ? ht + n * state_elems : nullptr);
+        continue;
       }
-      push(&pass2, seg_ranges[s].first, seg_ranges[s].second,
-           seg_start.data<float>() + s * state_elems,
-           last && ht != nullptr ? ht + n * state_elems : nullptr);
-    } else {
-      push(&pass2, seg_ranges[s].first, seg_ranges[s].second,
-           h0 != nullptr ? h0 + n * state_elems : nullptr,
-           ht != nullptr ? ht + n * state_elems : nullptr);
+      float* ext_s = ext.data<float>() + s * heads * kd * (vd + kd);
+      if (s < last) {
+        AppendSegmentDesc(&pass1, range, nullptr, ext_s);
+      } else if (saved != nullptr && first < last) {
+        AppendSegmentDesc(&pass1, range, nullptr, ext_s, VD / kSliceV);
+      }
+      AppendSegmentDesc(&pass2, range, seg_start.data<float>() + s * state_elems,
+                        s == last && ht != nullptr ? ht + n * state_elems : nullptr);
     }
   }
+  std::vector<int64_t> tables = pass2;
+  const int64_t pass1_at = static_cast<int64_t>(tables.size());
+  tables.insert(tables.end(), pass1.begin(), pass1.end());
+  const int64_t seq_seg_at = static_cast<int64_t>(tables.size());
+  tables.insert(tables.end(), segments.seq_first.begin(), segments.seq_first.end());
+  ORRERY_ASSIGN_OR_RETURN(Tensor tables_dev, Upload(tables, dev));
+  const int64_t* table_base = tables_dev.data<int64_t>();
 
   // Stage 1.
   if (chunks > 0) {
@@ -729,28 +732,30 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   pass.vd = VD;
   const size_t pass_smem = StatePassSmem<KD>::kBytes;
   ORRERY_RETURN_IF_ERROR(AllowSmem(KdaStatePassKernel<KD>, pass_smem));
-  Tensor pass1_dev, seq_seg_dev;
-  if (split && !pass1.empty()) {
-    ORRERY_ASSIGN_OR_RETURN(pass1_dev, Upload(pass1, dev));
+  if (!pass1.empty()) {
     PassParams p1 = pass;
-    p1.segments = reinterpret_cast<const SegmentDesc*>(pass1_dev.data<int64_t>());
+    p1.segments = reinterpret_cast<const SegmentDesc*>(table_base + pass1_at);
     p1.o = nullptr;
     p1.in_ld = VD;
     p1.out_ld = VD + KD;
-    const dim3 grid(static_cast<unsigned>(pass1.size() / 4), static_cast<unsigned>(heads),
-                    (VD + KD) / kSliceV);
+    const dim3 grid(static_cast<unsigned>(pass1.size() / kSegmentDescWords),
+                    static_cast<unsigned>(heads), (VD + KD) / kSliceV);
     KdaStatePassKernel<KD><<<grid, kPassThreads, pass_smem>>>(p1);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "state pass 1 launch"));
   }
   if (split) {
-    ORRERY_ASSIGN_OR_RETURN(seq_seg_dev, Upload(seq_seg_first, dev));
-    ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads,
-                                                   seq_seg_dev.data<int64_t>(), ext.data<float>(),
-                                                   h0, seg_start.data<float>()));
+    SegmentCombineArgs combine;
+    combine.seq_segment_first = table_base + seq_seg_at;
+    combine.ext = ext.data<float>();
+    combine.ext_ld = vd + kd;
+    combine.trans = ext.data<float>() + vd;
+    combine.trans_ld = vd + kd;
+    combine.init = h0;
+    combine.seg_start = seg_start.data<float>();
+    ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads, combine));
   }
-  ORRERY_ASSIGN_OR_RETURN(Tensor pass2_dev, Upload(pass2, dev));
   PassParams p2 = pass;
-  p2.segments = reinterpret_cast<const SegmentDesc*>(pass2_dev.data<int64_t>());
+  p2.segments = reinterpret_cast<const SegmentDesc*>(table_base);
   p2.o = out->o.defined() ? static_cast<bf16*>(out->o.raw_data()) : nullptr;
   if (saved != nullptr) {
     p2.h_out = static_cast<bf16*>(h_saved.raw_data());
@@ -758,8 +763,8 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   }
   p2.in_ld = VD;
   p2.out_ld = VD;
-  const dim3 grid(static_cast<unsigned>(pass2.size() / 4), static_cast<unsigned>(heads),
-                  VD / kSliceV);
+  const dim3 grid(static_cast<unsigned>(pass2.size() / kSegmentDescWords),
+                  static_cast<unsigned>(heads), VD / kSliceV);
   KdaStatePassKernel<KD><<<grid, kPassThreads, pass_smem>>>(p2);
   ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "state pass launch"));
   // The scratch tensors and tables are freed when this returns; wait for the kernels first.
@@ -777,6 +782,8 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     saved->tinv = std::move(tinv);
     saved->h = std::move(h_saved);
     saved->vnew = std::move(vnew_saved);
+    saved->segments_per_sequence = segs_per_seq;
+    saved->transitions = std::move(ext);
   }
   return Status::OK();
 }
@@ -805,12 +812,14 @@ int64_t KdaTcSegmentsPerSequence(const KdaTcTuning& tuning, int64_t blocks, int6
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     }
     // Split when the plain pass would leave most of the chip idle (fewer blocks than SMs):
-    // aim for 2 blocks per SM in the output pass, with segments of at least 16 chunks. Measured
-    // on the H200 (docs/benchmarks.md): 32 blocks gain from 8-9 segments, 192 and 256 blocks
-    // lose from any split (the first pass costs more than the idle SMs).
+    // as many segments as keep the output pass within one wave of 2 blocks per SM, each of at
+    // least 16 chunks. Measured on the H200 (docs/benchmarks.md): 32 blocks gain most from 8
+    // segments (9 put the backward's output pass past one wave: forward + backward 9.89 against
+    // 8.73 ms at 1 x 65536 x 16), 192 and 256 blocks lose from any split (the first pass costs
+    // more than the idle SMs).
     segs_per_seq = 1;
     if (blocks > 0 && blocks < sms) {
-      segs_per_seq = std::min<int64_t>((2 * sms + blocks - 1) / blocks, max_chunks / 16);
+      segs_per_seq = std::min<int64_t>(2 * sms / blocks, max_chunks / 16);
       segs_per_seq = std::max<int64_t>(segs_per_seq, 1);
     }
   }
@@ -818,15 +827,18 @@ int64_t KdaTcSegmentsPerSequence(const KdaTcTuning& tuning, int64_t blocks, int6
 }
 
 Status LaunchKdaSegmentCombine(int64_t kd, int64_t vd, int64_t n_seq, int64_t heads,
-                               const int64_t* seq_segment_first, const float* ext,
-                               const float* init, float* seg_start) {
+                               const SegmentCombineArgs& args) {
   CombineParams cp;
-  cp.seq_segment_first = seq_segment_first;
-  cp.ext = ext;
-  cp.h0 = init;
-  cp.seg_start = seg_start;
+  cp.seq_segment_first = args.seq_segment_first;
+  cp.ext = args.ext;
+  cp.trans = args.trans;
+  cp.h0 = args.init;
+  cp.seg_start = args.seg_start;
   cp.heads = static_cast<int>(heads);
   cp.vd = static_cast<int>(vd);
+  cp.ext_ld = static_cast<int>(args.ext_ld);
+  cp.trans_ld = static_cast<int>(args.trans_ld);
+  cp.backward = args.backward;
   const size_t smem = sizeof(float) * (kd * kd + kd * kCombineCols);
   auto kernel = kd == 128 ? KdaSegmentCombineKernel<128> : KdaSegmentCombineKernel<64>;
   ORRERY_RETURN_IF_ERROR(AllowSmem(kernel, smem));

@@ -31,6 +31,10 @@ struct SegmentDesc {
   int64_t chunk_begin, chunk_end;  // global chunk indices
   const float* state_in;           // [H, K, in_ld] or null (zeros; identity in transition slices)
   float* state_out;                // [H, K, out_ld] or null
+  // The blocks of V slices below this return at once: a segment of which only the transition
+  // is wanted (the forward's last segment, whose transition only the backward reads).
+  int64_t slice_begin;
 };
+static_assert(sizeof(SegmentDesc) == 5 * sizeof(int64_t), "the host tables' layout");
 
 }  // namespace orrery::kernels::cuda

@@ -225,6 +225,36 @@ int Main(const BenchArgs& args) {
     out.saved.reset();
     std::printf("orrery fwdbwd-kept B=%lld T=%lld H=%lld K=V=%lld ms=%.3f\n", (long long)b,
                 (long long)t, (long long)h, (long long)d, fbk_ms);
+    if (!args.quick) {
+      // Its two calls apart (what the pair costs beyond them: the gaps between the calls), and
+      // with the segment split forced when the automatic choice splits (the backward takes the
+      // forward's segments).
+      const double fk_ms = MedianMs([&] { Check(KdaForward(in, keep, &out)); }, 10);
+      const double bk_ms = MedianMs(
+          [&] { Check(KdaBackward(in, d_o, Tensor(), options, &grads, out.saved.get())); }, 10);
+      out.saved.reset();
+      std::printf("orrery fwdbwd-kept-parts B=%lld T=%lld H=%lld fwd_kept_ms=%.3f bwd_kept_ms=%.3f",
+                  (long long)b, (long long)t, (long long)h, fk_ms, bk_ms);
+      const KdaProblem p = ValidateKdaInputs(in, options).value();
+      if (cuda::KdaTcSegmentsPerSequence(cuda::KdaTcTuning(), b * h * (d / 64), (t + 63) / 64) >
+          1) {
+        for (int segs : {4, 6, 8, 12, 16}) {
+          cuda::KdaTcTuning tuning;
+          tuning.segments_per_sequence = segs;
+          const double ms = MedianMs(
+              [&] {
+                cuda::KdaTcSaved saved;
+                KdaOutputs o;
+                o.o = out.o;
+                Check(cuda::LaunchKdaForwardTc(p, in, tuning, &o, &saved));
+                Check(cuda::LaunchKdaBackwardTc(p, in, d_o, Tensor(), tuning, &grads, &saved));
+              },
+              10);
+          std::printf(" segs%d_ms=%.3f", segs, ms);
+        }
+      }
+      std::printf("\n");
+    }
     // fla's inputs: raw bf16 q, k (the op normalises them), the gate's bf16 pre-activation with
     // A_log and dt_bias, beta logits; every transform in the op (KdaInputTransforms).
     if (!args.quick) {
