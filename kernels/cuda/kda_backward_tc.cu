@@ -76,18 +76,18 @@ struct RevParams {
 
 template <int KD>
 __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevParams p) {
-  using L = StatePassSmem<KD>;
+  using L = StatePassSmem<KD, 1>;
   constexpr int SK = L::kSK, SU = L::kSU, ST = kST;
   constexpr int kMT = StateSlice<KD>::kMT, kNT = StateSlice<KD>::kNT;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);       // W          [64][SK]
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);       // s Q e^G    [64][SK]
-  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);      // Kbar^T     [K][ST]
-  bf16* dos = reinterpret_cast<bf16*>(smem + L::kSlice);  // dO slice   [64][SU]
-  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);       // A_qk       [64][ST]
-  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);       // dS^T bf16  [64 cols][SK]
-  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);      // -dVnew^T   [64 cols][ST]
+  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);   // W          [64][SK]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);   // s Q e^G    [64][SK]
+  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);  // Kbar^T     [K][ST]
+  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);   // A_qk       [64][ST]
   float* gam = reinterpret_cast<float*>(smem + L::kGam);
+  bf16* dos = reinterpret_cast<bf16*>(smem + L::kGroup + L::kSlice);  // dO slice   [64][SU]
+  bf16* ss = reinterpret_cast<bf16*>(smem + L::kGroup + L::kS);       // dS^T bf16  [64][SK]
+  bf16* vt = reinterpret_cast<bf16*>(smem + L::kGroup + L::kVt);      // -dVnew^T   [64][ST]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, heads = p.heads, vd = p.vd;
@@ -1103,7 +1103,9 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   rev.vd = VD;
   rev.in_ld = VD;
   rev.out_ld = VD;
-  const size_t rev_smem = StatePassSmem<KD>::kBytes;
+  // One V slice per block: two to a block (sharing their copies, as the forward pass does)
+  // measured slower here (docs/benchmarks.md, session 6).
+  const size_t rev_smem = StatePassSmem<KD, 1>::kBytes;
   ORRERY_RETURN_IF_ERROR(AllowSmem(KdaReverseStatePassKernel<KD>, rev_smem));
   if (!pass1.empty()) {
     RevParams r1 = rev;

@@ -369,30 +369,39 @@ struct PassParams {
   int heads, vd, in_ld, out_ld;
 };
 
-template <int KD>
-__global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p) {
-  using L = StatePassSmem<KD>;
-  constexpr int SK = L::kSK, SU = L::kSU, ST = kTileStrideA;
+// kGroups groups of 4 warps, group g carrying V slice blockIdx.z kGroups + g: the operands all
+// slices read (W, Q~, Kbar^T, A_qk, gamma) are copied once per chunk for the groups together.
+template <int KD, int kGroups>
+__global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
+    KdaStatePassKernel(PassParams p) {
+  using L = StatePassSmem<KD, kGroups>;
+  constexpr int SK = L::kSK, SU = L::kSU, ST = kTileStrideA, kThreads = kPassThreads * kGroups;
   constexpr int kMT = StateSlice<KD>::kMT, kNT = StateSlice<KD>::kNT;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);      // W        [64][SK]
-  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);      // Q~       [64][SK]
-  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);     // Kbar^T   [K][ST]
-  bf16* us = reinterpret_cast<bf16*>(smem + L::kSlice);  // U slice  [64][SU]
-  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);      // A_qk     [64][ST]
-  bf16* ss = reinterpret_cast<bf16*>(smem + L::kS);      // S^T bf16 [64 cols][SK]
-  bf16* vt = reinterpret_cast<bf16*>(smem + L::kVt);     // Vnew^T   [64 cols][ST]
+  const int tid = threadIdx.x, group = tid / kPassThreads, gtid = tid % kPassThreads;
+  const int warp = gtid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  unsigned char* mine = smem + L::kGroup + group * L::kGroupBytes;
+  bf16* ws = reinterpret_cast<bf16*>(smem + L::kW);   // W        [64][SK]
+  bf16* qs = reinterpret_cast<bf16*>(smem + L::kQ);   // Q~       [64][SK]
+  bf16* kb = reinterpret_cast<bf16*>(smem + L::kKb);  // Kbar^T   [K][ST]
+  bf16* as = reinterpret_cast<bf16*>(smem + L::kA);   // A_qk     [64][ST]
   float* gam = reinterpret_cast<float*>(smem + L::kGam);
+  bf16* us = reinterpret_cast<bf16*>(mine + L::kSlice);  // U slice  [64][SU]
+  bf16* ss = reinterpret_cast<bf16*>(mine + L::kS);      // S^T bf16 [64 cols][SK]
+  bf16* vt = reinterpret_cast<bf16*>(mine + L::kVt);     // Vnew^T   [64 cols][ST]
+  bf16* os = reinterpret_cast<bf16*>(mine + L::kO);      // O        [64][ST]
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, heads = p.heads, vd = p.vd;
-  const int v0 = blockIdx.z * kSliceV;
+  const int slice = blockIdx.z * kGroups + group, v0 = slice * kSliceV;
   const SegmentDesc seg = p.segments[blockIdx.x];
-  if (static_cast<int64_t>(blockIdx.z) < seg.slice_begin) return;
-  const bool transition = v0 >= vd;  // carries M (columns v0 - vd of the K x K transition)
+  if (static_cast<int64_t>((blockIdx.z + 1) * kGroups) <= seg.slice_begin) return;
+  // A group below slice_begin in a block that runs (K = V = 64) idles as a transition slice
+  // that writes nothing: every barrier is the block's.
+  const bool active = slice >= seg.slice_begin;
+  const bool transition = v0 >= vd || !active;  // carries M (columns v0 - vd of the transition)
   const bool write_o = p.o != nullptr && !transition;
 
-  // S: the slice this block carries (kda_tc_state_slice.cuh).
+  // S: the slice this group carries (kda_tc_state_slice.cuh).
   StateSlice<KD> S;
   S.Init(transition, v0 - vd,
          seg.state_in != nullptr ? seg.state_in + static_cast<int64_t>(h) * KD * p.in_ld + v0
@@ -402,11 +411,11 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
   // Stage one of a chunk's copies: W and U (what Vnew = U - W S reads first).
   auto load_wu = [&](int64_t ch) {
     const int64_t tile = ch * heads + h;
-    for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
+    for (int i = tid; i < kChunk * KD / 8; i += kThreads) {
       const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
       CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
     }
-    for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
+    for (int i = gtid; i < kChunk * kSliceV / 8; i += kPassThreads) {
       const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
       if (!transition) CpAsync16(us + r * SU + c, p.u + (tile * kChunk + r) * vd + v0 + c);
     }
@@ -419,19 +428,19 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
     if (p.h_out != nullptr && !transition) S.StoreBf16(p.h_out + tile * KD * vd + v0, vd);
     // The chunk's other operands; W and U are already on their way (issued for this chunk
     // while the previous one finished). The previous iteration ended with a barrier.
-    for (int i = tid; i < kChunk * KD / 8; i += kPassThreads) {
+    for (int i = tid; i < kChunk * KD / 8; i += kThreads) {
       const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-      if (write_o) CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
+      if (p.o != nullptr) CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
     }
-    for (int i = tid; i < KD * kChunk / 8; i += kPassThreads) {
+    for (int i = tid; i < KD * kChunk / 8; i += kThreads) {
       const int d = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
       CpAsync16(kb + d * ST + c, p.kbar_t + (tile * KD + d) * kChunk + c);
     }
-    for (int i = tid; i < kChunk * kSliceV / 8; i += kPassThreads) {
-      const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
-      if (write_o) CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
+    for (int i = tid; i < kChunk * kChunk / 8; i += kThreads) {
+      const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+      if (p.o != nullptr) CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
     }
-    for (int i = tid; i < KD / 4; i += kPassThreads)
+    for (int i = tid; i < KD / 4; i += kThreads)
       CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
     CpAsyncCommit();
     CpAsyncWaitPending<1>();  // W and U
@@ -480,7 +489,8 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
     // W and U are read: the next chunk's start arriving while this one finishes.
     if (ch + 1 < seg.chunk_end) load_wu(ch + 1);
 
-    // O = Q~ S + A_qk Vnew (Q~ carries the scale).
+    // O = Q~ S + A_qk Vnew (Q~ carries the scale), the warp's 16 rows staged in shared memory so
+    // that they go out as whole 128-byte rows.
     if (write_o) {
       float acc[kNT][4] = {};
 #pragma unroll
@@ -504,16 +514,22 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
           MmaBf16(acc[nt], fa, fb);
         }
       }
-      const ChunkDesc cd = p.chunks[ch];
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {
           const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
-          if (r < cd.len) {
-            *reinterpret_cast<uint32_t*>(p.o + ((cd.row_start + r) * heads + h) * vd + v0 + c) =
-                PackBf16(acc[nt][e], acc[nt][e + 1]);
-          }
+          *reinterpret_cast<uint32_t*>(os + r * ST + c) = PackBf16(acc[nt][e], acc[nt][e + 1]);
+        }
+      }
+      __syncwarp();
+      const ChunkDesc cd = p.chunks[ch];
+#pragma unroll
+      for (int i = lane; i < 16 * kSliceV / 8; i += 32) {
+        const int r = 16 * warp + i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
+        if (r < cd.len) {
+          *reinterpret_cast<uint4*>(p.o + ((cd.row_start + r) * heads + h) * vd + v0 + c) =
+              *reinterpret_cast<const uint4*>(os + r * ST + c);
         }
       }
     }
@@ -539,7 +555,7 @@ __global__ void __launch_bounds__(kPassThreads) KdaStatePassKernel(PassParams p)
     S.StoreTransposedBf16(ss, SK);
   }
 
-  if (seg.state_out != nullptr) {
+  if (seg.state_out != nullptr && active) {
     S.StoreF32(seg.state_out + static_cast<int64_t>(h) * KD * p.out_ld + v0, p.out_ld);
   }
 }
@@ -606,6 +622,21 @@ __global__ void __launch_bounds__(kCombineThreads) KdaSegmentCombineKernel(Combi
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
+
+// A state pass over `slices` 64-column slices per (segment, head): two to a block when they
+// pair up (their shared operands copied once), else one.
+template <int KD>
+Status LaunchStatePass(const PassParams& params, int64_t segments, int64_t heads, int slices,
+                       const char* what) {
+  const bool paired = slices % 2 == 0;
+  auto kernel = paired ? KdaStatePassKernel<KD, 2> : KdaStatePassKernel<KD, 1>;
+  const size_t smem = paired ? StatePassSmem<KD, 2>::kBytes : StatePassSmem<KD, 1>::kBytes;
+  ORRERY_RETURN_IF_ERROR(AllowSmem(kernel, smem));
+  const dim3 grid(static_cast<unsigned>(segments), static_cast<unsigned>(heads),
+                  static_cast<unsigned>(paired ? slices / 2 : slices));
+  kernel<<<grid, kPassThreads*(paired ? 2 : 1), smem>>>(params);
+  return CudaCheck(cudaGetLastError(), what);
+}
 
 template <int KD, int VD, typename GIn>
 Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning, KdaOutputs* out,
@@ -730,18 +761,14 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   pass.vnew_out = nullptr;
   pass.heads = static_cast<int>(heads);
   pass.vd = VD;
-  const size_t pass_smem = StatePassSmem<KD>::kBytes;
-  ORRERY_RETURN_IF_ERROR(AllowSmem(KdaStatePassKernel<KD>, pass_smem));
   if (!pass1.empty()) {
     PassParams p1 = pass;
     p1.segments = reinterpret_cast<const SegmentDesc*>(table_base + pass1_at);
     p1.o = nullptr;
     p1.in_ld = VD;
     p1.out_ld = VD + KD;
-    const dim3 grid(static_cast<unsigned>(pass1.size() / kSegmentDescWords),
-                    static_cast<unsigned>(heads), (VD + KD) / kSliceV);
-    KdaStatePassKernel<KD><<<grid, kPassThreads, pass_smem>>>(p1);
-    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "state pass 1 launch"));
+    ORRERY_RETURN_IF_ERROR(LaunchStatePass<KD>(p1, pass1.size() / kSegmentDescWords, heads,
+                                               (VD + KD) / kSliceV, "state pass 1 launch"));
   }
   if (split) {
     SegmentCombineArgs combine;
@@ -763,10 +790,8 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   }
   p2.in_ld = VD;
   p2.out_ld = VD;
-  const dim3 grid(static_cast<unsigned>(pass2.size() / kSegmentDescWords),
-                  static_cast<unsigned>(heads), VD / kSliceV);
-  KdaStatePassKernel<KD><<<grid, kPassThreads, pass_smem>>>(p2);
-  ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "state pass launch"));
+  ORRERY_RETURN_IF_ERROR(LaunchStatePass<KD>(p2, pass2.size() / kSegmentDescWords, heads,
+                                             VD / kSliceV, "state pass launch"));
   // The scratch tensors and tables are freed when this returns; wait for the kernels first.
   ORRERY_RETURN_IF_ERROR(CudaCheck(cudaDeviceSynchronize(), "tensor-core forward"));
   if (saved != nullptr) {
