@@ -69,8 +69,8 @@ struct RevParams {
   const bf16* d_o;  // [rows, H, V]
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
-  bf16* dvnew;  // [chunks, H, 64, V] or null
-  bf16* dh;     // [chunks, H, K, V] or null: dS at each chunk end
+  bf16* ndvnew;  // [chunks, H, V, 64] or null: -dVnew^T
+  bf16* dh;      // [chunks, H, V, K] or null: dS^T at each chunk end
   int heads, vd, in_ld, out_ld;
 };
 
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   bf16* ss = reinterpret_cast<bf16*>(smem + L::kGroup + L::kS);       // dS^T bf16  [64][SK]
   bf16* vt = reinterpret_cast<bf16*>(smem + L::kGroup + L::kVt);      // -dVnew^T   [64][ST]
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5;
   const int h = blockIdx.y, heads = p.heads, vd = p.vd;
   const int v0 = blockIdx.z * kSliceV;
   const SegmentDesc seg = p.segments[blockIdx.x];
@@ -119,7 +119,6 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   for (int64_t ch = seg.chunk_end - 1; ch >= seg.chunk_begin; --ch) {
     const int64_t tile = ch * heads + h;
     const ChunkDesc cd = p.chunks[ch];
-    if (p.dh != nullptr) dS.StoreBf16(p.dh + tile * KD * vd + v0, vd);
     // The chunk's other operands in two stages, dO (with A_qk and Kbar, already on their way,
     // what dVnew reads), then W, s Q e^G and gamma (read by the dS update). The previous
     // iteration ended with a barrier.
@@ -142,6 +141,9 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
     CpAsyncCommit();
     CpAsyncWaitPending<1>();
     __syncthreads();
+    // dS at the chunk's end as rounded in shared memory, out transposed in whole rows.
+    if (p.dh != nullptr)
+      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.dh + (tile * vd + v0) * KD, tid);
 
     // dVnew = A_qk^T dO + Kbar dS for rows 16 warp .. 16 warp + 15; -dVnew^T to shared memory.
     {
@@ -173,20 +175,13 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
         const float n1[4] = {-acc[nt + 1][0], -acc[nt + 1][1], -acc[nt + 1][2], -acc[nt + 1][3]};
         StoreTileTransposedBf16(n0, n1, vt + 8 * nt * ST + 16 * warp, ST);
       }
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        if (p.dvnew != nullptr) {
-#pragma unroll
-          for (int e = 0; e < 4; e += 2) {
-            const int r = 16 * warp + g8 + (e >> 1) * 8, c = 8 * nt + 2 * t4;
-            *reinterpret_cast<uint32_t*>(p.dvnew + (tile * kChunk + r) * vd + v0 + c) =
-                PackBf16(acc[nt][e], acc[nt][e + 1]);
-          }
-        }
-      }
     }
     CpAsyncWaitPending<0>();
     __syncthreads();
+    if (p.ndvnew != nullptr) {
+      CopyRowsToGlobal<kSliceV, kChunk, kPassThreads>(vt, ST, p.ndvnew + (tile * vd + v0) * kChunk,
+                                                      tid);
+    }
     // A_qk and Kbar are read: the previous chunk's arriving while this one finishes.
     if (ch - 1 >= seg.chunk_begin) load_akb(ch - 1);
 
@@ -234,9 +229,11 @@ template <typename GIn>
 struct ChunkParams {
   const bf16 *q, *k, *v, *beta, *d_o;  // inputs [rows, H, K | V], beta [rows, H]
   const GIn* g;                        // [rows, H, K]
-  const bf16 *h, *dh, *vnew, *dvnew;   // [chunks, H, K | 64, V]
-  const bf16* tinv;                    // [chunks, H, 64, 64]
-  const float* gamma;                  // [chunks, H, K]
+  // Transposed, as the state passes copy them out: h, dh [chunks, H, V, K], Vnew and -dVnew
+  // [chunks, H, V, 64].
+  const bf16 *h, *dh, *vnew, *ndvnew;
+  const bf16* tinv;    // [chunks, H, 64, 64]
+  const float* gamma;  // [chunks, H, K]
   const ChunkDesc* chunks;
   bf16 *dq, *dk, *dv, *dbeta;
   GIn* dg;
@@ -251,9 +248,9 @@ struct ChunkParams {
 
 // Shared memory of the chunk kernel. Three parts:
 // - kept throughout: T, dW, s dA_qk (strictly lower, bf16) and the per-row and per-column vectors;
-// - the V phase: dO, dVnew, Vnew, V, h, dh (bf16). dQ = dO h^T and dKbar = Vnew dh^T (fp32, in
-//   accumulator order: each thread's values contiguous across the block, read back by the same
-//   thread) go over dO + dVnew and Vnew + V once those are dead when they fit there (K <= V + 8),
+// - the V phase: dO, -dVnew^T, Vnew^T, V, h^T, dh^T (bf16). dQ = dO h^T and dKbar = Vnew dh^T
+//   (fp32, in accumulator order: each thread's values contiguous across the block, read back by
+//   the same thread) go over dO + dVnew and Vnew + V once those are dead when they fit there,
 //   else into a region of their own before the V phase's;
 // - the K phase, over h and dh (or over the whole V phase): G (dG at the end over it), beta K e^G,
 //   dT, dA_kk; then q and k, past everything of the V phase.
@@ -265,7 +262,8 @@ struct ChunkSmem {
   static constexpr size_t kTile = sizeof(bf16) * kChunk * kST;   // a 64x64 bf16 tile
   static constexpr size_t kRowsK = sizeof(bf16) * kChunk * kSK;  // [64][K] bf16
   static constexpr size_t kRowsV = sizeof(bf16) * kChunk * kSV;  // [64][V] bf16
-  static constexpr size_t kStateV = sizeof(bf16) * KD * kSV;     // [K][V] bf16
+  static constexpr size_t kRowsVT = sizeof(bf16) * VD * kST;     // [V][64] bf16
+  static constexpr size_t kStateT = sizeof(bf16) * VD * kSK;     // [V][K] bf16
   static constexpr size_t kFragK = sizeof(float) * kChunk * KD;  // [64][K] fp32
   static constexpr size_t kT = 0;
   static constexpr size_t kDw = kT + kTile;
@@ -281,16 +279,16 @@ struct ChunkSmem {
   static constexpr size_t kRowDot = kRstd + sizeof(float) * 2 * kChunk;  // [2][64]
   static constexpr size_t kMma = kRowDot + sizeof(float) * 2 * kChunk;   // int [4]
   static constexpr size_t kKeptEnd = kMma + 16;
-  static constexpr bool kOverlay = kFragK <= 2 * kRowsV;
+  static constexpr bool kOverlay = kFragK <= kRowsV + kRowsVT;
   static constexpr size_t kDq = kKeptEnd;
-  static constexpr size_t kDk = kOverlay ? kDq + 2 * kRowsV : kDq + kFragK;
+  static constexpr size_t kDk = kOverlay ? kDq + kRowsV + kRowsVT : kDq + kFragK;
   static constexpr size_t kDo = kOverlay ? kKeptEnd : kDk + kFragK;
   static constexpr size_t kDvn = kDo + kRowsV;
-  static constexpr size_t kVn = kDvn + kRowsV;
-  static constexpr size_t kV = kVn + kRowsV;
+  static constexpr size_t kVn = kDvn + kRowsVT;
+  static constexpr size_t kV = kVn + kRowsVT;
   static constexpr size_t kH = kV + kRowsV;
-  static constexpr size_t kDh = kH + kStateV;
-  static constexpr size_t kVEnd = kDh + kStateV;
+  static constexpr size_t kDh = kH + kStateT;
+  static constexpr size_t kVEnd = kDh + kStateT;
   static constexpr size_t kG = kOverlay ? kH : kDo;
   static constexpr size_t kDG = kG;
   static constexpr size_t kBk = kG + sizeof(float) * kChunk * kSG;
@@ -331,11 +329,11 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   float2* dqf = reinterpret_cast<float2*>(smem + L::kDq);       // dQ, accumulator order
   float2* dkf = reinterpret_cast<float2*>(smem + L::kDk);       // dKbar, accumulator order
   bf16* dos = reinterpret_cast<bf16*>(smem + L::kDo);           // dO     [64][SV]
-  bf16* dvs = reinterpret_cast<bf16*>(smem + L::kDvn);          // dVnew  [64][SV]
-  bf16* vns = reinterpret_cast<bf16*>(smem + L::kVn);           // Vnew   [64][SV]
-  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);             // V      [64][SV]
-  bf16* hs = reinterpret_cast<bf16*>(smem + L::kH);             // h      [K][SV]
-  bf16* dhs = reinterpret_cast<bf16*>(smem + L::kDh);           // dh     [K][SV]
+  bf16* dvs = reinterpret_cast<bf16*>(smem + L::kDvn);          // -dVnew^T [V][ST]
+  bf16* vns = reinterpret_cast<bf16*>(smem + L::kVn);           // Vnew^T   [V][ST]
+  bf16* vs = reinterpret_cast<bf16*>(smem + L::kV);             // V        [64][SV]
+  bf16* hs = reinterpret_cast<bf16*>(smem + L::kH);             // h^T      [V][SK]
+  bf16* dhs = reinterpret_cast<bf16*>(smem + L::kDh);           // dh^T     [V][SK]
   float* G = reinterpret_cast<float*>(smem + L::kG);            // cumsum of g, log2    [64][SG]
   float* dGs = reinterpret_cast<float*>(smem + L::kDG);         // dG (at the end)      [64][SG]
   bf16* bks = reinterpret_cast<bf16*>(smem + L::kBk);           // beta k e^G           [64][SK]
@@ -361,10 +359,13 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 
   // 1. Issue every copy, in three groups: what stages 2 and 3 read; h and dh (stages 4 to 6); q
   // and k (the K phase). Rows past the chunk's end: zeros.
+  for (int i = tid; i < VD * kChunk / 8; i += kChunkThreads) {
+    const int v = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
+    CpAsync16(vns + v * ST + c, p.vnew + (tile * VD + v) * kChunk + c);
+    CpAsync16(dvs + v * ST + c, p.ndvnew + (tile * VD + v) * kChunk + c);
+  }
   for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
     const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
-    CpAsync16(vns + r * SV + c, p.vnew + (row_base + r) * VD + c);
-    CpAsync16(dvs + r * SV + c, p.dvnew + (row_base + r) * VD + c);
     if (r < len) {
       const int64_t off = ((cd.row_start + r) * heads + h) * VD + c;
       CpAsync16(dos + r * SV + c, p.d_o + off);
@@ -381,10 +382,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   for (int i = tid; i < KD / 4; i += kChunkThreads)
     CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
   CpAsyncCommit();
-  for (int i = tid; i < KD * VD / 8; i += kChunkThreads) {
-    const int d = i / (VD / 8), c = (i % (VD / 8)) * 8;
-    CpAsync16(hs + d * SV + c, p.h + (tile * KD + d) * VD + c);
-    CpAsync16(dhs + d * SV + c, p.dh + (tile * KD + d) * VD + c);
+  for (int i = tid; i < VD * KD / 8; i += kChunkThreads) {
+    const int v = i / (KD / 8), c = (i % (KD / 8)) * 8;
+    CpAsync16(hs + v * SK + c, p.h + (tile * VD + v) * KD + c);
+    CpAsync16(dhs + v * SK + c, p.dh + (tile * VD + v) * KD + c);
   }
   CpAsyncCommit();
   for (int i = tid; i < kChunk * KD / 8; i += kChunkThreads) {
@@ -408,7 +409,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   CpAsyncWaitPending<2>();
   __syncthreads();
 
-  // 2. dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half). s dA_qk goes
+  // 2. dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half; the A operand
+  // is -dVnew, so the product is -dT_v until beta's factor flips it). s dA_qk goes
   // to shared memory as the pairwise terms read it: strictly lower in bf16 (their MMA operand)
   // and the diagonal s dA_qk[r][r] in fp32 apart (it adds s dA_qk[r][r] k_r to dq_r and
   // s dA_qk[r][r] q_r to dk_r, exactly, and nothing to dG). dT_v stays in registers for stage 8.
@@ -425,12 +427,17 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     for (int k0 = 0; k0 < VD; k0 += 16) {
       uint32_t fo[4], fv[4];
       LoadFragA(fo, dos + 16 * a * SV, SV, k0);
-      LoadFragA(fv, dvs + 16 * a * SV, SV, k0);
+      LoadFragAT(fv, dvs, ST, 16 * a, k0);
+#pragma unroll
+      for (int nt = 0; nt < 4; nt += 2) {
+        uint32_t fb0[2], fb1[2];
+        LoadFragB2(fb0, fb1, vns, ST, k0, n0 + 8 * nt);
+        MmaBf16(a1[nt], fo, fb0);
+        MmaBf16(a1[nt + 1], fo, fb1);
+      }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         uint32_t fb[2];
-        LoadFragBT(fb, vns + (n0 + 8 * nt) * SV, SV, k0);
-        MmaBf16(a1[nt], fo, fb);
         LoadFragBT(fb, vs + (n0 + 8 * nt) * SV, SV, k0);
         MmaBf16(dtv[nt], fv, fb);
       }
@@ -445,12 +452,12 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
             PackBf16(c < r ? s0 : 0.0f, c + 1 < r ? s1 : 0.0f);
         if (c == r) aqd[r] = s0;
         if (c + 1 == r) aqd[r] = s1;
-        dtv[nt][e] *= bs[c];
-        dtv[nt][e + 1] *= bs[c + 1];
+        dtv[nt][e] *= -bs[c];
+        dtv[nt][e + 1] *= -bs[c + 1];
       }
     }
   }
-  // 3. dBv = T^T dVnew: dv = beta dBv, dbeta (V part) = sum_v dBv V.
+  // 3. dBv = T^T dVnew (formed as -dBv from -dVnew): dv = beta dBv, dbeta (V part) = sum_v dBv V.
   {
     constexpr int kN = VD / 16;
     const int n0 = half * (VD / 2);
@@ -461,7 +468,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 #pragma unroll
       for (int nt = 0; nt < kN; ++nt) {
         uint32_t fb[2];
-        LoadFragB(fb, dvs, SV, 16 * kt, n0 + 8 * nt);
+        LoadFragBT(fb, dvs + (n0 + 8 * nt) * ST, ST, 16 * kt);
         MmaBf16(ab[nt], fa, fb);
       }
     }
@@ -471,11 +478,12 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
-        part[e >> 1] += ab[nt][e] * __bfloat162float(vs[r * SV + c]) +
-                        ab[nt][e + 1] * __bfloat162float(vs[r * SV + c + 1]);
+        const float b0 = -ab[nt][e], b1 = -ab[nt][e + 1];
+        part[e >> 1] +=
+            b0 * __bfloat162float(vs[r * SV + c]) + b1 * __bfloat162float(vs[r * SV + c + 1]);
         if (r < len) {
           *reinterpret_cast<uint32_t*>(p.dv + ((cd.row_start + r) * heads + h) * VD + c) =
-              PackBf16(bs[r] * ab[nt][e], bs[r] * ab[nt][e + 1]);
+              PackBf16(bs[r] * b0, bs[r] * b1);
         }
       }
     }
@@ -500,13 +508,15 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     for (int k0 = 0; k0 < VD; k0 += 16) {
       uint32_t fo[4], fv[4];
       LoadFragA(fo, dos + 16 * a * SV, SV, k0);
-      LoadFragA(fv, dvs + 16 * a * SV, SV, k0);
+      LoadFragAT(fv, dvs, ST, 16 * a, k0);
 #pragma unroll
-      for (int nt = 0; nt < kN; ++nt) {
-        uint32_t fb[2];
-        LoadFragBT(fb, hs + (n0 + 8 * nt) * SV, SV, k0);
-        MmaBf16(aq[nt], fo, fb);
-        MmaBf16(aw[nt], fv, fb);
+      for (int nt = 0; nt < kN; nt += 2) {
+        uint32_t fb0[2], fb1[2];
+        LoadFragB2(fb0, fb1, hs, SK, k0, n0 + 8 * nt);
+        MmaBf16(aq[nt], fo, fb0);
+        MmaBf16(aw[nt], fv, fb0);
+        MmaBf16(aq[nt + 1], fo, fb1);
+        MmaBf16(aw[nt + 1], fv, fb1);
       }
     }
 #pragma unroll
@@ -514,7 +524,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
-        *reinterpret_cast<uint32_t*>(dws + r * SK + c) = PackBf16(-aw[nt][e], -aw[nt][e + 1]);
+        *reinterpret_cast<uint32_t*>(dws + r * SK + c) = PackBf16(aw[nt][e], aw[nt][e + 1]);
       }
     }
     if constexpr (L::kOverlay) __syncthreads();
@@ -525,35 +535,31 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
         dqf[(2 * nt + e2) * kChunkThreads + tid] = make_float2(aq[nt][2 * e2], aq[nt][2 * e2 + 1]);
     }
   }
-  // 5. dG_C (state part) = gamma sum_v h dh: rows d = warp + 8 i on one warp, all of them at once
-  // (independent sums and shuffle chains, not each row's reduction waiting on the last).
-  {
-    constexpr int kRows = KD / (kChunkThreads / 32);
-    float acc[kRows];
+  // 5. dG_C (state part) = gamma sum_v h dh over h^T and dh^T: on the first K / 16 warps, lane
+  // (vs, dp) = (lane / 8, lane % 8) sums columns d, d + 1 = 2 (8 warp + dp) + {0, 1} over rows
+  // v = 8 i + 2 vs + {0, 1} (the four row groups on different banks), then over vs by shuffles.
+  if (warp < KD / 16) {
+    const int d = 2 * (8 * warp + (lane & 7)), vs0 = 2 * (lane >> 3);
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll 4
+    for (int v = vs0; v < VD; v += 8) {
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const int d = warp + i * (kChunkThreads / 32);
-      acc[i] = 0.0f;
-#pragma unroll
-      for (int c = 2 * lane; c < VD; c += 64) {
+      for (int j = 0; j < 2; ++j) {
         const float2 x =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(hs + d * SV + c));
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(hs + (v + j) * SK + d));
         const float2 y =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dhs + d * SV + c));
-        acc[i] = fmaf(x.x, y.x, fmaf(x.y, y.y, acc[i]));
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dhs + (v + j) * SK + d));
+        s0 = fmaf(x.x, y.x, s0);
+        s1 = fmaf(x.y, y.y, s1);
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    for (int o = 8; o < 32; o <<= 1) {
+      s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, o);
     }
-    if (lane < kRows) {
-      float mine = acc[0];
-#pragma unroll
-      for (int i = 1; i < kRows; ++i) mine = lane == i ? acc[i] : mine;
-      const int d = warp + lane * (kChunkThreads / 32);
-      dgcv[d] = gam[d] * mine;
+    if (lane < 8) {
+      dgcv[d] = gam[d] * s0;
+      dgcv[d + 1] = gam[d + 1] * s1;
     }
   }
   // The gate's loads go out now (its cumsum lands over h and dh once stage 6 is done with dh).
@@ -568,12 +574,13 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 #pragma unroll 2
     for (int k0 = 0; k0 < VD; k0 += 16) {
       uint32_t fv[4];
-      LoadFragA(fv, vns + 16 * a * SV, SV, k0);
+      LoadFragAT(fv, vns, ST, 16 * a, k0);
 #pragma unroll
-      for (int nt = 0; nt < kN; ++nt) {
-        uint32_t fb[2];
-        LoadFragBT(fb, dhs + (n0 + 8 * nt) * SV, SV, k0);
-        MmaBf16(ak[nt], fv, fb);
+      for (int nt = 0; nt < kN; nt += 2) {
+        uint32_t fb0[2], fb1[2];
+        LoadFragB2(fb0, fb1, dhs, SK, k0, n0 + 8 * nt);
+        MmaBf16(ak[nt], fv, fb0);
+        MmaBf16(ak[nt + 1], fv, fb1);
       }
     }
     __syncthreads();  // Vnew, V and dh are dead: dKbar goes over Vnew and V, G over h and dh
@@ -999,7 +1006,7 @@ Status CheckKept(const KdaProblem& p, const KdaTcSaved& kept, int64_t kd, int64_
   for (int64_t n = 0; n < p.num_sequences(); ++n) {
     chunks += (p.seq_start[n + 1] - p.seq_start[n] + kChunk - 1) / kChunk;
   }
-  const Shape h = {chunks, p.heads, kd, vd};
+  const Shape h = {chunks, p.heads, vd, kd};
   const bool transitions_ok = kept.segments_per_sequence <= 1 ||
                               (kept.transitions.defined() && kept.transitions.dim(1) == p.heads &&
                                kept.transitions.dim(3) == vd + kd);
@@ -1055,9 +1062,9 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   const bool split = saved.segments_per_sequence > 1;
   const int64_t total_segs = static_cast<int64_t>(fwd_segments.ranges.size());
   const int64_t state_elems = heads * kd * vd;
-  ORRERY_ASSIGN_OR_RETURN(Tensor dvnew,
-                          Tensor::Allocate({chunks, heads, ck, vd}, DType::kBF16, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dh, Tensor::Allocate({chunks, heads, kd, vd}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ndvnew,
+                          Tensor::Allocate({chunks, heads, vd, ck}, DType::kBF16, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dh, Tensor::Allocate({chunks, heads, vd, kd}, DType::kBF16, dev));
   Tensor ext, seg_end;
   if (split) {
     ORRERY_ASSIGN_OR_RETURN(ext, Tensor::Allocate({total_segs, heads, kd, vd}, DType::kF32, dev));
@@ -1097,7 +1104,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   rev.gamma = saved.gamma.data<float>();
   rev.d_o = static_cast<const bf16*>(d_o.raw_data());
   rev.chunks = chunk_desc;
-  rev.dvnew = nullptr;
+  rev.ndvnew = nullptr;
   rev.dh = nullptr;
   rev.heads = static_cast<int>(heads);
   rev.vd = VD;
@@ -1129,7 +1136,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   }
   RevParams r2 = rev;
   r2.segments = reinterpret_cast<const SegmentDesc*>(table_base);
-  r2.dvnew = static_cast<bf16*>(dvnew.raw_data());
+  r2.ndvnew = static_cast<bf16*>(ndvnew.raw_data());
   r2.dh = static_cast<bf16*>(dh.raw_data());
   {
     const dim3 grid(static_cast<unsigned>(total_segs), static_cast<unsigned>(heads), VD / kSliceV);
@@ -1152,7 +1159,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     cp.h = static_cast<const bf16*>(saved.h.raw_data());
     cp.dh = static_cast<const bf16*>(dh.raw_data());
     cp.vnew = static_cast<const bf16*>(saved.vnew.raw_data());
-    cp.dvnew = static_cast<const bf16*>(dvnew.raw_data());
+    cp.ndvnew = static_cast<const bf16*>(ndvnew.raw_data());
     cp.tinv = static_cast<const bf16*>(saved.tinv.raw_data());
     cp.gamma = saved.gamma.data<float>();
     cp.chunks = chunk_desc;

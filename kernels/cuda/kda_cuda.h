@@ -91,8 +91,8 @@ struct KdaTcSaved {
   Tensor w, qg, kbar_t, aqk;             // W, s Q e^G [64, K]; Kbar^T [K, 64]; A_qk [64, 64]
   Tensor gamma;                          // [K] f32: e^{G_C}
   Tensor tinv;                           // [64, 64]: T = (I + A_kk)^-1
-  Tensor h;                              // [K, V]: the state at the chunk start
-  Tensor vnew;                           // [64, V]: U - W S
+  Tensor h;                              // [V, K]: the state at the chunk start, transposed
+  Tensor vnew;                           // [V, 64]: (U - W S)^T
   // The state pass's segments per sequence (KdaTcSegmentsPerSequence) and, when that is more
   // than 1, its first pass's record [segments, H, K, V + K] f32: S_ext | the transition M_j of
   // every segment of a sequence split in more than one (the last one's kept for the backward,

@@ -363,9 +363,10 @@ struct PassParams {
   const float* gamma;
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
-  bf16* o;      // [rows, H, V] or null (no output)
-  bf16* h_out;  // [chunks, H, K, V]: the state at each chunk start as the pass rounds it; or null
-  bf16* vnew_out;  // [chunks, H, 64, V]: Vnew; or null
+  bf16* o;  // [rows, H, V] or null (no output)
+  // Or null: [chunks, H, V, K], the state at each chunk start as the pass rounds it, transposed;
+  // [chunks, H, V, 64], Vnew^T.
+  bf16 *h_out, *vnew_out;
   int heads, vd, in_ld, out_ld;
 };
 
@@ -425,7 +426,6 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
 
   for (int64_t ch = seg.chunk_begin; ch < seg.chunk_end; ++ch) {
     const int64_t tile = ch * heads + h;
-    if (p.h_out != nullptr && !transition) S.StoreBf16(p.h_out + tile * KD * vd + v0, vd);
     // The chunk's other operands; W and U are already on their way (issued for this chunk
     // while the previous one finished). The previous iteration ended with a barrier.
     for (int i = tid; i < kChunk * KD / 8; i += kThreads) {
@@ -445,6 +445,10 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
     CpAsyncCommit();
     CpAsyncWaitPending<1>();  // W and U
     __syncthreads();
+    // The state at the chunk's start as rounded in shared memory, out transposed in whole rows.
+    if (p.h_out != nullptr && !transition) {
+      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.h_out + (tile * vd + v0) * KD, gtid);
+    }
 
     // Vnew = U - W S for rows 16 warp .. 16 warp + 15, stored transposed in bf16.
     {
@@ -473,10 +477,6 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
             acc[nt][e] = -acc[nt][e];
             acc[nt][e + 1] = -acc[nt][e + 1];
           }
-          if (p.vnew_out != nullptr && !transition) {
-            *reinterpret_cast<uint32_t*>(p.vnew_out + (tile * kChunk + r) * vd + v0 + c) =
-                PackBf16(acc[nt][e], acc[nt][e + 1]);
-          }
         }
       }
       // Vnew^T, one 16x16 tile per stmatrix.
@@ -486,6 +486,10 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
     }
     CpAsyncWaitPending<0>();
     __syncthreads();
+    if (p.vnew_out != nullptr && !transition) {
+      CopyRowsToGlobal<kSliceV, kChunk, kPassThreads>(vt, ST,
+                                                      p.vnew_out + (tile * vd + v0) * kChunk, gtid);
+    }
     // W and U are read: the next chunk's start arriving while this one finishes.
     if (ch + 1 < seg.chunk_end) load_wu(ch + 1);
 
@@ -672,9 +676,9 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   Tensor tinv, h_saved, vnew_saved;
   if (saved != nullptr) {
     ORRERY_ASSIGN_OR_RETURN(tinv, Tensor::Allocate({chunks, heads, ck, ck}, DType::kBF16, dev));
-    ORRERY_ASSIGN_OR_RETURN(h_saved, Tensor::Allocate({chunks, heads, kd, vd}, DType::kBF16, dev));
+    ORRERY_ASSIGN_OR_RETURN(h_saved, Tensor::Allocate({chunks, heads, vd, kd}, DType::kBF16, dev));
     ORRERY_ASSIGN_OR_RETURN(vnew_saved,
-                            Tensor::Allocate({chunks, heads, ck, vd}, DType::kBF16, dev));
+                            Tensor::Allocate({chunks, heads, vd, ck}, DType::kBF16, dev));
   }
 
   const float* h0 = in.initial_state.defined() ? in.initial_state.data<float>() : nullptr;
