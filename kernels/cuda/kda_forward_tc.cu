@@ -332,14 +332,16 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
         MmaBf16(acc_u[nt + 1], fa, fb1);
       }
     }
+    // Staged over beta k e^G and beta v once every warp is done with them, each warp's part then
+    // out in whole 16-byte pieces (the accumulators' 4-byte stores fill half of each sector).
+    __syncthreads();
 #pragma unroll
     for (int nt = 0; nt < kNW; ++nt) {
       const int c = half * (KD / 2) + 8 * nt + 2 * t4;
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = 16 * a + g8 + (e >> 1) * 8;
-        *reinterpret_cast<uint32_t*>(p.w + (tile * kChunk + r) * KD + c) =
-            PackBf16(acc_w[nt][e], acc_w[nt][e + 1]);
+        *reinterpret_cast<uint32_t*>(qs + r * SK + c) = PackBf16(acc_w[nt][e], acc_w[nt][e + 1]);
       }
     }
 #pragma unroll
@@ -348,9 +350,21 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = 16 * a + g8 + (e >> 1) * 8;
-        *reinterpret_cast<uint32_t*>(p.u + (tile * kChunk + r) * VD + c) =
-            PackBf16(acc_u[nt][e], acc_u[nt][e + 1]);
+        *reinterpret_cast<uint32_t*>(vs + r * SV + c) = PackBf16(acc_u[nt][e], acc_u[nt][e + 1]);
       }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = lane; i < 16 * KD / 16; i += 32) {
+      const int r = 16 * a + i / (KD / 16), c = half * (KD / 2) + (i % (KD / 16)) * 8;
+      *reinterpret_cast<uint4*>(p.w + (tile * kChunk + r) * KD + c) =
+          *reinterpret_cast<const uint4*>(qs + r * SK + c);
+    }
+#pragma unroll
+    for (int i = lane; i < 16 * VD / 16; i += 32) {
+      const int r = 16 * a + i / (VD / 16), c = half * (VD / 2) + (i % (VD / 16)) * 8;
+      *reinterpret_cast<uint4*>(p.u + (tile * kChunk + r) * VD + c) =
+          *reinterpret_cast<const uint4*>(vs + r * SV + c);
     }
   }
 }
