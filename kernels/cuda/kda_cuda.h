@@ -103,7 +103,8 @@ struct KdaTcSaved {
 
 // out->o may be undefined (not written; the backward's recompute), else allocated ([B, T, H, V]
 // bf16); out->final_state may be undefined. With `saved`, the intermediates above are kept
-// there. Waits for the kernels before returning (its scratch is freed on return).
+// there. Returns once the kernels are queued: its scratch goes back to the block cache, and
+// whatever takes it next is queued after them on the same stream.
 // With `fused`, `in` holds the raw inputs of those transforms (and in.a_log / in.dt_bias), which
 // the prep kernel applies as each chunk loads (no separate pass).
 Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning,
@@ -117,7 +118,7 @@ Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcT
 // inputs, with the same `fused`) the forward is not run again. With `fused`, `in` holds raw
 // inputs as for LaunchKdaForwardTc and the gradients are the raw inputs' (da_log / ddt_bias
 // summed with f32 atomics: their last bits depend on block order). Allocates every gradient;
-// waits for the kernels.
+// returns once the kernels are queued, as the forward does.
 Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                            const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads,
                            const KdaTcSaved* kept = nullptr,

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -51,10 +53,46 @@ inline ChunkInputTransforms MakeChunkInputTransforms(const KdaInputTransforms& t
   return tr;
 }
 
-// A host table (chunk and segment descriptors) as an i64 tensor on `device`.
+// A host table (chunk and segment descriptors) as an i64 tensor on `device`, copied without
+// waiting for the work queued before it: the table goes through one of a few pinned staging
+// buffers by an asynchronous copy on the default stream (a copy from pageable memory waits for
+// the device to drain first, which left it idle while the host set up the next launches). A
+// staging buffer is written again only once its last copy has run.
 inline StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& device) {
-  Tensor t = Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v);
-  return t.To(device);
+  if (v.empty()) return Tensor::FromVector<int64_t>({0}, v).To(device);
+  struct Staging {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  constexpr int kRing = 4;
+  static std::mutex mu;
+  static Staging ring[kRing];
+  static int next = 0;
+  const size_t bytes = v.size() * sizeof(int64_t);
+  ORRERY_ASSIGN_OR_RETURN(Tensor t,
+                          Tensor::Allocate({static_cast<int64_t>(v.size())}, DType::kI64, device));
+  std::lock_guard<std::mutex> lock(mu);
+  Staging& s = ring[next];
+  next = (next + 1) % kRing;
+  if (s.copied == nullptr) {
+    ORRERY_RETURN_IF_ERROR(
+        CudaCheck(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "staging event"));
+  } else {
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaEventSynchronize(s.copied), "staging event"));
+  }
+  if (s.bytes < bytes) {
+    if (s.host != nullptr) ORRERY_RETURN_IF_ERROR(CudaCheck(cudaFreeHost(s.host), "cudaFreeHost"));
+    s.host = nullptr;
+    s.bytes = 0;
+    ORRERY_RETURN_IF_ERROR(CudaCheck(cudaMallocHost(&s.host, bytes), "cudaMallocHost"));
+    s.bytes = bytes;
+  }
+  std::memcpy(s.host, v.data(), bytes);
+  ORRERY_RETURN_IF_ERROR(CudaCheck(
+      cudaMemcpyAsync(t.raw_data(), s.host, bytes, cudaMemcpyHostToDevice, 0), "table upload"));
+  ORRERY_RETURN_IF_ERROR(CudaCheck(cudaEventRecord(s.copied, 0), "staging event"));
+  return t;
 }
 
 __device__ __forceinline__ float LoadF(const float* p) { return *p; }

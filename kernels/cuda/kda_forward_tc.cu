@@ -810,8 +810,9 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   p2.out_ld = VD;
   ORRERY_RETURN_IF_ERROR(LaunchStatePass<KD>(p2, pass2.size() / kSegmentDescWords, heads,
                                              VD / kSliceV, "state pass launch"));
-  // The scratch tensors and tables are freed when this returns; wait for the kernels first.
-  ORRERY_RETURN_IF_ERROR(CudaCheck(cudaDeviceSynchronize(), "tensor-core forward"));
+  // The scratch tensors and tables go back to the device's block cache when this returns, while
+  // the kernels may still run: whatever takes those blocks next is queued after them on the
+  // same stream.
   if (saved != nullptr) {
     saved->chunk_table = std::move(chunk_dev);
     saved->seq_chunk_first = std::move(seq_chunk_first);
