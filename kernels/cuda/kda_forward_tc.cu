@@ -16,8 +16,10 @@
 //    The kernel checks the span of every diagonal tile and forms the tiles whose span exceeds
 //    kMaxTileSpan (the original, unbounded gate with strong decays) pairwise in fp32 with
 //    exponents <= 0, so the result is right for any gate.
-// 2. KdaStatePassKernel, one block per (segment of chunks, head, 64-wide V slice): the state S
-//    (K x 64 slice) in fp32 registers as MMA accumulators; per chunk Vnew = U - W S,
+// 2. KdaStatePassKernel, per (segment of chunks, head) one group of 4 warps per 64-wide V slice,
+//    two groups to a block when the slices pair up (sharing the copies of the chunk's operands:
+//    the pass is L2-bound): the state S (K x 64 slice) in fp32 registers as MMA accumulators;
+//    per chunk Vnew = U - W S,
 //    O = Q~ S + A_qk Vnew, S <- Diag(gamma) S + Kbar^T Vnew, with S rounded to bf16 in shared
 //    memory as the B operand (as fla does). In "transition" slices (V columns >= V) it carries
 //    the K x K transition M = prod_n (Diag(gamma_n) - Kbar_n^T W_n) from the identity instead.
