@@ -69,9 +69,9 @@ struct RevParams {
   const bf16* d_o;  // [rows, H, V]
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
-  bf16* ndvnew;  // [chunks, H, V, 64] or null: -dVnew^T
-  bf16* dh;      // [chunks, H, V, K] or null: dS^T at each chunk end
-  int heads, vd, in_ld, out_ld;
+  bf16* ndvnew;   // [chunks, H, V, 64] or null: -dVnew^T
+  bf16* dh;       // [chunks, H, V, K] or null: dS^T at each chunk end
+  int heads, vd;  // state_in and state_out rows: V floats
 };
 
 template <int KD>
@@ -97,9 +97,8 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   // dS: the slice this block carries (kda_tc_state_slice.cuh).
   StateSlice<KD> dS;
   dS.Init(false, 0,
-          seg.state_in != nullptr ? seg.state_in + static_cast<int64_t>(h) * KD * p.in_ld + v0
-                                  : nullptr,
-          p.in_ld);
+          seg.state_in != nullptr ? seg.state_in + static_cast<int64_t>(h) * KD * vd + v0 : nullptr,
+          vd);
   dS.StoreTransposedBf16(ss, SK);
   // Stage one of a chunk's copies: A_qk and Kbar^T (with dO, what dVnew reads).
   auto load_akb = [&](int64_t ch) {
@@ -215,7 +214,7 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
   }
 
   if (seg.state_out != nullptr) {
-    dS.StoreF32(seg.state_out + static_cast<int64_t>(h) * KD * p.out_ld + v0, p.out_ld);
+    dS.StoreF32(seg.state_out + static_cast<int64_t>(h) * KD * vd + v0, vd);
   }
 }
 
@@ -1089,13 +1088,8 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
       AppendSegmentDesc(&pass2, range, seg_end.data<float>() + s * state_elems, out_dh0);
     }
   }
-  std::vector<int64_t> tables = pass2;
-  const int64_t pass1_at = static_cast<int64_t>(tables.size());
-  tables.insert(tables.end(), pass1.begin(), pass1.end());
-  const int64_t seq_seg_at = static_cast<int64_t>(tables.size());
-  tables.insert(tables.end(), fwd_segments.seq_first.begin(), fwd_segments.seq_first.end());
-  ORRERY_ASSIGN_OR_RETURN(Tensor tables_dev, Upload(tables, dev));
-  const int64_t* table_base = tables_dev.data<int64_t>();
+  ORRERY_ASSIGN_OR_RETURN(const KdaSegmentTables tables,
+                          UploadKdaSegmentTables(pass2, pass1, fwd_segments.seq_first, dev));
   RevParams rev;
   rev.w = static_cast<const bf16*>(saved.w.raw_data());
   rev.qg = static_cast<const bf16*>(saved.qg.raw_data());
@@ -1108,15 +1102,13 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   rev.dh = nullptr;
   rev.heads = static_cast<int>(heads);
   rev.vd = VD;
-  rev.in_ld = VD;
-  rev.out_ld = VD;
   // One V slice per block: two to a block (sharing their copies, as the forward pass does)
   // measured slower here (docs/benchmarks.md, session 6).
   const size_t rev_smem = StatePassSmem<KD, 1>::kBytes;
   ORRERY_RETURN_IF_ERROR(AllowSmem(KdaReverseStatePassKernel<KD>, rev_smem));
   if (!pass1.empty()) {
     RevParams r1 = rev;
-    r1.segments = reinterpret_cast<const SegmentDesc*>(table_base + pass1_at);
+    r1.segments = tables.first_pass;
     const dim3 grid(static_cast<unsigned>(pass1.size() / kSegmentDescWords),
                     static_cast<unsigned>(heads), VD / kSliceV);
     KdaReverseStatePassKernel<KD><<<grid, kPassThreads, rev_smem>>>(r1);
@@ -1124,7 +1116,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   }
   if (split) {
     SegmentCombineArgs combine;
-    combine.seq_segment_first = table_base + seq_seg_at;
+    combine.seq_segment_first = tables.seq_segment_first;
     combine.ext = ext.data<float>();
     combine.ext_ld = vd;
     combine.trans = saved.transitions.data<float>() + vd;
@@ -1135,7 +1127,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads, combine));
   }
   RevParams r2 = rev;
-  r2.segments = reinterpret_cast<const SegmentDesc*>(table_base);
+  r2.segments = tables.output_pass;
   r2.ndvnew = static_cast<bf16*>(ndvnew.raw_data());
   r2.dh = static_cast<bf16*>(dh.raw_data());
   {

@@ -732,13 +732,8 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
                         s == last && ht != nullptr ? ht + n * state_elems : nullptr);
     }
   }
-  std::vector<int64_t> tables = pass2;
-  const int64_t pass1_at = static_cast<int64_t>(tables.size());
-  tables.insert(tables.end(), pass1.begin(), pass1.end());
-  const int64_t seq_seg_at = static_cast<int64_t>(tables.size());
-  tables.insert(tables.end(), segments.seq_first.begin(), segments.seq_first.end());
-  ORRERY_ASSIGN_OR_RETURN(Tensor tables_dev, Upload(tables, dev));
-  const int64_t* table_base = tables_dev.data<int64_t>();
+  ORRERY_ASSIGN_OR_RETURN(const KdaSegmentTables tables,
+                          UploadKdaSegmentTables(pass2, pass1, segments.seq_first, dev));
 
   // Stage 1.
   if (chunks > 0) {
@@ -783,7 +778,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   pass.vd = VD;
   if (!pass1.empty()) {
     PassParams p1 = pass;
-    p1.segments = reinterpret_cast<const SegmentDesc*>(table_base + pass1_at);
+    p1.segments = tables.first_pass;
     p1.o = nullptr;
     p1.in_ld = VD;
     p1.out_ld = VD + KD;
@@ -792,7 +787,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   }
   if (split) {
     SegmentCombineArgs combine;
-    combine.seq_segment_first = table_base + seq_seg_at;
+    combine.seq_segment_first = tables.seq_segment_first;
     combine.ext = ext.data<float>();
     combine.ext_ld = vd + kd;
     combine.trans = ext.data<float>() + vd;
@@ -802,7 +797,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads, combine));
   }
   PassParams p2 = pass;
-  p2.segments = reinterpret_cast<const SegmentDesc*>(table_base);
+  p2.segments = tables.output_pass;
   p2.o = out->o.defined() ? static_cast<bf16*>(out->o.raw_data()) : nullptr;
   if (saved != nullptr) {
     p2.h_out = static_cast<bf16*>(h_saved.raw_data());

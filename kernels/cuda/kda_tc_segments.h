@@ -9,6 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/cuda/kda_cuda_util.cuh"
 #include "kernels/cuda/kda_tc_layout.cuh"
 
 namespace orrery::kernels::cuda {
@@ -46,5 +49,30 @@ inline void AppendSegmentDesc(std::vector<int64_t>* table, std::pair<int64_t, in
 }
 
 constexpr int64_t kSegmentDescWords = sizeof(SegmentDesc) / sizeof(int64_t);
+
+// A state pass's tables on the device, uploaded together in one copy before the pass's first
+// kernel (a copy between two launches would wait for the first).
+struct KdaSegmentTables {
+  Tensor device;                               // owns the three below
+  const SegmentDesc* output_pass = nullptr;    // the second (or only) pass
+  const SegmentDesc* first_pass = nullptr;     // the split's first pass
+  const int64_t* seq_segment_first = nullptr;  // [N + 1], for the combine
+};
+
+inline StatusOr<KdaSegmentTables> UploadKdaSegmentTables(const std::vector<int64_t>& output_pass,
+                                                         const std::vector<int64_t>& first_pass,
+                                                         const std::vector<int64_t>& seq_first,
+                                                         const Device& device) {
+  std::vector<int64_t> all = output_pass;
+  all.insert(all.end(), first_pass.begin(), first_pass.end());
+  all.insert(all.end(), seq_first.begin(), seq_first.end());
+  KdaSegmentTables t;
+  ORRERY_ASSIGN_OR_RETURN(t.device, Upload(all, device));
+  const int64_t* base = t.device.data<int64_t>();
+  t.output_pass = reinterpret_cast<const SegmentDesc*>(base);
+  t.first_pass = reinterpret_cast<const SegmentDesc*>(base + output_pass.size());
+  t.seq_segment_first = base + output_pass.size() + first_pass.size();
+  return t;
+}
 
 }  // namespace orrery::kernels::cuda
