@@ -90,6 +90,25 @@ __device__ __forceinline__ void LoadFragAT(uint32_t (&a)[4], const __nv_bfloat16
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                : "r"(addr));
 }
+// Swizzled rows: a row-major bf16 matrix in shared memory, `cols` (a multiple of 64) elements per
+// row and no padding, whose 16-byte piece j of row r lies at piece j ^ (r % 8). The 8 rows an
+// `ldmatrix` phase reads then fall in 8 different bank groups (what padding the rows by 16 bytes
+// does otherwise), and the 16-byte copies of one 128-byte global line fill one 128-byte shared
+// line instead of straddling two.
+__device__ __forceinline__ int SwizzledOffset(int r, int c, int cols) {
+  return r * cols + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7));
+}
+// LoadFragAT on swizzled rows (row0 % 8 == 0).
+__device__ __forceinline__ void LoadFragATSwizzled(uint32_t (&a)[4], const __nv_bfloat16* base,
+                                                   int cols, int row0, int k0) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3, row = lane & 7;
+  const __nv_bfloat16* p =
+      base + SwizzledOffset(k0 + (mat >> 1) * 8 + row, row0 + (mat & 1) * 8, cols);
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
+}
 // B fragment of the 16x8 tile B[k0..k0+15][0..7] where B is stored transposed ("col"): row n of
 // `base` holds B[.][n] along k (`stride` elements per row).
 __device__ __forceinline__ void LoadFragBT(uint32_t (&b)[2], const __nv_bfloat16* base, int stride,
@@ -107,6 +126,16 @@ __device__ __forceinline__ void LoadFragB(uint32_t (&b)[2], const __nv_bfloat16*
                                           int k0, int n0) {
   const int lane = threadIdx.x & 15;
   const __nv_bfloat16* p = base + (k0 + lane) * stride + n0;
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(b[0]), "=r"(b[1])
+               : "r"(addr));
+}
+// LoadFragB on swizzled rows (n0 % 8 == 0).
+__device__ __forceinline__ void LoadFragBSwizzled(uint32_t (&b)[2], const __nv_bfloat16* base,
+                                                  int cols, int k0, int n0) {
+  const int lane = threadIdx.x & 15;
+  const __nv_bfloat16* p = base + SwizzledOffset(k0 + lane, n0, cols);
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(b[0]), "=r"(b[1])

@@ -19,7 +19,7 @@ namespace orrery::kernels::cuda {
 // W and s Q e^G [64][K + 8], Kbar^T [K][72], A_qk [64][72], gamma [K] f32. Per group, at
 // kGroup + g kGroupBytes: its slice of U (forward) or dO (backward) [64][72], the slice
 // transposed in bf16 [64][K + 8], Vnew^T or -dVnew^T [64][72], and the forward's output tile
-// [64][72] (each warp's 16 rows staged for whole-row stores).
+// [64][72] (each warp's 16 rows staged for whole-row stores; the backward's second dO buffer).
 template <int KD, int kGroups>
 struct StatePassSmem {
   static constexpr int kSK = KD + 8;
