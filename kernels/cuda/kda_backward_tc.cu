@@ -149,9 +149,6 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
     CpAsyncCommit();
     CpAsyncWaitPending<1>();
     __syncthreads();
-    // dS at the chunk's end as rounded in shared memory, out transposed in whole rows.
-    if (p.dh != nullptr)
-      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.dh + (tile * vd + v0) * KD, tid);
 
     // dVnew = A_qk^T dO + Kbar dS for rows 16 warp .. 16 warp + 15; -dVnew^T to shared memory.
     {
@@ -184,6 +181,10 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
         StoreTileTransposedBf16(n0, n1, vt + 8 * nt * ST + 16 * warp, ST);
       }
     }
+    // dS at the chunk's end as rounded in shared memory (unchanged until the chunk's last
+    // barrier), out transposed in whole rows behind the dVnew product.
+    if (p.dh != nullptr)
+      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.dh + (tile * vd + v0) * KD, tid);
     CpAsyncWaitPending<0>();
     __syncthreads();
     if (p.ndvnew != nullptr) {

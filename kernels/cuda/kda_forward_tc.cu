@@ -461,10 +461,6 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
     CpAsyncCommit();
     CpAsyncWaitPending<1>();  // W and U
     __syncthreads();
-    // The state at the chunk's start as rounded in shared memory, out transposed in whole rows.
-    if (p.h_out != nullptr && !transition) {
-      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.h_out + (tile * vd + v0) * KD, gtid);
-    }
 
     // Vnew = U - W S for rows 16 warp .. 16 warp + 15, stored transposed in bf16.
     {
@@ -499,6 +495,11 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
 #pragma unroll
       for (int nt = 0; nt < kNT; nt += 2)
         StoreTileTransposedBf16(acc[nt], acc[nt + 1], vt + 8 * nt * ST + 16 * warp, ST);
+    }
+    // The state at the chunk's start as rounded in shared memory (unchanged until the chunk's
+    // last barrier), out transposed in whole rows behind the Vnew product.
+    if (p.h_out != nullptr && !transition) {
+      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.h_out + (tile * vd + v0) * KD, gtid);
     }
     CpAsyncWaitPending<0>();
     __syncthreads();
