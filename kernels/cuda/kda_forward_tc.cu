@@ -442,6 +442,7 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
 
   for (int64_t ch = seg.chunk_begin; ch < seg.chunk_end; ++ch) {
     const int64_t tile = ch * heads + h;
+    const ChunkDesc cd = p.chunks[ch];  // read at the top: its rows are needed at the end
     // The chunk's other operands; W and U are already on their way (issued for this chunk
     // while the previous one finished). The previous iteration ended with a barrier.
     for (int i = tid; i < kChunk * KD / 8; i += kThreads) {
@@ -468,12 +469,13 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
 #pragma unroll
       for (int k0 = 0; k0 < KD; k0 += 16) {
         uint32_t fa[4];
-        LoadFragA(fa, ws + 16 * warp * SK, SK, k0);
+        LoadFragAx4(fa, ws + 16 * warp * SK, SK, k0);
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          uint32_t fb[2];
-          LoadFragBT(fb, ss + 8 * nt * SK, SK, k0);
-          MmaBf16(acc[nt], fa, fb);
+        for (int nt = 0; nt < kNT; nt += 2) {
+          uint32_t fb0[2], fb1[2];
+          LoadFragBT2(fb0, fb1, ss + 8 * nt * SK, SK, k0);
+          MmaBf16(acc[nt], fa, fb0);
+          MmaBf16(acc[nt + 1], fa, fb1);
         }
       }
 #pragma unroll
@@ -517,22 +519,24 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
 #pragma unroll
       for (int k0 = 0; k0 < KD; k0 += 16) {
         uint32_t fa[4];
-        LoadFragA(fa, qs + 16 * warp * SK, SK, k0);
+        LoadFragAx4(fa, qs + 16 * warp * SK, SK, k0);
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          uint32_t fb[2];
-          LoadFragBT(fb, ss + 8 * nt * SK, SK, k0);
-          MmaBf16(acc[nt], fa, fb);
+        for (int nt = 0; nt < kNT; nt += 2) {
+          uint32_t fb0[2], fb1[2];
+          LoadFragBT2(fb0, fb1, ss + 8 * nt * SK, SK, k0);
+          MmaBf16(acc[nt], fa, fb0);
+          MmaBf16(acc[nt + 1], fa, fb1);
         }
       }
       for (int kt = 0; kt <= warp; ++kt) {
         uint32_t fa[4];
-        LoadFragA(fa, as + 16 * warp * ST, ST, 16 * kt);
+        LoadFragAx4(fa, as + 16 * warp * ST, ST, 16 * kt);
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          uint32_t fb[2];
-          LoadFragBT(fb, vt + 8 * nt * ST, ST, 16 * kt);
-          MmaBf16(acc[nt], fa, fb);
+        for (int nt = 0; nt < kNT; nt += 2) {
+          uint32_t fb0[2], fb1[2];
+          LoadFragBT2(fb0, fb1, vt + 8 * nt * ST, ST, 16 * kt);
+          MmaBf16(acc[nt], fa, fb0);
+          MmaBf16(acc[nt + 1], fa, fb1);
         }
       }
 #pragma unroll
@@ -544,7 +548,6 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
         }
       }
       __syncwarp();
-      const ChunkDesc cd = p.chunks[ch];
 #pragma unroll
       for (int i = lane; i < 16 * kSliceV / 8; i += 32) {
         const int r = 16 * warp + i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
@@ -563,12 +566,13 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
 #pragma unroll
       for (int kt = 0; kt < kChunk / 16; ++kt) {
         uint32_t fa[4];
-        LoadFragA(fa, kb + d0 * ST, ST, 16 * kt);
+        LoadFragAx4(fa, kb + d0 * ST, ST, 16 * kt);
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          uint32_t fb[2];
-          LoadFragBT(fb, vt + 8 * nt * ST, ST, 16 * kt);
-          MmaBf16(S.x[mi][nt], fa, fb);
+        for (int nt = 0; nt < kNT; nt += 2) {
+          uint32_t fb0[2], fb1[2];
+          LoadFragBT2(fb0, fb1, vt + 8 * nt * ST, ST, 16 * kt);
+          MmaBf16(S.x[mi][nt], fa, fb0);
+          MmaBf16(S.x[mi][nt + 1], fa, fb1);
         }
       }
     }

@@ -76,6 +76,28 @@ __device__ __forceinline__ void LoadFragA(uint32_t (&a)[4], const __nv_bfloat16*
   a[3] = *reinterpret_cast<const uint32_t*>(p1 + 8);
 }
 
+// LoadFragA in one `ldmatrix.x4`: lane l gives the address of row l % 8 (+ 8 for matrices 1
+// and 3) at column k0 (+ 8 for matrices 2 and 3). Rows 16-byte aligned.
+__device__ __forceinline__ void LoadFragAx4(uint32_t (&a)[4], const __nv_bfloat16* base,
+                                            int stride, int k0) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3;
+  const __nv_bfloat16* p = base + ((lane & 7) + (mat & 1) * 8) * stride + k0 + (mat >> 1) * 8;
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
+}
+// LoadFragBT for the two adjacent 16x8 tiles of rows 0..7 (b0) and 8..15 (b1) of `base`, in
+// one `ldmatrix.x4`. Rows 16-byte aligned.
+__device__ __forceinline__ void LoadFragBT2(uint32_t (&b0)[2], uint32_t (&b1)[2],
+                                            const __nv_bfloat16* base, int stride, int k0) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3;
+  const __nv_bfloat16* p = base + ((lane & 7) + (mat >> 1) * 8) * stride + k0 + (mat & 1) * 8;
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(addr));
+}
 // A fragment of the 16x16 tile A[row0..row0+15][k0..k0+15] of A = X^T, where X is a row-major
 // bf16 matrix in shared memory ([k][row], `stride` elements per row), in one
 // `ldmatrix.x4.trans`: 8x8 matrix i covers X rows k0 + 8 (i / 2) and columns row0 + 8 (i % 2),
