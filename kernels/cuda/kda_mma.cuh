@@ -78,8 +78,8 @@ __device__ __forceinline__ void LoadFragA(uint32_t (&a)[4], const __nv_bfloat16*
 
 // LoadFragA in one `ldmatrix.x4`: lane l gives the address of row l % 8 (+ 8 for matrices 1
 // and 3) at column k0 (+ 8 for matrices 2 and 3). Rows 16-byte aligned.
-__device__ __forceinline__ void LoadFragAx4(uint32_t (&a)[4], const __nv_bfloat16* base,
-                                            int stride, int k0) {
+__device__ __forceinline__ void LoadFragAx4(uint32_t (&a)[4], const __nv_bfloat16* base, int stride,
+                                            int k0) {
   const int lane = threadIdx.x & 31, mat = lane >> 3;
   const __nv_bfloat16* p = base + ((lane & 7) + (mat & 1) * 8) * stride + k0 + (mat >> 1) * 8;
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
