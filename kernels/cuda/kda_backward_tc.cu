@@ -187,12 +187,12 @@ __global__ void __launch_bounds__(kPassThreads) KdaReverseStatePassKernel(RevPar
     // dS at the chunk's end as rounded in shared memory (unchanged until the chunk's last
     // barrier), out transposed in whole rows behind the dVnew product.
     if (p.dh != nullptr)
-      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.dh + (tile * vd + v0) * KD, tid);
+      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.dh + (tile * vd + v0) * KD, KD, tid);
     CpAsyncWaitPending<0>();
     __syncthreads();
     if (p.ndvnew != nullptr) {
       CopyRowsToGlobal<kSliceV, kChunk, kPassThreads>(vt, ST, p.ndvnew + (tile * vd + v0) * kChunk,
-                                                      tid);
+                                                      kChunk, tid);
     }
     // A_qk and Kbar are read: the previous chunk's arriving while this one finishes (its dO into
     // the other buffer: this chunk's is read once more, by the dS update).

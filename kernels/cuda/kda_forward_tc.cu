@@ -18,11 +18,11 @@
 //    exponents <= 0, so the result is right for any gate.
 // 2. KdaStatePassKernel, per (segment of chunks, head) one group of 4 warps per 64-wide V slice,
 //    two groups to a block when the slices pair up (sharing the copies of the chunk's operands:
-//    the pass is L2-bound): the state S (K x 64 slice) in fp32 registers as MMA accumulators;
-//    per chunk Vnew = U - W S,
-//    O = Q~ S + A_qk Vnew, S <- Diag(gamma) S + Kbar^T Vnew, with S rounded to bf16 in shared
-//    memory as the B operand (as fla does). In "transition" slices (V columns >= V) it carries
-//    the K x K transition M = prod_n (Diag(gamma_n) - Kbar_n^T W_n) from the identity instead.
+//    the pass was L2-bound with a copy per slice): the state S (K x 64 slice) in fp32 registers
+//    as MMA accumulators; per chunk Vnew = U - W S, O = Q~ S + A_qk Vnew,
+//    S <- Diag(gamma) S + Kbar^T Vnew, with S rounded to bf16 in shared memory as the B operand
+//    (as fla does). In "transition" slices (V columns >= V) it carries the K x K transition
+//    M = prod_n (Diag(gamma_n) - Kbar_n^T W_n) from the identity instead.
 // 3. Long sequences (few blocks in stage 2): the chunks of a sequence are split into segments.
 //    A first state pass runs every segment but the last from a zero state, giving the segment's
 //    end state S_ext and its transition M; KdaSegmentCombineKernel chains
@@ -356,18 +356,12 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
       }
     }
     __syncwarp();
-#pragma unroll
-    for (int i = lane; i < 16 * KD / 16; i += 32) {
-      const int r = 16 * a + i / (KD / 16), c = half * (KD / 2) + (i % (KD / 16)) * 8;
-      *reinterpret_cast<uint4*>(p.w + (tile * kChunk + r) * KD + c) =
-          *reinterpret_cast<const uint4*>(qs + r * SK + c);
-    }
-#pragma unroll
-    for (int i = lane; i < 16 * VD / 16; i += 32) {
-      const int r = 16 * a + i / (VD / 16), c = half * (VD / 2) + (i % (VD / 16)) * 8;
-      *reinterpret_cast<uint4*>(p.u + (tile * kChunk + r) * VD + c) =
-          *reinterpret_cast<const uint4*>(vs + r * SV + c);
-    }
+    CopyRowsToGlobal<16, KD / 2, 32>(qs + 16 * a * SK + half * (KD / 2), SK,
+                                     p.w + (tile * kChunk + 16 * a) * KD + half * (KD / 2), KD,
+                                     lane);
+    CopyRowsToGlobal<16, VD / 2, 32>(vs + 16 * a * SV + half * (VD / 2), SV,
+                                     p.u + (tile * kChunk + 16 * a) * VD + half * (VD / 2), VD,
+                                     lane);
   }
 }
 
@@ -501,13 +495,14 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
     // The state at the chunk's start as rounded in shared memory (unchanged until the chunk's
     // last barrier), out transposed in whole rows behind the Vnew product.
     if (p.h_out != nullptr && !transition) {
-      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.h_out + (tile * vd + v0) * KD, gtid);
+      CopyRowsToGlobal<kSliceV, KD, kPassThreads>(ss, SK, p.h_out + (tile * vd + v0) * KD, KD,
+                                                  gtid);
     }
     CpAsyncWaitPending<0>();
     __syncthreads();
     if (p.vnew_out != nullptr && !transition) {
-      CopyRowsToGlobal<kSliceV, kChunk, kPassThreads>(vt, ST,
-                                                      p.vnew_out + (tile * vd + v0) * kChunk, gtid);
+      CopyRowsToGlobal<kSliceV, kChunk, kPassThreads>(
+          vt, ST, p.vnew_out + (tile * vd + v0) * kChunk, kChunk, gtid);
     }
     // W and U are read: the next chunk's start arriving while this one finishes.
     if (ch + 1 < seg.chunk_end) load_wu(ch + 1);

@@ -63,6 +63,32 @@ __device__ __forceinline__ void PackBf16Split(float x0, float x1, uint32_t& hi, 
   lo = PackBf16(x0 - __low2float(h), x1 - __high2float(h));
 }
 
+// The `ldmatrix` forms the fragment loaders below use: each lane passes the shared-memory address
+// of the 16-byte row it supplies (lanes 8 i .. 8 i + 7 for matrix i; for x2, lanes 0-15), and
+// register i receives matrix i's fragment (lane l: row l / 4, elements 2 (l % 4) and + 1; with
+// .trans, of the transposed matrix).
+__device__ __forceinline__ void LdMatrixX4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                           const __nv_bfloat16* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                                uint32_t& r3, const __nv_bfloat16* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void LdMatrixX2Trans(uint32_t& r0, uint32_t& r1,
+                                                const __nv_bfloat16* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(addr));
+}
+
 // A fragment of the 16x16 tile at column k0 of a row-major bf16 matrix (`stride` elements per
 // row, even; k0 even), rows 0..15 from `base`.
 __device__ __forceinline__ void LoadFragA(uint32_t (&a)[4], const __nv_bfloat16* base, int stride,
@@ -82,10 +108,7 @@ __device__ __forceinline__ void LoadFragAx4(uint32_t (&a)[4], const __nv_bfloat1
                                             int k0) {
   const int lane = threadIdx.x & 31, mat = lane >> 3;
   const __nv_bfloat16* p = base + ((lane & 7) + (mat & 1) * 8) * stride + k0 + (mat >> 1) * 8;
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(addr));
+  LdMatrixX4(a[0], a[1], a[2], a[3], p);
 }
 // LoadFragBT for the two adjacent 16x8 tiles of rows 0..7 (b0) and 8..15 (b1) of `base`, in
 // one `ldmatrix.x4`. Rows 16-byte aligned.
@@ -93,10 +116,7 @@ __device__ __forceinline__ void LoadFragBT2(uint32_t (&b0)[2], uint32_t (&b1)[2]
                                             const __nv_bfloat16* base, int stride, int k0) {
   const int lane = threadIdx.x & 31, mat = lane >> 3;
   const __nv_bfloat16* p = base + ((lane & 7) + (mat >> 1) * 8) * stride + k0 + (mat & 1) * 8;
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
-               : "r"(addr));
+  LdMatrixX4(b0[0], b0[1], b1[0], b1[1], p);
 }
 // A fragment of the 16x16 tile A[row0..row0+15][k0..k0+15] of A = X^T, where X is a row-major
 // bf16 matrix in shared memory ([k][row], `stride` elements per row), in one
@@ -107,10 +127,7 @@ __device__ __forceinline__ void LoadFragAT(uint32_t (&a)[4], const __nv_bfloat16
                                            int row0, int k0) {
   const int lane = threadIdx.x & 31, mat = lane >> 3, row = lane & 7;
   const __nv_bfloat16* p = base + (k0 + (mat >> 1) * 8 + row) * stride + row0 + (mat & 1) * 8;
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(addr));
+  LdMatrixX4Trans(a[0], a[1], a[2], a[3], p);
 }
 // Swizzled rows: a row-major bf16 matrix in shared memory, `cols` (a multiple of 64) elements per
 // row and no padding, whose 16-byte piece j of row r lies at piece j ^ (r % 8). The 8 rows an
@@ -126,10 +143,7 @@ __device__ __forceinline__ void LoadFragATSwizzled(uint32_t (&a)[4], const __nv_
   const int lane = threadIdx.x & 31, mat = lane >> 3, row = lane & 7;
   const __nv_bfloat16* p =
       base + SwizzledOffset(k0 + (mat >> 1) * 8 + row, row0 + (mat & 1) * 8, cols);
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(addr));
+  LdMatrixX4Trans(a[0], a[1], a[2], a[3], p);
 }
 // B fragment of the 16x8 tile B[k0..k0+15][0..7] where B is stored transposed ("col"): row n of
 // `base` holds B[.][n] along k (`stride` elements per row).
@@ -148,20 +162,14 @@ __device__ __forceinline__ void LoadFragB(uint32_t (&b)[2], const __nv_bfloat16*
                                           int k0, int n0) {
   const int lane = threadIdx.x & 15;
   const __nv_bfloat16* p = base + (k0 + lane) * stride + n0;
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(b[0]), "=r"(b[1])
-               : "r"(addr));
+  LdMatrixX2Trans(b[0], b[1], p);
 }
 // LoadFragB on swizzled rows (n0 % 8 == 0).
 __device__ __forceinline__ void LoadFragBSwizzled(uint32_t (&b)[2], const __nv_bfloat16* base,
                                                   int cols, int k0, int n0) {
   const int lane = threadIdx.x & 15;
   const __nv_bfloat16* p = base + SwizzledOffset(k0 + lane, n0, cols);
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(b[0]), "=r"(b[1])
-               : "r"(addr));
+  LdMatrixX2Trans(b[0], b[1], p);
 }
 // B fragments of the two adjacent 16x8 tiles B[k0..k0+15][n0..n0+7] (b0) and
 // B[k0..k0+15][n0+8..n0+15] (b1) of a row-major B ([k][n] in shared memory, `stride` elements per
@@ -172,10 +180,7 @@ __device__ __forceinline__ void LoadFragB2(uint32_t (&b0)[2], uint32_t (&b1)[2],
                                            const __nv_bfloat16* base, int stride, int k0, int n0) {
   const int lane = threadIdx.x & 31, mat = lane >> 3, row = lane & 7;
   const __nv_bfloat16* p = base + (k0 + (mat & 1) * 8 + row) * stride + n0 + (mat >> 1) * 8;
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
-               : "r"(addr));
+  LdMatrixX4Trans(b0[0], b0[1], b1[0], b1[1], p);
 }
 // The 16x16 tile held as two m16n8 fp32 accumulators (c0: columns 0-7, c1: columns 8-15), rounded
 // to bf16 and stored transposed, dst[col * stride + row], in one `stmatrix.x4.trans`: its four
@@ -191,6 +196,22 @@ __device__ __forceinline__ void StoreTileTransposedBf16(const float (&c0)[4], co
                "r"(PackBf16(c0[0], c0[1])), "r"(PackBf16(c0[2], c0[3])),
                "r"(PackBf16(c1[0], c1[1])), "r"(PackBf16(c1[2], c1[3]))
                : "memory");
+}
+
+// kRows rows of kCols bf16 from shared memory (row stride src_ld, rows 16-byte aligned) to rows
+// of global memory (row stride dst_ld), by kThreads threads (`thread`: this one's index among
+// them), 16 bytes each per step: whole rows per quarter-warp, so that every store fills its
+// 32-byte sectors (an accumulator's own 4-byte stores fill half of each).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void CopyRowsToGlobal(const __nv_bfloat16* src, int src_ld,
+                                                 __nv_bfloat16* dst, int dst_ld, int thread) {
+  constexpr int kPieces = kCols / 8;
+#pragma unroll
+  for (int i = thread; i < kRows * kPieces; i += kThreads) {
+    const int r = i / kPieces, c = (i % kPieces) * 8;
+    *reinterpret_cast<uint4*>(dst + r * dst_ld + c) =
+        *reinterpret_cast<const uint4*>(src + r * src_ld + c);
+  }
 }
 
 // 16-byte global -> shared copy that bypasses the registers (and L1).

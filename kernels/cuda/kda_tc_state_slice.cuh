@@ -43,22 +43,6 @@ struct StatePassSmem {
   static_assert(kBytes <= (kGroups == 1 ? 113 : 227) * 1024, "blocks per multiprocessor");
 };
 
-// kRows rows of kCols bf16 from shared memory (row stride `stride`, rows 16-byte aligned) to
-// contiguous rows in global memory, by kThreads threads (`thread`: this one's index among them),
-// 16 bytes each per step: whole rows per quarter-warp, so that every store fills its 32-byte
-// sectors (an accumulator's own 4-byte stores fill half of each).
-template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void CopyRowsToGlobal(const __nv_bfloat16* src, int stride,
-                                                 __nv_bfloat16* dst, int thread) {
-  constexpr int kPieces = kCols / 8;
-#pragma unroll
-  for (int i = thread; i < kRows * kPieces; i += kThreads) {
-    const int r = i / kPieces, c = (i % kPieces) * 8;
-    *reinterpret_cast<uint4*>(dst + r * kCols + c) =
-        *reinterpret_cast<const uint4*>(src + r * stride + c);
-  }
-}
-
 template <int KD>
 struct StateSlice {
   static constexpr int kMT = KD / 64;        // 16-row tiles per warp
