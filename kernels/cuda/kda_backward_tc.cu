@@ -13,7 +13,9 @@
 //    dS, and KdaSegmentCombine chains dS_end(j - 1) = P_j dS_end(j) + dS_ext,j from dht with
 //    the segment's transition P_j = prod (Diag(gamma) - W^T Kbar), chunks in reverse, which is
 //    the transpose of the forward's M_j = prod (Diag(gamma) - Kbar^T W): the forward kept it.
-// 3. KdaBackwardChunkKernel, one block per (chunk, head), every chunk at once. First the products
+// 3. KdaBackwardChunkKernel, one block of 16 warps per (chunk, head), every chunk at once (its
+//    shared memory allows one block per SM; 16 warps at 128 registers each rather than 8 at 168
+//    hide the latency of the MMA chains and shared-memory loads: 3.3 -> 3.0 ms). First the products
 //    over V: dQ = dO h^T, dW = -dVnew h^T, dKbar = Vnew dh^T, dA_qk = dO Vnew^T,
 //    dT_v = dVnew (beta V)^T, dv = beta T^T dVnew, the V part of dbeta, and
 //    dG_C = gamma sum_v h dh; they stay on chip for the rest (as two kernels, ~88 KB per block
@@ -58,7 +60,9 @@ constexpr int kChunk = kTcChunk;
 constexpr int kSliceV = kTcSliceV;
 constexpr int kST = kTileStrideA;
 constexpr int kPassThreads = 128;   // reverse pass: 4 warps
-constexpr int kChunkThreads = 256;  // chunk kernels: 8 warps
+constexpr int kChunkThreads = 512;  // chunk kernel: 16 warps (the register file at 128 each)
+// Column parts per 16-row tile in the chunk kernel: warp w takes row tile w % 4, part w / 4.
+constexpr int kChunkParts = kChunkThreads / 128;
 
 // ---------------------------------------------------------------------------------------------
 // Stage 2: the reverse state pass.
@@ -282,13 +286,13 @@ struct ChunkSmem {
   static constexpr size_t kDw = kT + kTile;
   static constexpr size_t kAq = kDw + kRowsK;
   static constexpr size_t kBeta = kAq + kTile;
-  static constexpr size_t kDbv = kBeta + sizeof(float) * kChunk;  // [2][64] dbeta's V part halves
-  static constexpr size_t kDbk = kDbv + sizeof(float) * 2 * kChunk;  // dbeta's other parts
-  static constexpr size_t kAqd = kDbk + sizeof(float) * kChunk;      // s dA_qk[r][r], fp32
-  static constexpr size_t kGam = kAqd + sizeof(float) * kChunk;      // gamma [K]
-  static constexpr size_t kDgcV = kGam + sizeof(float) * KD;         // gamma sum_v h dh [K]
-  static constexpr size_t kDgcK = kDgcV + sizeof(float) * KD;        // dG_C's Kbar part [K]
-  static constexpr size_t kRstd = kDgcK + sizeof(float) * KD;  // q, k rows' L2 factors [2][64]
+  static constexpr size_t kDbv = kBeta + sizeof(float) * kChunk;  // dbeta's V part, per column part
+  static constexpr size_t kDbk = kDbv + sizeof(float) * kChunkParts * kChunk;  // its other parts
+  static constexpr size_t kAqd = kDbk + sizeof(float) * kChunk;  // s dA_qk[r][r], fp32
+  static constexpr size_t kGam = kAqd + sizeof(float) * kChunk;  // gamma [K]
+  static constexpr size_t kDgcV = kGam + sizeof(float) * KD;     // gamma sum_v h dh [K]
+  static constexpr size_t kDgcK = kDgcV + sizeof(float) * KD;    // dG_C's Kbar part [K]
+  static constexpr size_t kRstd = kDgcK + sizeof(float) * KD;    // q, k rows' L2 factors [2][64]
   static constexpr size_t kRowDot = kRstd + sizeof(float) * 2 * kChunk;  // [2][64]
   static constexpr size_t kMma = kRowDot + sizeof(float) * 2 * kChunk;   // int [4]
   static constexpr size_t kKeptEnd = kMma + 16;
@@ -330,7 +334,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   bf16* dws = reinterpret_cast<bf16*>(smem + L::kDw);  // dW = -dVnew h^T      [64][SK]
   bf16* aqs = reinterpret_cast<bf16*>(smem + L::kAq);  // s dA_qk (j < r)      [64][ST]
   float* bs = reinterpret_cast<float*>(smem + L::kBeta);
-  float* dbv = reinterpret_cast<float*>(smem + L::kDbv);        // [2][64] dbeta, V part halves
+  float* dbv = reinterpret_cast<float*>(smem + L::kDbv);        // [parts][64] dbeta, V part
   float* dbk = reinterpret_cast<float*>(smem + L::kDbk);        // dbeta, K and pairwise parts
   float* aqd = reinterpret_cast<float*>(smem + L::kAqd);        // s dA_qk[r][r], fp32
   float* gam = reinterpret_cast<float*>(smem + L::kGam);        // gamma [K]
@@ -364,11 +368,13 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   const float scale = p.scale;
   const ChunkInputTransforms* tr = kTransforms ? &p.tr : nullptr;
   const bool l2norm = kTransforms && p.tr.qk_l2norm;
-  // Every product below: warp w takes row tile a = w % 4 (16 rows) and column half w / 4; a
-  // thread's accumulators sit at rows 16 a + g8 (+ 8) and columns 2 t4 (+ 1) of each 8-wide
-  // column tile, in the V phase and the K phase alike, so what one hands to the other stays in
-  // the thread that formed it.
-  const int a = warp & 3, half = warp >> 2;
+  // Every product below: warp w takes row tile a = w % 4 (16 rows) and column part w / 4, a
+  // kChunkParts-th of the columns; a thread's accumulators sit at rows 16 a + g8 (+ 8) and columns
+  // 2 t4 (+ 1) of each 8-wide column tile, in the V phase and the K phase alike, so what one hands
+  // to the other stays in the thread that formed it. kNJ: the 8-wide tiles of a warp's part of a
+  // 64-wide product.
+  const int a = warp & 3, part = warp >> 2;
+  constexpr int kNJ = kChunk / (8 * kChunkParts);
 
   // 1. Issue every copy, in three groups: what stages 2 and 3 read; h and dh (stages 4 to 6); q
   // and k (the K phase). Rows past the chunk's end: zeros.
@@ -422,17 +428,17 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   CpAsyncWaitPending<2>();
   __syncthreads();
 
-  // 2. dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the half; the A operand
+  // 2. dA_qk = dO Vnew^T and dT_v = (dVnew V^T) Diag(beta) (columns j of the part; the A operand
   // is -dVnew, so the product is -dT_v until beta's factor flips it). s dA_qk goes
   // to shared memory as the pairwise terms read it: strictly lower in bf16 (their MMA operand)
   // and the diagonal s dA_qk[r][r] in fp32 apart (it adds s dA_qk[r][r] k_r to dq_r and
   // s dA_qk[r][r] q_r to dk_r, exactly, and nothing to dG). dT_v stays in registers for stage 8.
-  float dtv[4][4];
+  float dtv[kNJ][4];
   {
-    const int n0 = half * (kChunk / 2);
-    float a1[4][4] = {};
+    const int n0 = part * (kChunk / kChunkParts);
+    float a1[kNJ][4] = {};
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < kNJ; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) dtv[nt][e] = 0.0f;
     }
@@ -442,21 +448,21 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       LoadFragA(fo, dos + 16 * a * SV, SV, k0);
       LoadFragAT(fv, dvs, ST, 16 * a, k0);
 #pragma unroll
-      for (int nt = 0; nt < 4; nt += 2) {
+      for (int nt = 0; nt < kNJ; nt += 2) {
         uint32_t fb0[2], fb1[2];
         LoadFragB2(fb0, fb1, vns, ST, k0, n0 + 8 * nt);
         MmaBf16(a1[nt], fo, fb0);
         MmaBf16(a1[nt + 1], fo, fb1);
       }
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNJ; ++nt) {
         uint32_t fb[2];
         LoadFragBT(fb, vs + (n0 + 8 * nt) * SV, SV, k0);
         MmaBf16(dtv[nt], fv, fb);
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < kNJ; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
@@ -472,8 +478,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   }
   // 3. dBv = T^T dVnew (formed as -dBv from -dVnew): dv = beta dBv, dbeta (V part) = sum_v dBv V.
   {
-    constexpr int kN = VD / 16;
-    const int n0 = half * (VD / 2);
+    constexpr int kN = VD / (8 * kChunkParts);
+    const int n0 = part * (VD / kChunkParts);
     float ab[kN][4] = {};
     for (int kt = a; kt < kChunk / 16; ++kt) {  // T[m][r] = 0 for m < r
       uint32_t fa[4];
@@ -485,14 +491,14 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
         MmaBf16(ab[nt], fa, fb);
       }
     }
-    float part[2] = {0.0f, 0.0f};  // rows g8, g8 + 8 of the tile
+    float dbv_row[2] = {0.0f, 0.0f};  // rows g8, g8 + 8 of the tile
 #pragma unroll
     for (int nt = 0; nt < kN; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4;
         const float b0 = -ab[nt][e], b1 = -ab[nt][e + 1];
-        part[e >> 1] +=
+        dbv_row[e >> 1] +=
             b0 * __bfloat162float(vs[r * SV + c]) + b1 * __bfloat162float(vs[r * SV + c + 1]);
         if (r < len) {
           *reinterpret_cast<uint32_t*>(p.dv + ((cd.row_start + r) * heads + h) * VD + c) =
@@ -502,20 +508,20 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      part[i] += __shfl_xor_sync(0xffffffffu, part[i], 1);
-      part[i] += __shfl_xor_sync(0xffffffffu, part[i], 2);
+      dbv_row[i] += __shfl_xor_sync(0xffffffffu, dbv_row[i], 1);
+      dbv_row[i] += __shfl_xor_sync(0xffffffffu, dbv_row[i], 2);
     }
     if (t4 == 0) {
-      dbv[half * kChunk + 16 * a + g8] = part[0];
-      dbv[half * kChunk + 16 * a + g8 + 8] = part[1];
+      dbv[part * kChunk + 16 * a + g8] = dbv_row[0];
+      dbv[part * kChunk + 16 * a + g8 + 8] = dbv_row[1];
     }
   }
-  // 4. dQ = dO h^T and dW = -dVnew h^T (columns d of the half), once h and dh are in.
+  // 4. dQ = dO h^T and dW = -dVnew h^T (columns d of the part), once h and dh are in.
   CpAsyncWaitPending<1>();
   __syncthreads();
   {
-    constexpr int kN = KD / 16;
-    const int n0 = half * (KD / 2);
+    constexpr int kN = KD / (8 * kChunkParts);
+    const int n0 = part * (KD / kChunkParts);
     float aq[kN][4] = {}, aw[kN][4] = {};
 #pragma unroll 2
     for (int k0 = 0; k0 < VD; k0 += 16) {
@@ -578,11 +584,11 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   // The gate's loads go out now (its cumsum lands over h and dh once stage 6 is done with dh).
   ChunkGatePieces<KD, kChunkThreads> gate;
   FetchChunkGate<KD, kChunkThreads>(gate, p.g, cd, heads, h);
-  // 6. dKbar = Vnew dh^T (columns d of the half), while the gate's loads are in flight; to shared
+  // 6. dKbar = Vnew dh^T (columns d of the part), while the gate's loads are in flight; to shared
   // memory over Vnew and V once every warp is done with them.
   {
-    constexpr int kN = KD / 16;
-    const int n0 = half * (KD / 2);
+    constexpr int kN = KD / (8 * kChunkParts);
+    const int n0 = part * (KD / kChunkParts);
     float ak[kN][4] = {};
 #pragma unroll 2
     for (int k0 = 0; k0 < VD; k0 += 16) {
@@ -624,20 +630,20 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 
   // 8. dT = dT_v + dW (beta K e^G)^T.
   {
-    const int n0 = half * 32;
+    const int n0 = part * (kChunk / kChunkParts);
 #pragma unroll 2
     for (int k0 = 0; k0 < KD; k0 += 16) {
       uint32_t fa[4];
       LoadFragA(fa, dws + 16 * a * SK, SK, k0);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNJ; ++nt) {
         uint32_t fb[2];
         LoadFragBT(fb, bks + (n0 + 8 * nt) * SK, SK, k0);
         MmaBf16(dtv[nt], fa, fb);
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < kNJ; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4 + (e & 1);
@@ -648,13 +654,13 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   __syncthreads();
   // 9. T^T dT (over dT once every warp has read it).
   {
-    const int n0 = half * 32;
-    float acc[4][4] = {};
+    const int n0 = part * (kChunk / kChunkParts);
+    float acc[kNJ][4] = {};
     for (int kt = a; kt < kChunk / 16; ++kt) {  // T[x][r] = 0 for x < r
       uint32_t fa[4];
       LoadFragAT(fa, ts, ST, 16 * a, 16 * kt);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNJ; ++nt) {
         uint32_t fb[2];
         LoadFragB(fb, dts, ST, 16 * kt, n0 + 8 * nt);
         MmaBf16(acc[nt], fa, fb);
@@ -662,7 +668,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     }
     __syncthreads();
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < kNJ; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4 + (e & 1);
@@ -673,21 +679,21 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   __syncthreads();
   // 10. dA_kk = -(T^T dT) T^T, strictly lower.
   {
-    const int n0 = half * 32;
-    float acc[4][4] = {};
+    const int n0 = part * (kChunk / kChunkParts);
+    float acc[kNJ][4] = {};
 #pragma unroll
     for (int kt = 0; kt < kChunk / 16; ++kt) {
       uint32_t fa[4];
       LoadFragA(fa, dts + 16 * a * ST, ST, 16 * kt);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNJ; ++nt) {
         uint32_t fb[2];
         LoadFragBT(fb, ts + (n0 + 8 * nt) * ST, ST, 16 * kt);
         MmaBf16(acc[nt], fa, fb);
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < kNJ; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = 16 * a + g8 + (e >> 1) * 8, c = n0 + 8 * nt + 2 * t4 + (e & 1);
@@ -697,10 +703,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   }
   __syncthreads();
 
-  // 11. Per 32-column block of the warp's half of K: dBk = T^T dW, the pairwise row side (tiles
-  // 0..a against reference row 16 a) and column side (tiles a..3 against reference row
-  // 16 a + 15), the element-wise terms; dq and dk go out, dG is kept for the cumsum.
-  constexpr int kCB = KD / 64;
+  // 11. Per block of kNB 8-wide column tiles of the warp's part of K: dBk = T^T dW, the pairwise
+  // row side (tiles 0..a against reference row 16 a) and column side (tiles a..3 against reference
+  // row 16 a + 15), the element-wise terms; dq and dk go out, dG is kept for the cumsum.
+  constexpr int kNB = 2, kCB = KD / (8 * kNB * kChunkParts);
   const int ref = 16 * a, mref = 16 * a + 15;
   const bool mma_diag = diag_mma[a] != 0;
   float dbeta_part[2] = {0.0f, 0.0f}, qdot_part[2] = {0.0f, 0.0f}, kdot_part[2] = {0.0f, 0.0f};
@@ -709,16 +715,16 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   // dG of the block waits in the thread's dQ slots, read just before (G is still being read).
 #pragma unroll 1
   for (int cb = 0; cb < kCB; ++cb) {
-    const int n0 = half * (KD / 2) + 32 * cb;
-    float bk_acc[4][4] = {}, pq[4][4] = {}, pk[4][4] = {}, js[4][4] = {};
+    const int n0 = part * (KD / kChunkParts) + 8 * kNB * cb;
+    float bk_acc[kNB][4] = {}, pq[kNB][4] = {}, pk[kNB][4] = {}, js[kNB][4] = {};
     // This thread's dQ and dKbar of the block (stages 4 and 6 formed them at the same rows and
     // columns), read now so that their latency hides behind the products below.
-    float2 dqs_in[4][2], dkb_in[4][2];
+    float2 dqs_in[kNB][2], dkb_in[kNB][2];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < kNB; ++nt) {
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
-        const int i = (2 * (4 * cb + nt) + e2) * kChunkThreads + tid;
+        const int i = (2 * (kNB * cb + nt) + e2) * kChunkThreads + tid;
         dqs_in[nt][e2] = dqf[i];
         dkb_in[nt][e2] = dkf[i];
       }
@@ -727,7 +733,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       uint32_t fa[4];
       LoadFragAT(fa, ts, ST, 16 * a, 16 * kt);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNB; ++nt) {
         uint32_t fb[2];
         LoadFragB(fb, dws, SK, 16 * kt, n0 + 8 * nt);
         MmaBf16(bk_acc[nt], fa, fb);
@@ -740,7 +746,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       LoadFragA(faq, aqs + 16 * a * ST, ST, 16 * kt);
       LoadFragA(fak, aks + 16 * a * ST, ST, 16 * kt);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNB; ++nt) {
         const int d = n0 + 8 * nt + g8;
         const float gref = G[ref * SG + d];
         uint32_t yh[2], yl[2];
@@ -764,7 +770,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       LoadFragAT(faq, aqs, ST, 16 * a, 16 * kt);
       LoadFragAT(fak, aks, ST, 16 * a, 16 * kt);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNB; ++nt) {
         const int d = n0 + 8 * nt + g8;
         const float gm = G[mref * SG + d];
         uint32_t xqh[2], xql[2], xkh[2], xkl[2];
@@ -786,10 +792,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     // A diagonal tile past kMaxTileSpan: its pairwise terms in fp32 with exponents <= 0, for
     // the block's 16 elements in one loop (one copy of this code, not one per unrolled element
     // below: those copies overflowed the instruction cache). fb is read only on this path.
-    float fb[3][16];
+    float fb[3][4 * kNB];
     if (!mma_diag) {
 #pragma unroll 1
-      for (int i = 0; i < 16; ++i) {
+      for (int i = 0; i < 4 * kNB; ++i) {
         const int e = i & 3;
         const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * (i >> 2) + 2 * t4 + (e & 1);
         const float gr = G[r * SG + d];
@@ -812,7 +818,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     }
     // Element-wise terms and the outputs.
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < kNB; ++nt) {
       float dq_out[4], dk_out[4], dg_out[4], dgc_part[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -848,7 +854,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
           // Gradients w.r.t. the normalised rows, rounded to bf16 (as the unfused op passed them
           // on), wait in this thread's dKbar slots (read above) for the rows' dot products (the
           // same code with the norm off, so that this loop is not compiled twice).
-          reinterpret_cast<uint2*>(dkf)[(2 * (4 * cb + nt) + (e >> 1)) * kChunkThreads + tid] =
+          reinterpret_cast<uint2*>(dkf)[(2 * (kNB * cb + nt) + (e >> 1)) * kChunkThreads + tid] =
               make_uint2(dq2, dk2);
           const float2 q2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dq2));
           const float2 k2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&dk2));
@@ -863,7 +869,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
           *reinterpret_cast<uint32_t*>(p.dq + off) = dq2;
           *reinterpret_cast<uint32_t*>(p.dk + off) = dk2;
         }
-        dqf[(2 * (4 * cb + nt) + (e >> 1)) * kChunkThreads + tid] =
+        dqf[(2 * (kNB * cb + nt) + (e >> 1)) * kChunkThreads + tid] =
             make_float2(dg_out[e], dg_out[e + 1]);
       }
       // dG_C's Kbar part: sum over the 16 rows of the tile (lanes with the same t4).
@@ -903,10 +909,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   }
   __syncthreads();  // G is dead: dG goes over it
 #pragma unroll
-  for (int nt = 0; nt < KD / 16; ++nt) {
+  for (int nt = 0; nt < KD / (8 * kChunkParts); ++nt) {
 #pragma unroll
     for (int e2 = 0; e2 < 2; ++e2) {
-      const int r = 16 * a + g8 + 8 * e2, d = half * (KD / 2) + 8 * nt + 2 * t4;
+      const int r = 16 * a + g8 + 8 * e2, d = part * (KD / kChunkParts) + 8 * nt + 2 * t4;
       *reinterpret_cast<float2*>(dGs + r * SG + d) = dqf[(2 * nt + e2) * kChunkThreads + tid];
     }
   }
@@ -940,10 +946,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     // dq = rstd (dq^ - q^ <q^, dq^>) and the same for dk (the L2 norm's chain rule; as they are
     // with it off); loops left rolled, as not hot (instruction cache).
 #pragma unroll 1
-    for (int nt = 0; nt < KD / 16; ++nt) {
+    for (int nt = 0; nt < KD / (8 * kChunkParts); ++nt) {
 #pragma unroll 1
       for (int e2 = 0; e2 < 2; ++e2) {
-        const int r = 16 * a + g8 + 8 * e2, d = half * (KD / 2) + 8 * nt + 2 * t4;
+        const int r = 16 * a + g8 + 8 * e2, d = part * (KD / kChunkParts) + 8 * nt + 2 * t4;
         if (r >= len) continue;
         const uint2 x = reinterpret_cast<const uint2*>(dkf)[(2 * nt + e2) * kChunkThreads + tid];
         const float2 dq2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.x));
@@ -964,7 +970,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   }
   __syncthreads();
   if (tid < len) {
-    float db = dbk[tid] + (dbv[tid] + dbv[kChunk + tid]);
+    float db = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kChunkParts; ++q) db += dbv[q * kChunk + tid];
+    db += dbk[tid];
     if (kTransforms && p.tr.beta_sigmoid) db *= bs[tid] * (1.0f - bs[tid]);  // the sigmoid's
     StoreF(p.dbeta + (cd.row_start + tid) * heads + h, db);
   }
