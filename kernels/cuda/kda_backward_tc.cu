@@ -739,12 +739,16 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
         MmaBf16(bk_acc[nt], fa, fb);
       }
     }
-    // Row side: Y[j][d] = k_jd 2^{G_ref,d - G_jd}.
+    // Row side: Y[j][d] = k_jd 2^{G_ref,d - G_jd}. k comes in the B fragments' layout (rows j,
+    // j + 1 of column d packed in one register, for the block's two column tiles in one
+    // ldmatrix), the factors per element.
+    static_assert(kNB == 2, "one x4 ldmatrix per block and row tile");
     const int kt_row_end = mma_diag ? a + 1 : a;
     for (int kt = 0; kt < kt_row_end; ++kt) {
-      uint32_t faq[4], fak[4];
+      uint32_t faq[4], fak[4], kf[kNB][2];
       LoadFragA(faq, aqs + 16 * a * ST, ST, 16 * kt);
       LoadFragA(fak, aks + 16 * a * ST, ST, 16 * kt);
+      LoadFragB2(kf[0], kf[1], ks, SK, 16 * kt, n0);
 #pragma unroll
       for (int nt = 0; nt < kNB; ++nt) {
         const int d = n0 + 8 * nt + g8;
@@ -753,10 +757,9 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 #pragma unroll
         for (int jj = 0; jj < 2; ++jj) {
           const int j = 16 * kt + 2 * t4 + 8 * jj;
-          PackBf16Split(
-              __bfloat162float(ks[j * SK + d]) * Exp2Ftz(gref - G[j * SG + d]),
-              __bfloat162float(ks[(j + 1) * SK + d]) * Exp2Ftz(gref - G[(j + 1) * SG + d]), yh[jj],
-              yl[jj]);
+          const float2 k2 = UnpackBf16x2(kf[nt][jj]);
+          PackBf16Split(k2.x * Exp2Ftz(gref - G[j * SG + d]),
+                        k2.y * Exp2Ftz(gref - G[(j + 1) * SG + d]), yh[jj], yl[jj]);
         }
         MmaBf16(pq[nt], faq, yh);
         MmaBf16(pq[nt], faq, yl);
@@ -766,9 +769,11 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     }
     // Column side: X_q[r][d] = q_rd 2^{G_rd - G_mref,d}, X_k = beta_r k_rd 2^{G_rd - G_mref,d}.
     for (int kt = mma_diag ? a : a + 1; kt < kChunk / 16; ++kt) {
-      uint32_t faq[4], fak[4];
+      uint32_t faq[4], fak[4], qf[kNB][2], kf[kNB][2];
       LoadFragAT(faq, aqs, ST, 16 * a, 16 * kt);
       LoadFragAT(fak, aks, ST, 16 * a, 16 * kt);
+      LoadFragB2(qf[0], qf[1], qs, SK, 16 * kt, n0);
+      LoadFragB2(kf[0], kf[1], ks, SK, 16 * kt, n0);
 #pragma unroll
       for (int nt = 0; nt < kNB; ++nt) {
         const int d = n0 + 8 * nt + g8;
@@ -778,10 +783,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
         for (int jj = 0; jj < 2; ++jj) {
           const int r = 16 * kt + 2 * t4 + 8 * jj;
           const float e0 = Exp2Ftz(G[r * SG + d] - gm), e1 = Exp2Ftz(G[(r + 1) * SG + d] - gm);
-          PackBf16Split(__bfloat162float(qs[r * SK + d]) * e0,
-                        __bfloat162float(qs[(r + 1) * SK + d]) * e1, xqh[jj], xql[jj]);
-          PackBf16Split(bs[r] * __bfloat162float(ks[r * SK + d]) * e0,
-                        bs[r + 1] * __bfloat162float(ks[(r + 1) * SK + d]) * e1, xkh[jj], xkl[jj]);
+          const float2 q2 = UnpackBf16x2(qf[nt][jj]), k2 = UnpackBf16x2(kf[nt][jj]);
+          const float2 b2 = *reinterpret_cast<const float2*>(bs + r);
+          PackBf16Split(q2.x * e0, q2.y * e1, xqh[jj], xql[jj]);
+          PackBf16Split(b2.x * k2.x * e0, b2.y * k2.y * e1, xkh[jj], xkl[jj]);
         }
         MmaBf16(js[nt], faq, xqh);
         MmaBf16(js[nt], faq, xql);
@@ -820,23 +825,39 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 #pragma unroll
     for (int nt = 0; nt < kNB; ++nt) {
       float dq_out[4], dk_out[4], dg_out[4], dgc_part[2] = {0.0f, 0.0f};
+      // What the thread's accumulator elements read, two columns at a time: G at the reference
+      // rows and the chunk's last row (per column), G, q and k at its two rows.
+      const int dc = n0 + 8 * nt + 2 * t4;
+      const float2 gref2 = *reinterpret_cast<const float2*>(G + ref * SG + dc);
+      const float2 gm2 = *reinterpret_cast<const float2*>(G + mref * SG + dc);
+      const float2 gl2 = *reinterpret_cast<const float2*>(G + (kChunk - 1) * SG + dc);
+      float2 gr2[2], qr2[2], kr2[2];
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = 16 * a + g8 + 8 * h2;
+        gr2[h2] = *reinterpret_cast<const float2*>(G + r * SG + dc);
+        qr2[h2] = UnpackBf16x2(*reinterpret_cast<const uint32_t*>(qs + r * SK + dc));
+        kr2[h2] = UnpackBf16x2(*reinterpret_cast<const uint32_t*>(ks + r * SK + dc));
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = 16 * a + g8 + (e >> 1) * 8, d = n0 + 8 * nt + 2 * t4 + (e & 1);
-        const float gr = G[r * SG + d];
-        float dqp = Exp2Ftz(gr - G[ref * SG + d]) * pq[nt][e];
-        float pkv = Exp2Ftz(gr - G[ref * SG + d]) * pk[nt][e];
-        float dkj = Exp2Ftz(G[mref * SG + d] - gr) * js[nt][e];
+        const int r = 16 * a + g8 + (e >> 1) * 8;
+        const bool y = (e & 1) != 0;
+        const float gr = y ? gr2[e >> 1].y : gr2[e >> 1].x;
+        const float gref = y ? gref2.y : gref2.x, gm = y ? gm2.y : gm2.x, gl = y ? gl2.y : gl2.x;
+        float dqp = Exp2Ftz(gr - gref) * pq[nt][e];
+        float pkv = Exp2Ftz(gr - gref) * pk[nt][e];
+        float dkj = Exp2Ftz(gm - gr) * js[nt][e];
         if (!mma_diag) {
           dqp += fb[0][4 * nt + e];
           pkv += fb[1][4 * nt + e];
           dkj += fb[2][4 * nt + e];
         }
-        const float qv = __bfloat162float(qs[r * SK + d]), kv = __bfloat162float(ks[r * SK + d]);
+        const float qv = y ? qr2[e >> 1].y : qr2[e >> 1].x, kv = y ? kr2[e >> 1].y : kr2[e >> 1].x;
         const float br = bs[r];
-        const float eg = Exp2Ftz(gr), ebar = Exp2Ftz(G[(kChunk - 1) * SG + d] - gr);
-        const float dqs = (e & 1) ? dqs_in[nt][e >> 1].y : dqs_in[nt][e >> 1].x;
-        const float dkb = (e & 1) ? dkb_in[nt][e >> 1].y : dkb_in[nt][e >> 1].x;
+        const float eg = Exp2Ftz(gr), ebar = Exp2Ftz(gl - gr);
+        const float dqs = y ? dqs_in[nt][e >> 1].y : dqs_in[nt][e >> 1].x;
+        const float dkb = y ? dkb_in[nt][e >> 1].y : dkb_in[nt][e >> 1].x;
         const float dbk = bk_acc[nt][e];
         dq_out[e] = scale * eg * dqs + dqp + aqd[r] * kv;
         dk_out[e] = br * dbk * eg + dkb * ebar + br * pkv + dkj + aqd[r] * qv;

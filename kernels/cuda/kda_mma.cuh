@@ -63,6 +63,11 @@ __device__ __forceinline__ void PackBf16Split(float x0, float x1, uint32_t& hi, 
   lo = PackBf16(x0 - __low2float(h), x1 - __high2float(h));
 }
 
+// The two bf16 of a packed register (the low half first), as floats (exact).
+__device__ __forceinline__ float2 UnpackBf16x2(uint32_t x) {
+  return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+}
+
 // The `ldmatrix` forms the fragment loaders below use: each lane passes the shared-memory address
 // of the 16-byte row it supplies (lanes 8 i .. 8 i + 7 for matrix i; for x2, lanes 0-15), and
 // register i receives matrix i's fragment (lane l: row l / 4, elements 2 (l % 4) and + 1; with
