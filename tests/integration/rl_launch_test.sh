@@ -153,9 +153,18 @@ kill -9 "$pid"
 # The launcher's metrics hub serves the live run; Prometheus accepts its /metrics.
 url="$(grep -o "dashboard: http://[0-9.:]*/" "$tmp/run2.log" | head -1 | cut -d' ' -f2)"
 [ -n "$url" ] || fail "no dashboard address printed"
-python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
-  "${url}metrics" >"$tmp/metrics.txt" || fail "no /metrics from the live hub at $url"
-grep -q '^orrery_fleet_up' "$tmp/metrics.txt" || fail "no fleet series in the live /metrics"
+# The fleet's records reach the hub once per metrics interval over PUB/SUB (the first ones can
+# go before the subscription has propagated), so the series may lag the run's first versions:
+# scrape until they are there, as Prometheus would, for at most 10 s.
+fleet_series=""
+for _ in $(seq 1 50); do
+  python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "${url}metrics" >"$tmp/metrics.txt" || fail "no /metrics from the live hub at $url"
+  if grep -q '^orrery_fleet_up' "$tmp/metrics.txt"; then fleet_series=1; break; fi
+  kill -0 "$launch_pid" 2>/dev/null || break
+  sleep 0.2
+done
+[ -n "$fleet_series" ] || fail "no fleet series in the live /metrics within 10 s"
 promtool check metrics <"$tmp/metrics.txt" >"$tmp/promtool.txt" 2>&1 ||
   fail "promtool rejects the live /metrics: $(cat "$tmp/promtool.txt")"
 if ! wait "$launch_pid"; then launch_pid=""; fail "launch with faults exited non-zero"; fi
