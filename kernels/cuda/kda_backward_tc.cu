@@ -378,46 +378,21 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 
   // 1. Issue every copy, in three groups: what stages 2 and 3 read; h and dh (stages 4 to 6); q
   // and k (the K phase). Rows past the chunk's end: zeros.
-  for (int i = tid; i < VD * kChunk / 8; i += kChunkThreads) {
-    const int v = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
-    CpAsync16(vns + v * ST + c, p.vnew + (tile * VD + v) * kChunk + c);
-    CpAsync16(dvs + v * ST + c, p.ndvnew + (tile * VD + v) * kChunk + c);
-  }
-  for (int i = tid; i < kChunk * VD / 8; i += kChunkThreads) {
-    const int r = i / (VD / 8), c = (i % (VD / 8)) * 8;
-    if (r < len) {
-      const int64_t off = ((cd.row_start + r) * heads + h) * VD + c;
-      CpAsync16(dos + r * SV + c, p.d_o + off);
-      CpAsync16(vs + r * SV + c, p.v + off);
-    } else {
-      *reinterpret_cast<uint4*>(dos + r * SV + c) = make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(vs + r * SV + c) = make_uint4(0, 0, 0, 0);
-    }
-  }
-  for (int i = tid; i < kChunk * kChunk / 8; i += kChunkThreads) {
-    const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
-    CpAsync16(ts + r * ST + c, p.tinv + (row_base + r) * kChunk + c);
-  }
+  const int64_t row0 =
+      cd.row_start * heads + h;  // the chunk's first token row, in rows of one head
+  CopyTileToShared<VD, kChunk, kChunkThreads>(vns, ST, p.vnew + tile * VD * kChunk, kChunk, tid);
+  CopyTileToShared<VD, kChunk, kChunkThreads>(dvs, ST, p.ndvnew + tile * VD * kChunk, kChunk, tid);
+  CopyTileToShared<kChunk, VD, kChunkThreads>(dos, SV, p.d_o + row0 * VD, heads * VD, tid, len);
+  CopyTileToShared<kChunk, VD, kChunkThreads>(vs, SV, p.v + row0 * VD, heads * VD, tid, len);
+  CopyTileToShared<kChunk, kChunk, kChunkThreads>(ts, ST, p.tinv + row_base * kChunk, kChunk, tid);
   for (int i = tid; i < KD / 4; i += kChunkThreads)
     CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
   CpAsyncCommit();
-  for (int i = tid; i < VD * KD / 8; i += kChunkThreads) {
-    const int v = i / (KD / 8), c = (i % (KD / 8)) * 8;
-    CpAsync16(hs + v * SK + c, p.h + (tile * VD + v) * KD + c);
-    CpAsync16(dhs + v * SK + c, p.dh + (tile * VD + v) * KD + c);
-  }
+  CopyTileToShared<VD, KD, kChunkThreads>(hs, SK, p.h + tile * VD * KD, KD, tid);
+  CopyTileToShared<VD, KD, kChunkThreads>(dhs, SK, p.dh + tile * VD * KD, KD, tid);
   CpAsyncCommit();
-  for (int i = tid; i < kChunk * KD / 8; i += kChunkThreads) {
-    const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-    if (r < len) {
-      const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
-      CpAsync16(qs + r * SK + c, p.q + off);
-      CpAsync16(ks + r * SK + c, p.k + off);
-    } else {
-      *reinterpret_cast<uint4*>(qs + r * SK + c) = make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(ks + r * SK + c) = make_uint4(0, 0, 0, 0);
-    }
-  }
+  CopyTileToShared<kChunk, KD, kChunkThreads>(qs, SK, p.q + row0 * KD, heads * KD, tid, len);
+  CopyTileToShared<kChunk, KD, kChunkThreads>(ks, SK, p.k + row0 * KD, heads * KD, tid, len);
   CpAsyncCommit();
   if (tid < kChunk) {
     bs[tid] = tid < len ? LoadBeta(p.beta + (cd.row_start + tid) * heads + h, tr) : 0.0f;

@@ -225,6 +225,34 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
 
+// A [kRows][kCols] bf16 tile from global rows (row stride src_ld) into shared rows (row stride
+// dst_ld, 16-byte aligned) as 16-byte `cp.async` pieces, by kThreads threads (`thread`: this one's
+// index among them); rows from valid_rows on are zero-filled instead. Each thread keeps one column
+// piece and steps its two pointers by whole rows, a few instructions a copy (an index divided into
+// row and column per piece cost ~25).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void CopyTileToShared(__nv_bfloat16* dst, int dst_ld,
+                                                 const __nv_bfloat16* src, int64_t src_ld,
+                                                 int thread, int valid_rows = kRows) {
+  constexpr int kPieces = kCols / 8;
+  static_assert(kThreads % kPieces == 0, "a thread's pieces share their column");
+  constexpr int kRowStep = kThreads / kPieces;
+  static_assert(kRows % kRowStep == 0, "every thread the same number of pieces");
+  const int c = (thread % kPieces) * 8, r0 = thread / kPieces;
+  const __nv_bfloat16* s = src + r0 * src_ld + c;
+  __nv_bfloat16* d = dst + r0 * dst_ld + c;
+#pragma unroll
+  for (int it = 0; it < kRows / kRowStep; ++it) {
+    if (r0 + it * kRowStep < valid_rows) {
+      CpAsync16(d, s);
+    } else {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+    s += kRowStep * src_ld;
+    d += kRowStep * dst_ld;
+  }
+}
+
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
