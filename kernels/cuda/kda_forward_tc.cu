@@ -422,13 +422,10 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
   // Stage one of a chunk's copies: W and U (what Vnew = U - W S reads first).
   auto load_wu = [&](int64_t ch) {
     const int64_t tile = ch * heads + h;
-    for (int i = tid; i < kChunk * KD / 8; i += kThreads) {
-      const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-      CpAsync16(ws + r * SK + c, p.w + (tile * kChunk + r) * KD + c);
-    }
-    for (int i = gtid; i < kChunk * kSliceV / 8; i += kPassThreads) {
-      const int r = i / (kSliceV / 8), c = (i % (kSliceV / 8)) * 8;
-      if (!transition) CpAsync16(us + r * SU + c, p.u + (tile * kChunk + r) * vd + v0 + c);
+    CopyTileToShared<kChunk, KD, kThreads>(ws, SK, p.w + tile * kChunk * KD, KD, tid);
+    if (!transition) {
+      CopyTileToShared<kChunk, kSliceV, kPassThreads>(us, SU, p.u + tile * kChunk * vd + v0, vd,
+                                                      gtid);
     }
     CpAsyncCommit();
   };
@@ -439,18 +436,12 @@ __global__ void __launch_bounds__(kPassThreads* kGroups, kGroups == 1 ? 2 : 1)
     const ChunkDesc cd = p.chunks[ch];  // read at the top: its rows are needed at the end
     // The chunk's other operands; W and U are already on their way (issued for this chunk
     // while the previous one finished). The previous iteration ended with a barrier.
-    for (int i = tid; i < kChunk * KD / 8; i += kThreads) {
-      const int r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-      if (p.o != nullptr) CpAsync16(qs + r * SK + c, p.qg + (tile * kChunk + r) * KD + c);
+    if (p.o != nullptr) {
+      CopyTileToShared<kChunk, KD, kThreads>(qs, SK, p.qg + tile * kChunk * KD, KD, tid);
+      CopyTileToShared<kChunk, kChunk, kThreads>(as, ST, p.aqk + tile * kChunk * kChunk, kChunk,
+                                                 tid);
     }
-    for (int i = tid; i < KD * kChunk / 8; i += kThreads) {
-      const int d = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
-      CpAsync16(kb + d * ST + c, p.kbar_t + (tile * KD + d) * kChunk + c);
-    }
-    for (int i = tid; i < kChunk * kChunk / 8; i += kThreads) {
-      const int r = i / (kChunk / 8), c = (i % (kChunk / 8)) * 8;
-      if (p.o != nullptr) CpAsync16(as + r * ST + c, p.aqk + (tile * kChunk + r) * kChunk + c);
-    }
+    CopyTileToShared<KD, kChunk, kThreads>(kb, ST, p.kbar_t + tile * KD * kChunk, kChunk, tid);
     for (int i = tid; i < KD / 4; i += kThreads)
       CpAsync16(gam + 4 * i, p.gamma + tile * KD + 4 * i);
     CpAsyncCommit();
