@@ -15,8 +15,8 @@
 //    the transpose of the forward's M_j = prod (Diag(gamma) - Kbar^T W): the forward kept it.
 // 3. KdaBackwardChunkKernel, one block of 16 warps per (chunk, head), every chunk at once (its
 //    shared memory allows one block per SM; 16 warps at 128 registers each rather than 8 at 168
-//    hide the latency of the MMA chains and shared-memory loads: 3.3 -> 3.0 ms). First the products
-//    over V: dQ = dO h^T, dW = -dVnew h^T, dKbar = Vnew dh^T, dA_qk = dO Vnew^T,
+//    hide the latency of the MMA chains and shared-memory loads: 3.3 -> 2.9 ms at 8x8192x16).
+//    First the products over V: dQ = dO h^T, dW = -dVnew h^T, dKbar = Vnew dh^T, dA_qk = dO Vnew^T,
 //    dT_v = dVnew (beta V)^T, dv = beta T^T dVnew, the V part of dbeta, and
 //    dG_C = gamma sum_v h dh; they stay on chip for the rest (as two kernels, ~88 KB per block
 //    went out to global memory and back): dT = dT_v + dW (beta K e^G)^T,
