@@ -378,8 +378,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
 
   // 1. Issue every copy, in three groups: what stages 2 and 3 read; h and dh (stages 4 to 6); q
   // and k (the K phase). Rows past the chunk's end: zeros.
-  const int64_t row0 =
-      cd.row_start * heads + h;  // the chunk's first token row, in rows of one head
+  // The chunk's first token row, in rows of one head (of K or V elements).
+  const int64_t row0 = cd.row_start * heads + h;
   CopyTileToShared<VD, kChunk, kChunkThreads>(vns, ST, p.vnew + tile * VD * kChunk, kChunk, tid);
   CopyTileToShared<VD, kChunk, kChunkThreads>(dvs, ST, p.ndvnew + tile * VD * kChunk, kChunk, tid);
   CopyTileToShared<kChunk, VD, kChunkThreads>(dos, SV, p.d_o + row0 * VD, heads * VD, tid, len);
@@ -682,6 +682,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   // row side (tiles 0..a against reference row 16 a) and column side (tiles a..3 against reference
   // row 16 a + 15), the element-wise terms; dq and dk go out, dG is kept for the cumsum.
   constexpr int kNB = 2, kCB = KD / (8 * kNB * kChunkParts);
+  static_assert(kNB == 2, "q and k of a block: one x4 ldmatrix per row tile (LoadFragB2)");
   const int ref = 16 * a, mref = 16 * a + 15;
   const bool mma_diag = diag_mma[a] != 0;
   float dbeta_part[2] = {0.0f, 0.0f}, qdot_part[2] = {0.0f, 0.0f}, kdot_part[2] = {0.0f, 0.0f};
@@ -717,7 +718,6 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     // Row side: Y[j][d] = k_jd 2^{G_ref,d - G_jd}. k comes in the B fragments' layout (rows j,
     // j + 1 of column d packed in one register, for the block's two column tiles in one
     // ldmatrix), the factors per element.
-    static_assert(kNB == 2, "one x4 ldmatrix per block and row tile");
     const int kt_row_end = mma_diag ? a + 1 : a;
     for (int kt = 0; kt < kt_row_end; ++kt) {
       uint32_t faq[4], fak[4], kf[kNB][2];
@@ -770,7 +770,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       }
     }
     // A diagonal tile past kMaxTileSpan: its pairwise terms in fp32 with exponents <= 0, for
-    // the block's 16 elements in one loop (one copy of this code, not one per unrolled element
+    // the block's 4 kNB elements in one loop (one copy of this code, not one per unrolled element
     // below: those copies overflowed the instruction cache). fb is read only on this path.
     float fb[3][4 * kNB];
     if (!mma_diag) {
