@@ -213,6 +213,22 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
     }
   }
   __syncthreads();  // X is dead: A_kk takes its place
+  // v for stage 5 (warps 4-7): every piece's load issued here, so that the A outputs and the
+  // element-wise stage run while they are in flight (issued in stage 5, their latency sat on the
+  // chunk's path: warps 0-3's diagonal solve is shorter).
+  constexpr int kVLoaders = kPrepThreads - 128, kVPer = kChunk * VD / 8 / kVLoaders;
+  static_assert(kChunk * VD / 8 % kVLoaders == 0, "whole pieces per thread");
+  uint4 vv[kVPer];
+  if (warp >= 4) {
+#pragma unroll
+    for (int it = 0; it < kVPer; ++it) {
+      const int i = tid - 128 + it * kVLoaders, r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+      vv[it] = make_uint4(0, 0, 0, 0);
+      if (r < len) {
+        vv[it] = *reinterpret_cast<const uint4*>(p.v + ((cd.row_start + r) * heads + h) * VD + c);
+      }
+    }
+  }
   bf16* aqk_out = p.aqk + tile * kChunk * kChunk;
 #pragma unroll
   for (int slot = 0; slot < kUnitsPerWarp; ++slot) {
@@ -265,23 +281,11 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
   __syncthreads();  // G is dead from here on; beta v takes its place
 
   // 5. T = (I + A_kk)^-1 (kda_tc_unit_lower_inverse.cuh): the diagonal 16-blocks on warps 0-3
-  // while warps 4-7 load beta v, then the blocks below the diagonal on tensor cores.
+  // while warps 4-7 store beta v, then the blocks below the diagonal on tensor cores.
   if (warp >= 4) {
-    // Every piece's load in flight before the first store (one round trip, not one per piece).
-    constexpr int kLoaders = kPrepThreads - 128, kPer = kChunk * VD / 8 / kLoaders;
-    static_assert(kChunk * VD / 8 % kLoaders == 0, "whole pieces per thread");
-    uint4 vv[kPer];
 #pragma unroll
-    for (int it = 0; it < kPer; ++it) {
-      const int i = tid - 128 + it * kLoaders, r = i / (VD / 8), c = (i % (VD / 8)) * 8;
-      vv[it] = make_uint4(0, 0, 0, 0);
-      if (r < len) {
-        vv[it] = *reinterpret_cast<const uint4*>(p.v + ((cd.row_start + r) * heads + h) * VD + c);
-      }
-    }
-#pragma unroll
-    for (int it = 0; it < kPer; ++it) {
-      const int i = tid - 128 + it * kLoaders, r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+    for (int it = 0; it < kVPer; ++it) {
+      const int i = tid - 128 + it * kVLoaders, r = i / (VD / 8), c = (i % (VD / 8)) * 8;
       bf16* x = reinterpret_cast<bf16*>(&vv[it]);
 #pragma unroll
       for (int j = 0; j < 8; ++j) x[j] = __float2bfloat16(bs[r] * __bfloat162float(x[j]));

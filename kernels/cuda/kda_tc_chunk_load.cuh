@@ -79,32 +79,50 @@ __device__ __forceinline__ void StoreChunkGate(float* G, int sg,
                                                const ChunkInputTransforms* tr = nullptr) {
   static_assert(kThreads >= 2 * KD, "one thread per column and half chunk");
   const int tid = threadIdx.x;
+  // A thread's pieces all sit in columns d0 .. d0 + 3, so one dt_bias piece serves them all.
+  static_assert(kThreads % (KD / 4) == 0, "a thread's g pieces share their columns");
+  const bool gate = tr != nullptr && tr->gate;
+  const int d0 = (tid % (KD / 4)) * 4;
+  const float ea = gate && tr->a_log != nullptr ? __expf(tr->a_log[h]) : 1.0f;
+  const float4 bias = gate && tr->dt_bias != nullptr
+                          ? *reinterpret_cast<const float4*>(tr->dt_bias + h * KD + d0)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (gate && tr->bounded) {
+    // The bounded gate (the K3 form), activated in registers on the way to shared memory, the
+    // loop unrolled: its code is short (two special-function operations an element).
 #pragma unroll
-  for (int it = 0; it < gp.kPer; ++it) {
-    const int i = tid + it * kThreads, r = i / (KD / 4), d = (i % (KD / 4)) * 4;
-    *reinterpret_cast<float4*>(G + r * sg + d) = gp.v[it];
+    for (int it = 0; it < gp.kPer; ++it) {
+      const int r = (tid + it * kThreads) / (KD / 4);
+      float4 v = gp.v[it];
+      if (r < cd.len) {  // rows past the end stay zero
+        v.x = KdaGateValue(v.x + bias.x, ea, true, tr->g_min);
+        v.y = KdaGateValue(v.y + bias.y, ea, true, tr->g_min);
+        v.z = KdaGateValue(v.z + bias.z, ea, true, tr->g_min);
+        v.w = KdaGateValue(v.w + bias.w, ea, true, tr->g_min);
+      }
+      *reinterpret_cast<float4*>(G + r * sg + d0) = v;
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < gp.kPer; ++it) {
+      const int r = (tid + it * kThreads) / (KD / 4);
+      *reinterpret_cast<float4*>(G + r * sg + d0) = gp.v[it];
+    }
   }
-  if (tr != nullptr && tr->gate) {
-    // The activation in place, on the pieces this thread stored (no barrier needed), in a loop
-    // that is not unrolled: unrolled, its transcendental code filled the instruction cache
-    // (the in-op transforms forward measured 2.8 -> 3.4 ms unrolled). A thread's pieces all sit in
-    // columns d0 .. d0 + 3, so one dt_bias piece serves them all.
-    static_assert(kThreads % (KD / 4) == 0, "a thread's g pieces share their columns");
-    const int d0 = (tid % (KD / 4)) * 4;
-    const float ea = tr->a_log != nullptr ? __expf(tr->a_log[h]) : 1.0f;
-    const float4 bias = tr->dt_bias != nullptr
-                            ? *reinterpret_cast<const float4*>(tr->dt_bias + h * KD + d0)
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (gate && !tr->bounded) {
+    // The original gate in place, on the pieces this thread stored (no barrier needed), in a loop
+    // that is not unrolled: unrolled, its transcendental code (softplus) filled the instruction
+    // cache (the in-op transforms forward measured 2.8 -> 3.4 ms unrolled).
 #pragma unroll 1
     for (int it = 0; it < gp.kPer; ++it) {
       const int r = (tid + it * kThreads) / (KD / 4);
       if (r >= cd.len) break;  // rows past the end stay zero
       float4* x = reinterpret_cast<float4*>(G + r * sg + d0);
       float4 v = *x;
-      v.x = KdaGateValue(v.x + bias.x, ea, tr->bounded, tr->g_min);
-      v.y = KdaGateValue(v.y + bias.y, ea, tr->bounded, tr->g_min);
-      v.z = KdaGateValue(v.z + bias.z, ea, tr->bounded, tr->g_min);
-      v.w = KdaGateValue(v.w + bias.w, ea, tr->bounded, tr->g_min);
+      v.x = KdaGateValue(v.x + bias.x, ea, false, tr->g_min);
+      v.y = KdaGateValue(v.y + bias.y, ea, false, tr->g_min);
+      v.z = KdaGateValue(v.z + bias.z, ea, false, tr->g_min);
+      v.w = KdaGateValue(v.w + bias.w, ea, false, tr->g_min);
       *x = v;
     }
   }
