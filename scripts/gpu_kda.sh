@@ -15,13 +15,15 @@
 # KDA_BENCH_TIMEOUT, KDA_FLA_TIMEOUT seconds) so that the logs of the parts that finished come back
 # even when one hangs (MODEL_TEST_TIMEOUT for model_gpu_tests). fla's Triton compilation and
 # autotuning take about 2 minutes per shape on an H200 (measured), hence its longer default;
-# KDA_FLA_SHAPES="--shape B,T,H,D ..." times only those shapes.
+# KDA_FLA_SHAPES="--shape B,T,H,D ..." times only those shapes. FlashKDA's forward (a built copy
+# of its `flash_kda` package in .fkda/, never committed) is timed before fla when it is there
+# (scripts/gpu_kda_flashkda.py; KDA_FLASHKDA_SHAPES, KDA_FLASHKDA_TIMEOUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-kda-out}"
 mkdir -p "$out"
 bin="${1:-}"
-parts="${2:-all}"  # all, orrery (no fla) or fla (fla alone: its compilation takes minutes)
+parts="${2:-all}"  # all, orrery (no anchors) or fla (the anchors alone: FlashKDA, then fla)
 case "$parts" in
   all | orrery | fla) ;;
   *)
@@ -65,6 +67,11 @@ if [[ "$parts" != fla ]]; then
       python3 scripts/gpu_ops_kda.py "$bin/orrery" 2>&1 | tee "$out/ops_run.log" || status=1
   fi
   timeout "${KDA_BENCH_TIMEOUT:-150}" "$bin/kda_gpu_bench" 2>&1 | tee "$out/bench.log" || status=1
+fi
+if [[ "$parts" != orrery && -d .fkda ]]; then
+  PYTHONPATH="$PWD/.fkda:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 timeout "${KDA_FLASHKDA_TIMEOUT:-180}" \
+    python3 scripts/gpu_kda_flashkda.py ${KDA_FLASHKDA_SHAPES:+$KDA_FLASHKDA_SHAPES} 2>&1 |
+    tee "$out/flashkda.log" || status=1
 fi
 if [[ "$parts" != orrery && -d .fla ]]; then
   PYTHONPATH="$PWD/.fla:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 timeout "${KDA_FLA_TIMEOUT:-540}" \

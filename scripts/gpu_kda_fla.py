@@ -11,8 +11,6 @@ import sys
 import torch
 import triton.testing
 
-from fla.ops.kda import chunk_kda
-
 SHAPES = [(8, 8192, 16, 128), (1, 65536, 16, 128), (1, 8192, 96, 128)]
 
 
@@ -36,6 +34,8 @@ def parse_shapes(args):
 
 
 def main():
+    from fla.ops.kda import chunk_kda  # here, so that gpu_kda_flashkda.py can import parse_shapes
+
     shapes = parse_shapes(sys.argv[1:])
     torch.manual_seed(0)
     dev = "cuda"
