@@ -940,31 +940,53 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   }
   if constexpr (kTransforms) {
     // dq = rstd (dq^ - q^ <q^, dq^>) and the same for dk (the L2 norm's chain rule; as they are
-    // with it off); loops left rolled, as not hot (instruction cache).
-#pragma unroll 1
-    for (int nt = 0; nt < KD / (8 * kChunkParts); ++nt) {
-#pragma unroll 1
-      for (int e2 = 0; e2 < 2; ++e2) {
-        const int r = 16 * a + g8 + 8 * e2, d = part * (KD / kChunkParts) + 8 * nt + 2 * t4;
-        if (r >= len) continue;
+    // with it off). Unrolled, the row terms and addresses hoisted out of the column loop: rolled,
+    // its index arithmetic made it a tenth of the transforms kernel's instructions (measured).
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int r = 16 * a + g8 + 8 * e2, d0 = part * (KD / kChunkParts) + 2 * t4;
+      if (r >= len) continue;
+      const float rq = l2norm ? rstd[r] : 1.0f, rk = l2norm ? rstd[kChunk + r] : 1.0f;
+      const float qd = l2norm ? rowdot[r] : 0.0f, kd = l2norm ? rowdot[kChunk + r] : 0.0f;
+      const int64_t off = ((cd.row_start + r) * heads + h) * KD + d0;
+      uint32_t* dq_row = reinterpret_cast<uint32_t*>(p.dq + off);
+      uint32_t* dk_row = reinterpret_cast<uint32_t*>(p.dk + off);
+      const uint32_t* q_row = reinterpret_cast<const uint32_t*>(qs + r * SK + d0);
+      const uint32_t* k_row = reinterpret_cast<const uint32_t*>(ks + r * SK + d0);
+#pragma unroll
+      for (int nt = 0; nt < KD / (8 * kChunkParts); ++nt) {
         const uint2 x = reinterpret_cast<const uint2*>(dkf)[(2 * nt + e2) * kChunkThreads + tid];
-        const float2 dq2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.x));
-        const float2 dk2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x.y));
-        const float2 qh =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qs + r * SK + d));
-        const float2 kh =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ks + r * SK + d));
-        const float rq = l2norm ? rstd[r] : 1.0f, rk = l2norm ? rstd[kChunk + r] : 1.0f;
-        const float qd = l2norm ? rowdot[r] : 0.0f, kd = l2norm ? rowdot[kChunk + r] : 0.0f;
-        const int64_t off = ((cd.row_start + r) * heads + h) * KD + d;
-        *reinterpret_cast<uint32_t*>(p.dq + off) =
-            PackBf16(rq * (dq2.x - qh.x * qd), rq * (dq2.y - qh.y * qd));
-        *reinterpret_cast<uint32_t*>(p.dk + off) =
-            PackBf16(rk * (dk2.x - kh.x * kd), rk * (dk2.y - kh.y * kd));
+        const float2 dq2 = UnpackBf16x2(x.x), dk2 = UnpackBf16x2(x.y);
+        const float2 qh = UnpackBf16x2(q_row[4 * nt]), kh = UnpackBf16x2(k_row[4 * nt]);
+        dq_row[4 * nt] = PackBf16(rq * (dq2.x - qh.x * qd), rq * (dq2.y - qh.y * qd));
+        dk_row[4 * nt] = PackBf16(rk * (dk2.x - kh.x * kd), rk * (dk2.y - kh.y * kd));
       }
     }
   }
   __syncthreads();
+  if (kTransforms && p.tr.gate) {
+    // The gate's derivatives at every element, by the whole block (in the cumsum's loop below, on
+    // half the threads with one block per multiprocessor, they were the transforms kernel's
+    // largest extra cost, measured): dg/dz over z in the dQ slots, dg/dA_log into the dK slots at
+    // the same index (free once dq and dk are out). Slot (m, o) holds rows 2 m, 2 m + 1 of the
+    // half o / K of column o % K; the 2 K cumsum threads own them, each slot goes to one thread.
+    constexpr int kOwners = 2 * KD, kShare = kChunkThreads / kOwners;  // threads per owner
+    constexpr int kSlots = kChunk / 4 / kShare;                        // float2 slots per thread
+    static_assert(kChunkThreads % kOwners == 0 && kChunk / 4 % kShare == 0, "even shares");
+    const int o = tid % kOwners, m0 = (tid / kOwners) * kSlots;
+    const float ea = p.tr.a_log != nullptr ? __expf(p.tr.a_log[h]) : 1.0f;
+    const float b = p.tr.dt_bias != nullptr ? p.tr.dt_bias[h * KD + o % KD] : 0.0f;
+#pragma unroll
+    for (int m = m0; m < m0 + kSlots; ++m) {
+      const float2 z2 = dqf[m * kOwners + o];
+      float2 dx, da;
+      KdaGateGrad(z2.x + b, ea, p.tr.bounded, p.tr.g_min, &dx.x, &da.x);
+      KdaGateGrad(z2.y + b, ea, p.tr.bounded, p.tr.g_min, &dx.y, &da.y);
+      dqf[m * kOwners + o] = dx;
+      dkf[m * kOwners + o] = da;
+    }
+    __syncthreads();
+  }
   if (tid < len) {
     float db = 0.0f;
 #pragma unroll
@@ -986,22 +1008,18 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     }
     const int r_end = tid < KD ? 0 : hi;
     if (kTransforms && p.tr.gate) {
-      // dz = dg dg/dz at the raw input (re-read here), and the column's share of ddt_bias and
+      // dz = dg dg/dz (the derivatives formed above), and the column's share of ddt_bias and
       // da_log; one atomic each per thread (column and half) and per warp.
-      const float ea = p.tr.a_log != nullptr ? __expf(p.tr.a_log[h]) : 1.0f;
-      const float b = p.tr.dt_bias != nullptr ? p.tr.dt_bias[h * KD + d] : 0.0f;
+      const float* dxs = reinterpret_cast<const float*>(dqf);
+      const float* das = reinterpret_cast<const float*>(dkf);
       float db = 0.0f, da = 0.0f;
       for (; r >= r_end; --r) {
         acc += dGs[r * SG + d];
-        const int64_t off = ((cd.row_start + r) * heads + h) * KD + d;
-        const int i = r - (tid / KD) * (kChunk / 2);
-        const float2 z2 = dqf[(i >> 1) * 2 * KD + tid];
-        float dx, dA;
-        KdaGateGrad((i & 1 ? z2.y : z2.x) + b, ea, p.tr.bounded, p.tr.g_min, &dx, &dA);
-        const float dz = acc * dx;
-        StoreF(p.dg + off, dz);
+        const int i = r - (tid / KD) * (kChunk / 2), slot = 2 * ((i >> 1) * 2 * KD + tid) + (i & 1);
+        const float dz = acc * dxs[slot];
+        StoreF(p.dg + ((cd.row_start + r) * heads + h) * KD + d, dz);
         db += dz;
-        da += acc * dA;
+        da += acc * das[slot];
       }
       if (p.ddt_bias != nullptr) atomicAdd(p.ddt_bias + h * KD + d, db);
       for (int o = 16; o > 0; o >>= 1) da += __shfl_xor_sync(0xffffffffu, da, o);
