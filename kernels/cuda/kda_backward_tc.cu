@@ -941,7 +941,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   if constexpr (kTransforms) {
     // dq = rstd (dq^ - q^ <q^, dq^>) and the same for dk (the L2 norm's chain rule; as they are
     // with it off). Unrolled, the row terms and addresses hoisted out of the column loop: rolled,
-    // its index arithmetic made it a tenth of the transforms kernel's instructions (measured).
+    // it and the gate's fetch before it were a tenth of the transforms kernel's instructions,
+    // mostly index arithmetic (measured).
 #pragma unroll
     for (int e2 = 0; e2 < 2; ++e2) {
       const int r = 16 * a + g8 + 8 * e2, d0 = part * (KD / kChunkParts) + 2 * t4;
@@ -965,11 +966,11 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   }
   __syncthreads();
   if (kTransforms && p.tr.gate) {
-    // The gate's derivatives at every element, by the whole block (in the cumsum's loop below, on
-    // half the threads with one block per multiprocessor, they were the transforms kernel's
-    // largest extra cost, measured): dg/dz over z in the dQ slots, dg/dA_log into the dK slots at
-    // the same index (free once dq and dk are out). Slot (m, o) holds rows 2 m, 2 m + 1 of the
-    // half o / K of column o % K; the 2 K cumsum threads own them, each slot goes to one thread.
+    // The gate's derivatives at every element, by the whole block (formed in the cumsum's loop
+    // below they ran on its 2 K threads only, one block per multiprocessor): dg/dz over z in the
+    // dQ slots, dg/dA_log into the dK slots at the same index (free once dq and dk are out). Slot
+    // (m, o) holds rows 2 m, 2 m + 1 of the half o / K of column o % K; the 2 K cumsum threads own
+    // them, each slot goes to one thread here.
     constexpr int kOwners = 2 * KD, kShare = kChunkThreads / kOwners;  // threads per owner
     constexpr int kSlots = kChunk / 4 / kShare;                        // float2 slots per thread
     static_assert(kChunkThreads % kOwners == 0 && kChunk / 4 % kShare == 0, "even shares");
