@@ -14,7 +14,9 @@
 # committed) when it is there. Each part runs under a time limit (KDA_TEST_TIMEOUT,
 # KDA_BENCH_TIMEOUT, KDA_FLA_TIMEOUT seconds) so that the logs of the parts that finished come back
 # even when one hangs (MODEL_TEST_TIMEOUT for model_gpu_tests). fla's Triton compilation and
-# autotuning take about 2 minutes per shape on an H200 (measured), hence its longer default;
+# autotuning take 4 to more than 5 minutes per shape on a fresh H200 machine (measured in
+# sessions 8 and 9: twice it had not finished (8, 8192, 16) after 290-300 s), hence its longer
+# default;
 # KDA_FLA_SHAPES="--shape B,T,H,D ..." times only those shapes. FlashKDA's forward (a built copy
 # of its `flash_kda` package in .fkda/, never committed) is timed before fla when it is there
 # (scripts/gpu_kda_flashkda.py; KDA_FLASHKDA_SHAPES, KDA_FLASHKDA_TIMEOUT).
