@@ -16,10 +16,9 @@
 # even when one hangs (MODEL_TEST_TIMEOUT for model_gpu_tests). fla's Triton compilation and
 # autotuning take 4 to more than 5 minutes per shape on a fresh H200 machine (measured in
 # sessions 8 and 9: twice it had not finished (8, 8192, 16) after 290-300 s), hence its longer
-# default;
-# KDA_FLA_SHAPES="--shape B,T,H,D ..." times only those shapes. FlashKDA's forward (a built copy
-# of its `flash_kda` package in .fkda/, never committed) is timed before fla when it is there
-# (scripts/gpu_kda_flashkda.py; KDA_FLASHKDA_SHAPES, KDA_FLASHKDA_TIMEOUT).
+# default; KDA_FLA_SHAPES="--shape B,T,H,D ..." times only those shapes. FlashKDA's forward (a
+# built copy of its `flash_kda` package in .fkda/, never committed) is timed before fla when it
+# is there (scripts/gpu_kda_flashkda.py; KDA_FLASHKDA_SHAPES, KDA_FLASHKDA_TIMEOUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-kda-out}"

@@ -904,6 +904,9 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     }
   }
   __syncthreads();  // G is dead: dG goes over it
+  // With the gate, row i of the half (tid / K) that cumsum thread tid < 2 K sums lies at this
+  // float of the dQ slots (its raw input z, then dg/dz) and of the dK slots (dg/dA_log).
+  auto gate_slot = [tid](int i) { return 2 * ((i >> 1) * 2 * KD + tid) + (i & 1); };
 #pragma unroll
   for (int nt = 0; nt < KD / (8 * kChunkParts); ++nt) {
 #pragma unroll
@@ -933,8 +936,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       } else {  // the sequence's last chunk
         float* zf = reinterpret_cast<float*>(dqf);
 #pragma unroll 1
-        for (int i = 0; i < len - r0; ++i)
-          zf[2 * ((i >> 1) * 2 * KD + tid) + (i & 1)] = LoadF(zp + i * zs);
+        for (int i = 0; i < len - r0; ++i) zf[gate_slot(i)] = LoadF(zp + i * zs);
       }
     }
   }
@@ -1016,7 +1018,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       float db = 0.0f, da = 0.0f;
       for (; r >= r_end; --r) {
         acc += dGs[r * SG + d];
-        const int i = r - (tid / KD) * (kChunk / 2), slot = 2 * ((i >> 1) * 2 * KD + tid) + (i & 1);
+        const int slot = gate_slot(r - (tid / KD) * (kChunk / 2));
         const float dz = acc * dxs[slot];
         StoreF(p.dg + ((cd.row_start + r) * heads + h) * KD + d, dz);
         db += dz;
