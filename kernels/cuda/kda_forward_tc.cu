@@ -130,26 +130,67 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
   const int len = static_cast<int>(cd.len);
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * heads + h;
 
-  // 1. Load the chunk and form the gate's cumsum G (rows past the end: zeros, G flat there).
+  // 1. Load the chunk and form the gate's cumsum G (rows past the end: zeros, G flat there); each
+  // thread keeps its rows' 4 columns of q, k and G in registers (ChunkRowMap).
   const ChunkInputTransforms* tr = kTransforms ? &p.tr : nullptr;
   // beta is fetched first and stored after, so that its load is in flight with the chunk's.
   const float beta_r = tid < len ? LoadBeta(p.beta + (cd.row_start + tid) * heads + h, tr) : 0.0f;
-  LoadChunkQKGate<KD, kPrepThreads>(qs, ks, SK, G, SG, p.q, p.k, p.g, cd, heads, h, tr);
+  ChunkQKPieces<KD, kPrepThreads> qk;
+  ChunkGatePieces<KD, kPrepThreads> gp;
+  LoadChunkQKGate<KD, kPrepThreads>(qs, ks, SK, G, SG, qk, gp, p.q, p.k, p.g, cd, heads, h, tr);
   if (tid < kChunk) bs[tid] = beta_r;  // first read after the barrier that ends stage 2
 
-  // 2. The A operands of the intra-chunk tiles, X_q = Q e^{G - G_n} and X_k = K e^{G - G_n} with
-  // n the first row of the row's 16-row tile (exponents <= 0), over A_kk and T (dead until the
-  // products are in registers); and Q~ = s Q e^G out. Lanes along d: conflict-free, coalesced.
-  for (int i = tid; i < kChunk * KD / 2; i += kPrepThreads) {
-    const int r = i / (KD / 2), d = (i % (KD / 2)) * 2, n = r & ~15;
-    const float g0 = G[r * SG + d], g1 = G[r * SG + d + 1];
-    const float e0 = Exp2Ftz(g0 - G[n * SG + d]), e1 = Exp2Ftz(g1 - G[n * SG + d + 1]);
-    const float q0 = __bfloat162float(qs[r * SK + d]), q1 = __bfloat162float(qs[r * SK + d + 1]);
-    const float k0 = __bfloat162float(ks[r * SK + d]), k1 = __bfloat162float(ks[r * SK + d + 1]);
-    *reinterpret_cast<uint32_t*>(xq + r * SK + d) = PackBf16(q0 * e0, q1 * e1);
-    *reinterpret_cast<uint32_t*>(xk + r * SK + d) = PackBf16(k0 * e0, k1 * e1);
-    *reinterpret_cast<uint32_t*>(p.qg + (tile * kChunk + r) * KD + d) =
-        PackBf16(p.scale * q0 * Exp2Ftz(g0), p.scale * q1 * Exp2Ftz(g1));
+  // 2. From those registers: the A operands of the intra-chunk tiles, X_q = Q e^{G - G_n} and
+  // X_k = K e^{G - G_n} with n the first row of the row's 16-row tile (exponents <= 0), over A_kk
+  // and T (dead until the products are in registers); and out Q~ = s Q e^G, gamma = e^{G_C} and
+  // Kbar^T = (K e^{G_C - G})^T, whose rows d0 .. d0 + 3 get whole pieces of the thread's rows.
+  {
+    constexpr int kPer = ChunkRowMap<KD, kPrepThreads>::kPer;
+    const int r0 = qk.Row0(), d0 = qk.Col0();
+    const float4 gn = *reinterpret_cast<const float4*>(G + (r0 & ~15) * SG + d0);
+    const float4 gc = *reinterpret_cast<const float4*>(G + (kChunk - 1) * SG + d0);
+    uint32_t kbar[4][kPer / 2];  // column d0 + j of Kbar, rows r0 + 2 i, r0 + 2 i + 1
+    float kbar_even[4];          // an even row's, until its odd neighbour's
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) {
+      const int r = r0 + it;
+      const float4 g = gp.v[it];
+      const float2 q01 = UnpackBf16x2(qk.q[it].x), q23 = UnpackBf16x2(qk.q[it].y);
+      const float2 k01 = UnpackBf16x2(qk.k[it].x), k23 = UnpackBf16x2(qk.k[it].y);
+      const float4 e = make_float4(Exp2Ftz(g.x - gn.x), Exp2Ftz(g.y - gn.y), Exp2Ftz(g.z - gn.z),
+                                   Exp2Ftz(g.w - gn.w));
+      *reinterpret_cast<uint2*>(xq + r * SK + d0) =
+          make_uint2(PackBf16(q01.x * e.x, q01.y * e.y), PackBf16(q23.x * e.z, q23.y * e.w));
+      *reinterpret_cast<uint2*>(xk + r * SK + d0) =
+          make_uint2(PackBf16(k01.x * e.x, k01.y * e.y), PackBf16(k23.x * e.z, k23.y * e.w));
+      *reinterpret_cast<uint2*>(p.qg + (tile * kChunk + r) * KD + d0) =
+          make_uint2(PackBf16(p.scale * q01.x * Exp2Ftz(g.x), p.scale * q01.y * Exp2Ftz(g.y)),
+                     PackBf16(p.scale * q23.x * Exp2Ftz(g.z), p.scale * q23.y * Exp2Ftz(g.w)));
+      const float kb[4] = {k01.x * Exp2Ftz(gc.x - g.x), k01.y * Exp2Ftz(gc.y - g.y),
+                           k23.x * Exp2Ftz(gc.z - g.z), k23.y * Exp2Ftz(gc.w - g.w)};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (it % 2 == 0) {
+          kbar_even[j] = kb[j];
+        } else {
+          kbar[j][it / 2] = PackBf16(kbar_even[j], kb[j]);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      bf16* dst = p.kbar_t + (tile * KD + d0 + j) * kChunk + r0;
+      if constexpr (kPer == 8) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(kbar[j][0], kbar[j][1], kbar[j][2], kbar[j][3]);
+      } else {
+        static_assert(kPer == 4, "8 rows a thread at K = 128, 4 at K = 64");
+        *reinterpret_cast<uint2*>(dst) = make_uint2(kbar[j][0], kbar[j][1]);
+      }
+    }
+    if (r0 + kPer == kChunk) {
+      *reinterpret_cast<float4*>(p.gamma + tile * KD + d0) =
+          make_float4(Exp2Ftz(gc.x), Exp2Ftz(gc.y), Exp2Ftz(gc.z), Exp2Ftz(gc.w));
+    }
   }
   __syncthreads();
 
@@ -255,29 +296,8 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
     }
   }
 
-  // 4. Element-wise: beta k e^G (over q), Kbar^T, gamma.
+  // 4. Element-wise: beta k e^G (over q).
   StoreBetaKExpG<KD, kPrepThreads>(qs, ks, SK, G, SG, bs);
-  {
-    // Kbar^T: thread owns column d and a run of rows, so its reads go along d (no bank
-    // conflicts) and it writes whole 16-byte pieces of row d of Kbar^T.
-    constexpr int kRowsPer = kChunk * KD / kPrepThreads;  // 32 (K = 128) or 16 (K = 64)
-    const int d = tid % KD, r0 = (tid / KD) * kRowsPer;
-    const float gl = G[(kChunk - 1) * SG + d];
-    bf16* dst = p.kbar_t + (tile * KD + d) * kChunk + r0;
-#pragma unroll
-    for (int j = 0; j < kRowsPer; j += 8) {
-      uint4 piece;
-      uint32_t* w = reinterpret_cast<uint32_t*>(&piece);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = r0 + j + 2 * e;
-        w[e] = PackBf16(__bfloat162float(ks[r * SK + d]) * Exp2Ftz(gl - G[r * SG + d]),
-                        __bfloat162float(ks[(r + 1) * SK + d]) * Exp2Ftz(gl - G[(r + 1) * SG + d]));
-      }
-      *reinterpret_cast<uint4*>(dst + j) = piece;
-    }
-  }
-  if (tid < KD) p.gamma[tile * KD + tid] = Exp2Ftz(G[(kChunk - 1) * SG + tid]);
   __syncthreads();  // G is dead from here on; beta v takes its place
 
   // 5. T = (I + A_kk)^-1 (kda_tc_unit_lower_inverse.cuh): the diagonal 16-blocks on warps 0-3

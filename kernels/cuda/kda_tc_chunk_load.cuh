@@ -21,15 +21,16 @@ __device__ __forceinline__ float LoadBeta(const In* beta, const ChunkInputTransf
   return tr != nullptr && tr->beta_sigmoid ? SigmoidF(b) : b;
 }
 
-// Scales the 8 bf16 of `v` by 1 / sqrt(sum of squares over the row + eps), the row being the
-// kLanes consecutive lanes that hold its 16-byte pieces (all lanes of the warp call this); that
-// factor goes to *rstd when given.
-template <int kLanes>
-__device__ __forceinline__ uint4 NormalisePiece(uint4 v, float eps, float* rstd = nullptr) {
+// Scales the bf16 of `v` (8 in a uint4, 4 in a uint2) by 1 / sqrt(sum of squares over the row
+// + eps), the row being the kLanes consecutive lanes that hold its pieces (all lanes of the warp
+// call this); that factor goes to *rstd when given.
+template <int kLanes, typename Piece>
+__device__ __forceinline__ Piece NormalisePiece(Piece v, float eps, float* rstd = nullptr) {
+  constexpr int kPairs = sizeof(Piece) / sizeof(__nv_bfloat162);
   __nv_bfloat162* x = reinterpret_cast<__nv_bfloat162*>(&v);
   float ss = 0.0f;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kPairs; ++j) {
     const float2 f = __bfloat1622float2(x[j]);
     ss += f.x * f.x + f.y * f.y;
   }
@@ -38,107 +39,139 @@ __device__ __forceinline__ uint4 NormalisePiece(uint4 v, float eps, float* rstd 
   const float r = rsqrtf(ss + eps);
   if (rstd != nullptr) *rstd = r;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kPairs; ++j) {
     const float2 f = __bfloat1622float2(x[j]);
     x[j] = __floats2bfloat162_rn(f.x * r, f.y * r);
   }
   return v;
 }
 
-// One chunk's gate, [64][K] (rows past the chunk's end: zeros), as 16-byte pieces in the
-// registers of the kThreads threads of a block: what FetchChunkGate loads and StoreChunkGate puts
-// into shared memory, apart so that other work can run while the loads are in flight.
+// How a block's kThreads threads hold one chunk's [64][K] rows in registers: thread t holds the
+// four columns 4 (t % kLanesPerRow) .. + 3 of the kPer consecutive rows of segment
+// t / kLanesPerRow (so that the gate's cumsum runs down its own rows in registers first); in each
+// step a warp reads 32 / kLanesPerRow whole rows.
 template <int KD, int kThreads>
-struct ChunkGatePieces {
-  static constexpr int kPer = kTcChunk * KD / 4 / kThreads;
-  static_assert(kTcChunk * KD / 4 % kThreads == 0, "every thread the same number of pieces");
-  float4 v[kPer];
+struct ChunkRowMap {
+  static constexpr int kLanesPerRow = KD / 4;
+  static constexpr int kSegments = kThreads / kLanesPerRow;
+  static constexpr int kPer = kTcChunk / kSegments;
+  static_assert(kThreads % kLanesPerRow == 0 && kTcChunk % kSegments == 0 && 32 % kLanesPerRow == 0,
+                "whole rows per warp, every thread the same number of rows");
+  __device__ static int Row0() { return threadIdx.x / kLanesPerRow * kPer; }
+  __device__ static int Col0() { return threadIdx.x % kLanesPerRow * 4; }
+};
+
+// One chunk's gate (rows past the chunk's end: zeros) in ChunkRowMap's registers: what
+// FetchChunkGate loads and StoreChunkGate turns into the cumsum G, apart so that other work can
+// run while the loads are in flight.
+template <int KD, int kThreads>
+struct ChunkGatePieces : ChunkRowMap<KD, kThreads> {
+  float4 v[ChunkRowMap<KD, kThreads>::kPer];
+};
+
+// One chunk's q and k rows (bf16; rows past the chunk's end: zeros) in ChunkRowMap's registers.
+template <int KD, int kThreads>
+struct ChunkQKPieces : ChunkRowMap<KD, kThreads> {
+  uint2 q[ChunkRowMap<KD, kThreads>::kPer], k[ChunkRowMap<KD, kThreads>::kPer];
 };
 
 // Issues the loads of one chunk's gate (every thread of the block; global rows 16-byte aligned).
 template <int KD, int kThreads, typename GIn>
 __device__ __forceinline__ void FetchChunkGate(ChunkGatePieces<KD, kThreads>& gp, const GIn* g,
                                                const ChunkDesc& cd, int heads, int h) {
+  const int r0 = gp.Row0(), d0 = gp.Col0();
 #pragma unroll
   for (int it = 0; it < gp.kPer; ++it) {
-    const int i = threadIdx.x + it * kThreads, r = i / (KD / 4), d = (i % (KD / 4)) * 4;
     gp.v[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < cd.len) gp.v[it] = LoadF4(g + ((cd.row_start + r) * heads + h) * KD + d);
+    if (r0 + it < cd.len) gp.v[it] = LoadF4(g + ((cd.row_start + r0 + it) * heads + h) * KD + d0);
   }
 }
 
-// Stores fetched gate pieces into G ([64][sg] floats, sg a multiple of 4) and forms the
-// chunk-local cumulative gate in log2 in place, G[r][d] = log2(e) * sum_{i <= r} g[i][d] (rows past
-// the end add zeros, so G stays flat there). With tr->gate the pieces hold the gate's
-// pre-activation z and are activated first. Needs kThreads >= 2 K (the cumsum runs two 32-row
-// halves in parallel, then adds the first half's total to the second). Ends with a barrier.
+// Stores fetched gate pieces into G ([64][sg] floats, sg a multiple of 4) as the chunk-local
+// cumulative gate in log2, G[r][d] = log2(e) * sum_{i <= r} g[i][d] (rows past the end add zeros,
+// so G stays flat there). With tr->gate the pieces hold the gate's pre-activation z and are
+// activated first. The cumsum runs down each thread's own rows in registers; then each thread
+// adds the totals of the segments above its own, read from their last rows (until 2026-12 it was
+// one serial shared-memory chain of 32 rows per column). The thread's values of G stay in gp.v.
+// Ends with a barrier.
 template <int KD, int kThreads>
-__device__ __forceinline__ void StoreChunkGate(float* G, int sg,
-                                               const ChunkGatePieces<KD, kThreads>& gp,
+__device__ __forceinline__ void StoreChunkGate(float* G, int sg, ChunkGatePieces<KD, kThreads>& gp,
                                                const ChunkDesc& cd, int h,
                                                const ChunkInputTransforms* tr = nullptr) {
-  static_assert(kThreads >= 2 * KD, "one thread per column and half chunk");
-  const int tid = threadIdx.x;
-  // A thread's pieces all sit in columns d0 .. d0 + 3, so one dt_bias piece serves them all.
-  static_assert(kThreads % (KD / 4) == 0, "a thread's g pieces share their columns");
+  using Pieces = ChunkGatePieces<KD, kThreads>;
+  constexpr int kPer = Pieces::kPer;
+  const int r0 = gp.Row0(), d0 = gp.Col0(), segment = threadIdx.x / Pieces::kLanesPerRow;
   const bool gate = tr != nullptr && tr->gate;
-  const int d0 = (tid % (KD / 4)) * 4;
+  // All of a thread's pieces sit in columns d0 .. d0 + 3, so one dt_bias piece serves them all.
   const float ea = gate && tr->a_log != nullptr ? __expf(tr->a_log[h]) : 1.0f;
   const float4 bias = gate && tr->dt_bias != nullptr
                           ? *reinterpret_cast<const float4*>(tr->dt_bias + h * KD + d0)
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 v[kPer];
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) v[it] = gp.v[it];
   if (gate && tr->bounded) {
-    // The bounded gate (the K3 form), activated in registers on the way to shared memory, the
-    // loop unrolled: its code is short (two special-function operations an element).
+    // The bounded gate (the K3 form), activated in registers, the loop unrolled: its code is
+    // short (two special-function operations an element).
 #pragma unroll
-    for (int it = 0; it < gp.kPer; ++it) {
-      const int r = (tid + it * kThreads) / (KD / 4);
-      float4 v = gp.v[it];
-      if (r < cd.len) {  // rows past the end stay zero
-        v.x = KdaGateValue(v.x + bias.x, ea, true, tr->g_min);
-        v.y = KdaGateValue(v.y + bias.y, ea, true, tr->g_min);
-        v.z = KdaGateValue(v.z + bias.z, ea, true, tr->g_min);
-        v.w = KdaGateValue(v.w + bias.w, ea, true, tr->g_min);
+    for (int it = 0; it < kPer; ++it) {
+      if (r0 + it < cd.len) {  // rows past the end stay zero
+        v[it].x = KdaGateValue(v[it].x + bias.x, ea, true, tr->g_min);
+        v[it].y = KdaGateValue(v[it].y + bias.y, ea, true, tr->g_min);
+        v[it].z = KdaGateValue(v[it].z + bias.z, ea, true, tr->g_min);
+        v[it].w = KdaGateValue(v[it].w + bias.w, ea, true, tr->g_min);
       }
-      *reinterpret_cast<float4*>(G + r * sg + d0) = v;
     }
-  } else {
-#pragma unroll
-    for (int it = 0; it < gp.kPer; ++it) {
-      const int r = (tid + it * kThreads) / (KD / 4);
-      *reinterpret_cast<float4*>(G + r * sg + d0) = gp.v[it];
-    }
-  }
-  if (gate && !tr->bounded) {
-    // The original gate in place, on the pieces this thread stored (no barrier needed), in a loop
+  } else if (gate) {
+    // The original gate in place in G, on this thread's own pieces (no barrier needed), in a loop
     // that is not unrolled: unrolled, its transcendental code (softplus) filled the instruction
-    // cache (the in-op transforms forward measured 2.8 -> 3.4 ms unrolled).
+    // cache (the in-op transforms forward measured 2.8 -> 3.4 ms unrolled). Then back.
+#pragma unroll
+    for (int it = 0; it < kPer; ++it) *reinterpret_cast<float4*>(G + (r0 + it) * sg + d0) = v[it];
 #pragma unroll 1
-    for (int it = 0; it < gp.kPer; ++it) {
-      const int r = (tid + it * kThreads) / (KD / 4);
-      if (r >= cd.len) break;  // rows past the end stay zero
-      float4* x = reinterpret_cast<float4*>(G + r * sg + d0);
-      float4 v = *x;
-      v.x = KdaGateValue(v.x + bias.x, ea, false, tr->g_min);
-      v.y = KdaGateValue(v.y + bias.y, ea, false, tr->g_min);
-      v.z = KdaGateValue(v.z + bias.z, ea, false, tr->g_min);
-      v.w = KdaGateValue(v.w + bias.w, ea, false, tr->g_min);
-      *x = v;
+    for (int it = 0; it < kPer; ++it) {
+      if (r0 + it >= cd.len) break;  // rows past the end stay zero
+      float4* x = reinterpret_cast<float4*>(G + (r0 + it) * sg + d0);
+      float4 y = *x;
+      y.x = KdaGateValue(y.x + bias.x, ea, false, tr->g_min);
+      y.y = KdaGateValue(y.y + bias.y, ea, false, tr->g_min);
+      y.z = KdaGateValue(y.z + bias.z, ea, false, tr->g_min);
+      y.w = KdaGateValue(y.w + bias.w, ea, false, tr->g_min);
+      *x = y;
+    }
+#pragma unroll
+    for (int it = 0; it < kPer; ++it)
+      v[it] = *reinterpret_cast<const float4*>(G + (r0 + it) * sg + d0);
+  }
+  // The cumsum down the thread's own rows; the last one is its segment's total.
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) {
+    acc.x += v[it].x * kLog2e;
+    acc.y += v[it].y * kLog2e;
+    acc.z += v[it].z * kLog2e;
+    acc.w += v[it].w * kLog2e;
+    v[it] = acc;
+    *reinterpret_cast<float4*>(G + (r0 + it) * sg + d0) = acc;
+  }
+  __syncthreads();
+  // The totals of the segments above, in order (independent loads: one round trip).
+  float4 off = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int s = 0; s < Pieces::kSegments - 1; ++s) {
+    if (s < segment) {
+      const float4 t = *reinterpret_cast<const float4*>(G + (s * kPer + kPer - 1) * sg + d0);
+      off.x += t.x;
+      off.y += t.y;
+      off.z += t.z;
+      off.w += t.w;
     }
   }
   __syncthreads();
-  if (tid < 2 * KD) {
-    const int d = tid % KD, r0 = (tid / KD) * (kTcChunk / 2);
-    float acc = 0.0f;
-    for (int r = r0; r < r0 + kTcChunk / 2; ++r) {
-      acc += G[r * sg + d] * kLog2e;
-      G[r * sg + d] = acc;
-    }
-  }
-  __syncthreads();
-  for (int i = tid; i < kTcChunk / 2 * KD; i += kThreads) {
-    const int r = kTcChunk / 2 + i / KD, d = i % KD;
-    G[r * sg + d] += G[(kTcChunk / 2 - 1) * sg + d];
+#pragma unroll
+  for (int it = 0; it < kPer; ++it) {
+    gp.v[it] = make_float4(v[it].x + off.x, v[it].y + off.y, v[it].z + off.z, v[it].w + off.w);
+    *reinterpret_cast<float4*>(G + (r0 + it) * sg + d0) = gp.v[it];
   }
   __syncthreads();
 }
@@ -168,49 +201,43 @@ __device__ __forceinline__ void NormaliseChunkQK(__nv_bfloat16* qs, __nv_bfloat1
   }
 }
 
-// One 64-token chunk of q, k and the gate into shared memory: q and k rows [64][K] (bf16,
-// `stride` elements per shared row, a multiple of 8; rows past the chunk's end are zeros) and the
-// gate's cumsum G as StoreChunkGate forms it. Every global load is issued before the first shared
-// store, so the chunk costs one memory round trip, not one per loop iteration (a block per SM or
-// two cannot hide them otherwise). Global rows must be 16-byte aligned (KdaTcSupported checks the
-// bases). With tr->qk_l2norm each row of q and k is normalised as it loads (a row's K / 8 pieces
-// are on consecutive lanes of one warp); with tr->gate, g holds the gate's pre-activation z. Ends
-// with a barrier.
+// One 64-token chunk of q, k and the gate into shared memory and ChunkRowMap's registers: q and k
+// rows [64][K] (bf16, `stride` elements per shared row, a multiple of 4; rows past the chunk's end
+// are zeros), also left in qk, and the gate's cumsum G as StoreChunkGate forms it, also left in gp.
+// Every global load is issued before the first shared store, so the chunk costs one memory round
+// trip, not one per loop iteration (a block per SM or two cannot hide them otherwise). Global rows
+// must be 16-byte aligned (KdaTcSupported checks the bases). With tr->qk_l2norm each row of q and
+// k is normalised as it loads (a row's K / 4 pieces are on consecutive lanes of one warp); with
+// tr->gate, g holds the gate's pre-activation z. Ends with a barrier.
 template <int KD, int kThreads, typename GIn>
 __device__ __forceinline__ void LoadChunkQKGate(__nv_bfloat16* qs, __nv_bfloat16* ks, int stride,
-                                                float* G, int sg, const __nv_bfloat16* q,
-                                                const __nv_bfloat16* k, const GIn* g,
-                                                const ChunkDesc& cd, int heads, int h,
+                                                float* G, int sg, ChunkQKPieces<KD, kThreads>& qk,
+                                                ChunkGatePieces<KD, kThreads>& gp,
+                                                const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                                const GIn* g, const ChunkDesc& cd, int heads, int h,
                                                 const ChunkInputTransforms* tr = nullptr) {
-  constexpr int kQkPieces = kTcChunk * KD / 8;
-  static_assert(32 % (KD / 8) == 0 && kQkPieces % kThreads == 0,
-                "a row's pieces in one warp, every thread the same number of pieces");
-  constexpr int kQkPer = kQkPieces / kThreads;
-  const int tid = threadIdx.x;
-  // Fetch: 2 kQkPer + the gate's pieces in flight per thread.
-  uint4 qv[kQkPer], kv[kQkPer];
+  constexpr int kPer = ChunkRowMap<KD, kThreads>::kPer;
+  const int r0 = qk.Row0(), d0 = qk.Col0();
+  // Fetch: 2 kPer pieces of q and k and the gate's kPer in flight per thread.
 #pragma unroll
-  for (int it = 0; it < kQkPer; ++it) {
-    const int i = tid + it * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
-    qv[it] = kv[it] = make_uint4(0, 0, 0, 0);
-    if (r < cd.len) {
-      const int64_t off = ((cd.row_start + r) * heads + h) * KD + c;
-      qv[it] = *reinterpret_cast<const uint4*>(q + off);
-      kv[it] = *reinterpret_cast<const uint4*>(k + off);
+  for (int it = 0; it < kPer; ++it) {
+    qk.q[it] = qk.k[it] = make_uint2(0, 0);
+    if (r0 + it < cd.len) {
+      const int64_t off = ((cd.row_start + r0 + it) * heads + h) * KD + d0;
+      qk.q[it] = *reinterpret_cast<const uint2*>(q + off);
+      qk.k[it] = *reinterpret_cast<const uint2*>(k + off);
     }
   }
-  ChunkGatePieces<KD, kThreads> gp;
   FetchChunkGate<KD, kThreads>(gp, g, cd, heads, h);
   // Store, transforming on the way.
 #pragma unroll
-  for (int it = 0; it < kQkPer; ++it) {
-    const int i = tid + it * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+  for (int it = 0; it < kPer; ++it) {
     if (tr != nullptr && tr->qk_l2norm) {
-      qv[it] = NormalisePiece<KD / 8>(qv[it], tr->eps);
-      kv[it] = NormalisePiece<KD / 8>(kv[it], tr->eps);
+      qk.q[it] = NormalisePiece<KD / 4>(qk.q[it], tr->eps);
+      qk.k[it] = NormalisePiece<KD / 4>(qk.k[it], tr->eps);
     }
-    *reinterpret_cast<uint4*>(qs + r * stride + c) = qv[it];
-    *reinterpret_cast<uint4*>(ks + r * stride + c) = kv[it];
+    *reinterpret_cast<uint2*>(qs + (r0 + it) * stride + d0) = qk.q[it];
+    *reinterpret_cast<uint2*>(ks + (r0 + it) * stride + d0) = qk.k[it];
   }
   StoreChunkGate<KD, kThreads>(G, sg, gp, cd, h, tr);
 }
