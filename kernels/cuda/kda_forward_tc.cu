@@ -95,7 +95,7 @@ struct PrepSmem {
   static constexpr size_t kXk = kXq + sizeof(bf16) * kChunk * kSK;
   static constexpr size_t kScratch =
       std::max(kT + sizeof(float) * kChunk * kSA, kXk + sizeof(bf16) * kChunk * kSK);
-  static constexpr size_t kBeta = kScratch + sizeof(float) * 6 * 16 * 8;
+  static constexpr size_t kBeta = kScratch + sizeof(float) * kInverseScratchFloats;
   static constexpr size_t kBytes = kBeta + sizeof(float) * kChunk;
   static_assert(kQ % 16 == 0 && kK % 16 == 0 && kAkk % 16 == 0 && kT % 16 == 0 && kXk % 16 == 0 &&
                     kScratch % 16 == 0 && kBeta % 16 == 0,
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
   bf16* tb = reinterpret_cast<bf16*>(smem + L::kTb);      // T, bf16 (over A_kk, after the solve)
   bf16* xq = reinterpret_cast<bf16*>(smem + L::kXq);      // X_q (over A_kk, before it)
   bf16* xk = reinterpret_cast<bf16*>(smem + L::kXk);      // X_k (over A_kk and T, before them)
-  float* scratch = reinterpret_cast<float*>(smem + L::kScratch);  // 6 x 16 x 8
+  float* scratch = reinterpret_cast<float*>(smem + L::kScratch);  // kInverseScratchFloats
   float* bs = reinterpret_cast<float*>(smem + L::kBeta);          // beta
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, t4 = lane & 3;
@@ -220,15 +220,15 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
       // Y_b = K_b e^{G_ref - G} (exponent <= 0 off the diagonal, <= span on it).
       for (int k0 = 0; k0 < KD; k0 += 16) {
         uint32_t fq[4], fk[4], y[2];
-        LoadFragA(fq, xq + ref * SK, SK, k0);
-        LoadFragA(fk, xk + ref * SK, SK, k0);
+        LoadFragAx4(fq, xq + ref * SK, SK, k0);
+        LoadFragAx4(fk, xk + ref * SK, SK, k0);
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int d = k0 + 2 * t4 + 8 * j;
-          y[j] =
-              PackBf16(__bfloat162float(ks[c * SK + d]) * Exp2Ftz(G[ref * SG + d] - G[c * SG + d]),
-                       __bfloat162float(ks[c * SK + d + 1]) *
-                           Exp2Ftz(G[ref * SG + d + 1] - G[c * SG + d + 1]));
+          const float2 kc = UnpackBf16x2(*reinterpret_cast<const uint32_t*>(ks + c * SK + d));
+          const float2 gr = *reinterpret_cast<const float2*>(G + ref * SG + d);
+          const float2 gc = *reinterpret_cast<const float2*>(G + c * SG + d);
+          y[j] = PackBf16(kc.x * Exp2Ftz(gr.x - gc.x), kc.y * Exp2Ftz(gr.y - gc.y));
         }
         MmaBf16(aq[slot], fq, y);
         MmaBf16(ak[slot], fk, y);
@@ -257,17 +257,19 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
   // v for stage 5 (warps 4-7): every piece's load issued here, so that the A outputs and the
   // element-wise stage run while they are in flight (issued in stage 5, their latency sat on the
   // chunk's path: warps 0-3's diagonal solve is shorter).
-  constexpr int kVLoaders = kPrepThreads - 128, kVPer = kChunk * VD / 8 / kVLoaders;
-  static_assert(kChunk * VD / 8 % kVLoaders == 0, "whole pieces per thread");
+  constexpr int kVLoaders = kPrepThreads - 128, kVPieces = VD / 8;
+  constexpr int kVRowStep = kVLoaders / kVPieces, kVPer = kChunk / kVRowStep;
+  static_assert(kVLoaders % kVPieces == 0 && kChunk % kVRowStep == 0, "whole pieces per thread");
+  const int v_row0 = (tid - 128) / kVPieces, v_col = (tid - 128) % kVPieces * 8;
   uint4 vv[kVPer];
   if (warp >= 4) {
+    const bf16* src = p.v + ((cd.row_start + v_row0) * heads + h) * VD + v_col;
+    const int64_t step = static_cast<int64_t>(kVRowStep) * heads * VD;
 #pragma unroll
     for (int it = 0; it < kVPer; ++it) {
-      const int i = tid - 128 + it * kVLoaders, r = i / (VD / 8), c = (i % (VD / 8)) * 8;
       vv[it] = make_uint4(0, 0, 0, 0);
-      if (r < len) {
-        vv[it] = *reinterpret_cast<const uint4*>(p.v + ((cd.row_start + r) * heads + h) * VD + c);
-      }
+      if (v_row0 + it * kVRowStep < len) vv[it] = *reinterpret_cast<const uint4*>(src);
+      src += step;
     }
   }
   bf16* aqk_out = p.aqk + tile * kChunk * kChunk;
@@ -286,13 +288,11 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
       *reinterpret_cast<uint32_t*>(aqk_out + r * kChunk + c) = PackBf16(q0, q1);
       *reinterpret_cast<float2*>(akk + r * SA + c) = make_float2(
           c < r ? bs[r] * ak[slot][e] : 0.0f, c + 1 < r ? bs[r] * ak[slot][e + 1] : 0.0f);
-    }
-  }
-  // Zeros above the diagonal tiles of A_qk (the state pass reads whole tiles).
-  for (int i = tid; i < kChunk * kChunk / 2; i += kPrepThreads) {
-    const int r = i / (kChunk / 2), c = (i % (kChunk / 2)) * 2;
-    if (c / 16 > r / 16) {
-      *reinterpret_cast<uint32_t*>(p.aqk + tile * kChunk * kChunk + r * kChunk + c) = 0u;
+      // An off-diagonal unit also zeros its mirror above the diagonal tiles (tile (b, a), the
+      // same rows and columns of it): the state passes read whole tiles of A_qk.
+      if (a != b) {
+        *reinterpret_cast<uint32_t*>(aqk_out + (r - 16 * (a - b)) * kChunk + c + 16 * (a - b)) = 0u;
+      }
     }
   }
 
@@ -305,11 +305,11 @@ __global__ void __launch_bounds__(kPrepThreads, 2) KdaChunkPrepKernel(PrepParams
   if (warp >= 4) {
 #pragma unroll
     for (int it = 0; it < kVPer; ++it) {
-      const int i = tid - 128 + it * kVLoaders, r = i / (VD / 8), c = (i % (VD / 8)) * 8;
+      const int r = v_row0 + it * kVRowStep;
       bf16* x = reinterpret_cast<bf16*>(&vv[it]);
 #pragma unroll
       for (int j = 0; j < 8; ++j) x[j] = __float2bfloat16(bs[r] * __bfloat162float(x[j]));
-      *reinterpret_cast<uint4*>(vs + r * SV + c) = vv[it];
+      *reinterpret_cast<uint4*>(vs + r * SV + v_col) = vv[it];
     }
   } else {
     InvertDiagonalBlock16(akk, SA, tm, SA, 16 * warp);

@@ -79,11 +79,13 @@ struct ChunkQKPieces : ChunkRowMap<KD, kThreads> {
 template <int KD, int kThreads, typename GIn>
 __device__ __forceinline__ void FetchChunkGate(ChunkGatePieces<KD, kThreads>& gp, const GIn* g,
                                                const ChunkDesc& cd, int heads, int h) {
-  const int r0 = gp.Row0(), d0 = gp.Col0();
+  const int r0 = gp.Row0();
+  const GIn* src = g + ((cd.row_start + r0) * heads + h) * KD + gp.Col0();
 #pragma unroll
   for (int it = 0; it < gp.kPer; ++it) {
     gp.v[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r0 + it < cd.len) gp.v[it] = LoadF4(g + ((cd.row_start + r0 + it) * heads + h) * KD + d0);
+    if (r0 + it < cd.len) gp.v[it] = LoadF4(src);
+    src += static_cast<int64_t>(heads) * KD;
   }
 }
 
@@ -219,14 +221,15 @@ __device__ __forceinline__ void LoadChunkQKGate(__nv_bfloat16* qs, __nv_bfloat16
   constexpr int kPer = ChunkRowMap<KD, kThreads>::kPer;
   const int r0 = qk.Row0(), d0 = qk.Col0();
   // Fetch: 2 kPer pieces of q and k and the gate's kPer in flight per thread.
+  int64_t off = ((cd.row_start + r0) * heads + h) * KD + d0;
 #pragma unroll
   for (int it = 0; it < kPer; ++it) {
     qk.q[it] = qk.k[it] = make_uint2(0, 0);
     if (r0 + it < cd.len) {
-      const int64_t off = ((cd.row_start + r0 + it) * heads + h) * KD + d0;
       qk.q[it] = *reinterpret_cast<const uint2*>(q + off);
       qk.k[it] = *reinterpret_cast<const uint2*>(k + off);
     }
+    off += static_cast<int64_t>(heads) * KD;
   }
   FetchChunkGate<KD, kThreads>(gp, g, cd, heads, h);
   // Store, transforming on the way.
@@ -243,17 +246,21 @@ __device__ __forceinline__ void LoadChunkQKGate(__nv_bfloat16* qs, __nv_bfloat16
 }
 
 // beta K 2^G of the loaded chunk into dst[r * stride + d] (bf16; dst may be q's rows once q is
-// dead), four columns per thread and step. bs holds beta per row.
+// dead), four columns per thread and step, each thread the same columns down every
+// kThreads / (K / 4)-th row. bs holds beta per row.
 template <int KD, int kThreads>
 __device__ __forceinline__ void StoreBetaKExpG(__nv_bfloat16* dst, const __nv_bfloat16* ks,
                                                int stride, const float* G, int sg,
                                                const float* bs) {
-  for (int i = threadIdx.x; i < kTcChunk * KD / 4; i += kThreads) {
-    const int r = i / (KD / 4), d = (i % (KD / 4)) * 4;
+  constexpr int kPieces = KD / 4, kRowStep = kThreads / kPieces;
+  static_assert(kThreads % kPieces == 0 && kTcChunk % kRowStep == 0, "whole rows per step");
+  const int d = threadIdx.x % kPieces * 4, r0 = threadIdx.x / kPieces;
+#pragma unroll
+  for (int it = 0; it < kTcChunk / kRowStep; ++it) {
+    const int r = r0 + it * kRowStep;
     const float4 g = *reinterpret_cast<const float4*>(G + r * sg + d);
     const uint2 kr = *reinterpret_cast<const uint2*>(ks + r * stride + d);
-    const float2 k01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.x));
-    const float2 k23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kr.y));
+    const float2 k01 = UnpackBf16x2(kr.x), k23 = UnpackBf16x2(kr.y);
     const float b = bs[r];
     *reinterpret_cast<uint2*>(dst + r * stride + d) =
         make_uint2(PackBf16(b * k01.x * Exp2Ftz(g.x), b * k01.y * Exp2Ftz(g.y)),
