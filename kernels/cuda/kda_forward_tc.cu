@@ -5,7 +5,7 @@
 // 1. KdaChunkPrepKernel, one block per (64-token chunk, head), all chunks at once: the gate's
 //    chunk-local cumsum G (log2), the intra-chunk A_qk and A_kk in 16x16 tiles, T = (I + A_kk)^-1
 //    (kda_tc_unit_lower_inverse.cuh: the diagonal 16-blocks by forward substitution in registers,
-//    the blocks below them level by level as tf32 MMAs with fp32-grade split operands),
+//    the blocks below them in two levels as tf32 MMAs with fp32-grade split operands),
 //    W = T (beta K e^G), U = T (beta V), Q~ = s Q e^G, Kbar^T = (K e^{G_C - G})^T, gamma = e^{G_C}.
 //    Tile (a, b) of A_qk / A_kk (row sub-tile a >= column sub-tile b) is X_a Y_b^T with the
 //    reference row n_a = the first row of sub-tile a: X_a = Q_a e^{G_a - G_{n_a}} (exponent <= 0)

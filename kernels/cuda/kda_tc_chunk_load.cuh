@@ -178,10 +178,13 @@ __device__ __forceinline__ void StoreChunkGate(float* G, int sg, ChunkGatePieces
   __syncthreads();
 }
 
-// The L2 norm of LoadChunkQKGate (the same pieces on the same lanes) on q and k rows already in
-// shared memory ([64][K] bf16, `stride` elements per row), in place, with each row's
-// 1 / sqrt(sum x^2 + eps) into q_rstd[r] and k_rstd[r] (what the backward's chain rule needs).
-// The rows must be visible to every thread (a barrier before); one must follow.
+// The L2 norm of LoadChunkQKGate on q and k rows already in shared memory ([64][K] bf16, `stride`
+// elements per row), in place, with each row's 1 / sqrt(sum x^2 + eps) into q_rstd[r] and
+// k_rstd[r] (what the backward's chain rule needs). Its pieces are 8 columns on K / 8 lanes;
+// LoadChunkQKGate's are 4 columns on K / 4 lanes since 281877e, so a row's sum of squares is
+// associated differently and can differ from the forward's in its last bit (a normalised element
+// then by one bf16 rounding, well inside the gradients' tolerances). The rows must be visible to
+// every thread (a barrier before); one must follow.
 template <int KD, int kThreads>
 __device__ __forceinline__ void NormaliseChunkQK(__nv_bfloat16* qs, __nv_bfloat16* ks, int stride,
                                                  float* q_rstd, float* k_rstd, float eps) {
