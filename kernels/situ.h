@@ -7,6 +7,9 @@
 
 #include <cstdint>
 
+#include "core/status.h"
+#include "core/tensor.h"
+
 namespace orrery::kernels {
 
 struct GluActivation {
@@ -23,5 +26,11 @@ void GluForward(const GluActivation& act, const T* a, const T* u, int64_t n, T* 
 template <typename T>
 void GluBackward(const GluActivation& act, const T* a, const T* u, const T* dh, int64_t n, T* da,
                  T* du);
+
+// Tensor-level forms, dispatched by device: a, u, dh of one shape and dtype (f32 or f64 on cpu,
+// bf16 or f32 on cuda); outputs in that dtype, allocated when undefined.
+Status Glu(const GluActivation& act, const Tensor& a, const Tensor& u, Tensor* h);
+Status GluGrad(const GluActivation& act, const Tensor& a, const Tensor& u, const Tensor& dh,
+               Tensor* da, Tensor* du);
 
 }  // namespace orrery::kernels

@@ -1,0 +1,53 @@
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "kernels/cuda/device_context.h"
+
+namespace orrery::kernels::cuda {
+
+Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::OK();
+  return InternalError(std::string("cuda: ") + what + ": " + cudaGetErrorName(err) + ": " +
+                       cudaGetErrorString(err));
+}
+
+Status CublasStatus(cublasStatus_t st, const char* what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return Status::OK();
+  return InternalError(std::string("cublasLt: ") + what + ": " + cublasGetStatusName(st) + ": " +
+                       cublasGetStatusString(st));
+}
+
+Status LastLaunchStatus(const char* kernel) { return CudaStatus(cudaGetLastError(), kernel); }
+
+StatusOr<DeviceContext*> DeviceContext::Get(int index) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::unique_ptr<DeviceContext>, kMaxDevices> contexts;
+  static std::mutex mu;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  if (index < 0 || index >= count || index >= kMaxDevices) {
+    return FailedPreconditionError("cuda: no device " + std::to_string(index) + " (" +
+                                   std::to_string(count) + " visible)");
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (contexts[index]) return contexts[index].get();
+  auto ctx = std::unique_ptr<DeviceContext>(new DeviceContext());
+  ctx->index_ = index;
+  ORRERY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(index), "cudaSetDevice"));
+  ORRERY_RETURN_IF_ERROR(CublasStatus(cublasLtCreate(&ctx->lt_), "cublasLtCreate"));
+  Status st = CudaStatus(cudaMalloc(&ctx->workspace_, kWorkspaceBytes), "cudaMalloc(workspace)");
+  if (!st.ok()) {
+    cublasLtDestroy(ctx->lt_);
+    return st;
+  }
+  ctx->workspace_bytes_ = kWorkspaceBytes;
+  contexts[index] = std::move(ctx);
+  return contexts[index].get();
+}
+
+}  // namespace orrery::kernels::cuda

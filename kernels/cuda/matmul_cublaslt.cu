@@ -1,0 +1,85 @@
+// Matmul on cuBLASLt (kernels/matmul.h): bf16 or f32 operands, fp32 accumulation.
+//
+// cuBLASLt is column-major; a row-major c = op(a) op(b) is the column-major c^T = op(b)^T op(a)^T,
+// so b's buffer is the library's first operand and a's the second, each with the transpose flag
+// its row-major flag implies. Descriptors and the heuristic's choice are made per call (a few
+// microseconds); caching them by shape is the next step once the GPU model's profile asks for it.
+#include <cublasLt.h>
+
+#include <memory>
+
+#include "kernels/cuda/device_context.h"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace orrery::kernels::cuda {
+namespace {
+
+// RAII for the three descriptor kinds.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+cudaDataType_t LtType(DType dt) { return dt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+}  // namespace
+
+Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int64_t m, int64_t n,
+                  int64_t k, Tensor* c) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(a.device().index));
+  LtDescriptors d;
+  ORRERY_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  // The library's op(A) is b's, op(B) is a's (see the file comment).
+  const cublasOperation_t op_first = o.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = o.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  ORRERY_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                                  sizeof(op_first)),
+                   "set TRANSA"));
+  ORRERY_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                  sizeof(op_second)),
+                   "set TRANSB"));
+  // Column-major views: b's buffer [b.dim(1) rows, b.dim(0) cols], a's [a.dim(1), a.dim(0)],
+  // c's [n, m]; each leading dimension is the row-major row length.
+  const cudaDataType_t in_type = LtType(a.dtype());
+  ORRERY_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatrixLayoutCreate(&d.a, in_type, b.dim(1), b.dim(0), b.dim(1)), "layout b"));
+  ORRERY_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatrixLayoutCreate(&d.b, in_type, a.dim(1), a.dim(0), a.dim(1)), "layout a"));
+  ORRERY_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatrixLayoutCreate(&d.c, LtType(c->dtype()), n, m, n), "layout c"));
+  ORRERY_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate"));
+  const size_t ws = ctx->workspace_bytes();
+  ORRERY_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulPreferenceSetAttribute(
+                       d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+                   "set workspace"));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  ORRERY_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulAlgoGetHeuristic(ctx->lt(), d.op, d.a, d.b, d.c, d.c, d.pref, 1,
+                                                  &heuristic, &found),
+                   "cublasLtMatmulAlgoGetHeuristic"));
+  if (found == 0) {
+    return UnimplementedError("matmul: cuBLASLt has no algorithm for " + a.ToString() + " x " +
+                              b.ToString() + " -> " + c->ToString());
+  }
+  (void)k;
+  return CublasStatus(cublasLtMatmul(ctx->lt(), d.op, &o.alpha, b.raw_data(), d.a, a.raw_data(),
+                                     d.b, &o.beta, c->raw_data(), d.c, c->raw_data(), d.c,
+                                     &heuristic.algo, ctx->workspace(), ws, ctx->stream()),
+                      "cublasLtMatmul");
+}
+
+}  // namespace orrery::kernels::cuda

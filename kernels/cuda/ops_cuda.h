@@ -1,0 +1,46 @@
+// The CUDA halves of the Tensor-level ops in kernels/*.h. Callers (the dispatchers in kernels/)
+// have checked shapes, dtypes and devices; these only launch. Every function queues on the
+// device context's stream (device_context.h) and returns the launch's or library's error.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/adamw_op.h"
+#include "kernels/matmul.h"
+#include "kernels/situ.h"
+
+namespace orrery::kernels::cuda {
+
+// c = alpha op(a) op(b) + beta c through cuBLASLt (kernels/matmul.h).
+Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int64_t m, int64_t n,
+                  int64_t k, Tensor* c);
+
+// RMSNorm over rows of x [rows, d] (bf16 or f32); w [d] of x's dtype or undefined; y like x;
+// rstd [rows] f32.
+Status RmsNormForwardCuda(const Tensor& x, const Tensor& w, double eps, Tensor* y, Tensor* rstd);
+// dx (x's dtype) overwritten; dw [d] f32 accumulated when defined.
+Status RmsNormBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
+                           Tensor* dx, Tensor* dw);
+
+// Gated activations (kernels/situ.h) element-wise over tensors of one dtype (bf16 or f32).
+Status GluForwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u, Tensor* h);
+Status GluBackwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u, const Tensor& dh,
+                       Tensor* da, Tensor* du);
+
+// sumsq (f64 [1], zeroed here) = sum over tensors of sum x^2 (f32 tensors).
+Status SquaredNormCuda(const std::vector<Tensor>& xs, Tensor* sumsq);
+// factor (f32 [1]) = max_norm / (norm + 1e-12) when norm > max_norm > 0, else 1.
+Status ClipFactorCuda(const Tensor& sumsq, double max_norm, Tensor* factor);
+// One AdamW update of one parameter (kernels/adamw_op.h).
+Status AdamWStepCuda(const AdamWStepArgs& args, const Tensor& grad, const Tensor& grad_factor,
+                     Tensor* param, Tensor* m, Tensor* v, Tensor* param_bf16);
+
+// Embedding (kernels/embedding.h): table/y bf16 or f32; dtable f32. Both fail with OutOfRange for
+// an id outside [0, V) (one 4-byte flag read back).
+Status EmbeddingGatherCuda(const Tensor& table, const Tensor& ids, Tensor* y);
+Status EmbeddingScatterAddCuda(const Tensor& ids, const Tensor& dy, Tensor* dtable);
+
+}  // namespace orrery::kernels::cuda

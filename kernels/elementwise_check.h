@@ -1,0 +1,50 @@
+// Argument checks shared by the Tensor-level ops' dispatchers (kernels/*_op.cc): each failure is
+// one InvalidArgument line naming the op, the tensor and what was expected.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace orrery::kernels {
+
+inline Status ExpectLike(const char* op, const char* name, const Tensor& t, const Tensor& ref) {
+  if (!t.defined()) return InvalidArgumentError(std::string(op) + ": " + name + " is undefined");
+  if (t.shape() != ref.shape() || t.dtype() != ref.dtype() || !(t.device() == ref.device())) {
+    return InvalidArgumentError(std::string(op) + ": " + name + " " + t.ToString() + ", expected " +
+                                ref.ToString());
+  }
+  return Status::OK();
+}
+
+// Allocates *out like `ref` (shape, dtype, device) when undefined, else checks it matches.
+inline Status AllocateLike(const char* op, const char* name, const Tensor& ref, Tensor* out) {
+  if (!out->defined()) {
+    ORRERY_ASSIGN_OR_RETURN(*out, Tensor::Allocate(ref.shape(), ref.dtype(), ref.device()));
+    return Status::OK();
+  }
+  return ExpectLike(op, name, *out, ref);
+}
+
+// Allocates *out with `shape`/`dtype` on `device` when undefined, else checks it.
+inline Status AllocateAs(const char* op, const char* name, const Shape& shape, DType dtype,
+                         Device device, Tensor* out) {
+  if (!out->defined()) {
+    ORRERY_ASSIGN_OR_RETURN(*out, Tensor::Allocate(shape, dtype, device));
+    return Status::OK();
+  }
+  if (out->shape() != shape || out->dtype() != dtype || !(out->device() == device)) {
+    return InvalidArgumentError(std::string(op) + ": " + name + " " + out->ToString() +
+                                ", expected " + std::string(DTypeName(dtype)) +
+                                ShapeToString(shape) + " on " + device.ToString());
+  }
+  return Status::OK();
+}
+
+inline Status NoCuda(const char* op, const Tensor& t) {
+  return FailedPreconditionError(std::string(op) + ": " + t.ToString() +
+                                 ": this build has no CUDA kernels");
+}
+
+}  // namespace orrery::kernels

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU model's Tensor-level ops on a GPU machine: ops_gpu_tests (each op against its CPU twin),
+# then ops_gpu_bench with its PyTorch anchors (scripts/gpu_ops_torch.py) in the same call, when
+# the bench binary is there. Logs under $OUT (or ./gpu-ops-out).
+#
+#   scripts/gpu_ops.sh BIN_DIR
+#
+# BIN_DIR holds ops_gpu_tests (built elsewhere with CUDA, e.g. build/tests) and in BIN_DIR/lib the
+# shared libraries the GPU machine lacks, or all of that packed by scripts/gpu_bundle.sh as
+# BIN_DIR/bundle.tar.xz, unpacked here first. cuBLAS/cuBLASLt come from the machine's CUDA
+# toolkit or, where the loader does not find them there, from its Python packages (nvidia-*).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-ops-out}"
+mkdir -p "$out"
+bin="${1:?usage: scripts/gpu_ops.sh BIN_DIR}"
+if [[ -f "$bin/bundle.tar.xz" ]]; then
+  unpacked="$(mktemp -d)"
+  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
+  bin="$unpacked"
+fi
+bin="$(cd "$bin" && pwd)"
+source scripts/env.sh
+export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+if ldd "$bin/ops_gpu_tests" | grep -q 'not found'; then
+  pylibs="$(python3 -c 'import glob, site; print(":".join(d for p in site.getsitepackages()
+    for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$pylibs"
+fi
+ldd "$bin/ops_gpu_tests" | grep -E 'cublas|cudart|not found' | tee "$out/ldd.txt" || true
+nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$out/gpu.txt"
+status=0
+timeout "${OPS_TEST_TIMEOUT:-300}" "$bin/ops_gpu_tests" 2>&1 | tee "$out/ops_tests.log" || status=1
+if [[ -x "$bin/ops_gpu_bench" ]]; then
+  timeout "${OPS_BENCH_TIMEOUT:-200}" "$bin/ops_gpu_bench" 2>&1 | tee "$out/ops_bench.log" ||
+    status=1
+  timeout "${OPS_BENCH_TIMEOUT:-200}" python3 scripts/gpu_ops_torch.py 2>&1 |
+    tee "$out/ops_torch.log" || status=1
+fi
+grep -E '^\[  (PASSED|FAILED) ' "$out/ops_tests.log" || true
+exit $status

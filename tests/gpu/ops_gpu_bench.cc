@@ -1,0 +1,148 @@
+// Times the GPU model's Tensor-level ops (issue 22) on random inputs with CUDA events: the median
+// of 30 runs after 5 warm-ups, each run on the same inputs (sizes well past the 50 MB L2 where it
+// matters: the norm's rows are 128 MB and more). Prints one line per op and shape; the anchors
+// (torch.matmul, torch rms_norm, a device-to-device copy) come from scripts/gpu_ops_torch.py in
+// the same call (scripts/gpu_ops.sh).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "core/philox.h"
+#include "kernels/adamw_op.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/situ.h"
+
+namespace orrery::kernels {
+namespace {
+
+// N(0, 1) entries (|N(0, 1)| when `positive`: a second moment must not be negative). A block
+// of 1M host draws is tiled over the tensor by device copies: drawing every element on the host
+// took minutes at these sizes, and a repeating block of random values times like random data.
+Tensor RandomOnGpu(const Shape& shape, DType dt, uint64_t seed, bool positive = false) {
+  constexpr int64_t kBlock = int64_t{1} << 20;
+  const int64_t numel = ShapeNumel(shape);
+  PhiloxGenerator rng(seed, 0);
+  Tensor h = Tensor::Empty({std::min(numel, kBlock)}, DType::kF32);
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    const float x = static_cast<float>(rng.Normal());
+    h.data<float>()[i] = positive ? std::abs(x) : x;
+  }
+  const Tensor block = (dt == DType::kF32 ? h : h.Cast(dt).value()).To(Device::Cuda(0)).value();
+  Tensor out = Tensor::Allocate(shape, dt, Device::Cuda(0)).value();
+  const size_t esize = DTypeSize(dt);
+  for (int64_t off = 0; off < numel; off += block.numel()) {
+    const int64_t n = std::min(block.numel(), numel - off);
+    cudaMemcpy(static_cast<char*>(out.raw_data()) + off * esize, block.raw_data(), n * esize,
+               cudaMemcpyDeviceToDevice);
+  }
+  return out;
+}
+
+// Median milliseconds of `fn` over 30 timed runs.
+double TimeMs(const std::function<Status()>& fn) {
+  for (int i = 0; i < 5; ++i) {
+    if (!fn().ok()) return -1;
+  }
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<double> ms;
+  for (int i = 0; i < 30; ++i) {
+    cudaEventRecord(a);
+    if (!fn().ok()) return -1;
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int Run() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is measured
+  if (CudaDeviceCount() == 0) {
+    std::fprintf(stderr, "ops_gpu_bench: no CUDA device\n");
+    return 1;
+  }
+  std::printf("%-44s %10s %12s\n", "op (shape)", "ms", "rate");
+  // The linear layers of a 2048-wide model over 8192 tokens, and the LM head's 32K vocabulary.
+  struct Mm {
+    const char* name;
+    int64_t m, n, k;
+    bool ta, tb;
+    DType out;
+    float beta;
+  };
+  for (const Mm& c :
+       {Mm{"y = x W^T  8192x2048 . 2048x2048", 8192, 2048, 2048, false, true, DType::kBF16, 0.0f},
+        Mm{"dx = dy W  8192x2048 . 2048x2048", 8192, 2048, 2048, false, false, DType::kBF16, 0.0f},
+        Mm{"dW += dy^T x (f32)  2048x8192 . 8192x2048", 2048, 2048, 8192, true, false, DType::kF32,
+           1.0f},
+        Mm{"logits  8192x2048 . 2048x32768", 8192, 32768, 2048, false, true, DType::kBF16, 0.0f},
+        Mm{"y = x W^T  16384x7168 . 7168x7168", 16384, 7168, 7168, false, true, DType::kBF16,
+           0.0f}}) {
+    const Tensor a = RandomOnGpu(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, DType::kBF16, 1);
+    const Tensor b = RandomOnGpu(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, DType::kBF16, 2);
+    Tensor out = RandomOnGpu({c.m, c.n}, c.out, 3);
+    const MatmulOptions o{c.ta, c.tb, 1.0f, c.beta};
+    const double ms = TimeMs([&] { return Matmul(a, b, o, &out); });
+    std::printf("matmul %-37s %10.3f %8.1f TFLOP/s\n", c.name, ms,
+                2.0 * c.m * c.n * c.k / (ms * 1e-3) / 1e12);
+  }
+  for (auto [rows, d] : {std::pair<int64_t, int64_t>{32768, 2048}, {16384, 7168}}) {
+    const Tensor x = RandomOnGpu({rows, d}, DType::kBF16, 4), w = RandomOnGpu({d}, DType::kBF16, 5);
+    const Tensor dy = RandomOnGpu({rows, d}, DType::kBF16, 6);
+    Tensor y, rstd, dx, dw = RandomOnGpu({d}, DType::kF32, 7);
+    const double fwd = TimeMs([&] { return RmsNorm(x, w, 1e-6, &y, &rstd); });
+    const double bwd = TimeMs([&] { return RmsNormGrad(x, w, rstd, dy, &dx, &dw); });
+    const double bytes = 2.0 * rows * d * 2;  // read x, write y (bf16)
+    std::printf("rmsnorm fwd bf16 %6lldx%-5lld                    %10.3f %8.1f GB/s\n",
+                static_cast<long long>(rows), static_cast<long long>(d), fwd,
+                bytes / (fwd * 1e-3) / 1e9);
+    std::printf("rmsnorm bwd bf16 %6lldx%-5lld                    %10.3f %8.1f GB/s\n",
+                static_cast<long long>(rows), static_cast<long long>(d), bwd,
+                1.5 * bytes / (bwd * 1e-3) / 1e9);  // read x, dy; write dx
+  }
+  {
+    const int64_t n = int64_t{8192} * 8192;
+    const Tensor a = RandomOnGpu({n}, DType::kBF16, 8), u = RandomOnGpu({n}, DType::kBF16, 9);
+    Tensor h;
+    GluActivation act;
+    const double ms = TimeMs([&] { return Glu(act, a, u, &h); });
+    std::printf("situ-glu fwd bf16 %-26lld %10.3f %8.1f GB/s\n", static_cast<long long>(n), ms,
+                3.0 * n * 2 / (ms * 1e-3) / 1e9);
+  }
+  {
+    const int64_t n = int64_t{128} << 20;  // 128M parameters
+    const Tensor g = RandomOnGpu({n}, DType::kF32, 10);
+    Tensor p = RandomOnGpu({n}, DType::kF32, 11), m = RandomOnGpu({n}, DType::kF32, 12);
+    Tensor v = RandomOnGpu({n}, DType::kF32, 13, true), pb = RandomOnGpu({n}, DType::kBF16, 14);
+    AdamWStepArgs args;
+    args.lr = 1e-4;
+    Tensor sumsq, factor;
+    const double ms = TimeMs([&] {
+      ORRERY_RETURN_IF_ERROR(SquaredNorm({g}, &sumsq));
+      ORRERY_RETURN_IF_ERROR(ClipFactor(sumsq, 1.0, &factor));
+      return AdamWStep(args, g, factor, &p, &m, &v, &pb);
+    });
+    // norm reads g; the step reads g, p, m, v and writes p, m, v, bf16 p.
+    const double bytes = 4.0 * n + n * (4.0 * 4 + 3 * 4 + 2);
+    std::printf("clip+adamw f32 (128M params)                  %10.3f %8.1f GB/s\n", ms,
+                bytes / (ms * 1e-3) / 1e9);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace orrery::kernels
+
+int main() { return orrery::kernels::Run(); }

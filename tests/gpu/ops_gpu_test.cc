@@ -1,0 +1,297 @@
+// The GPU model's Tensor-level ops (issue 22, part 1) against their CPU twins on fresh random
+// inputs; skipped without a GPU.
+//
+// Each reference runs in f64 on the very values the GPU sees (inputs rounded to bf16 or f32
+// first), so an error measures the kernel's arithmetic and its output rounding only. Outputs are
+// poisoned with NaN before each call, so an element the kernel failed to write fails the check.
+// Tolerances (relative RMS error ||gpu - ref|| / ||ref||):
+//   bf16 outputs:  5e-3. Rounding to bf16 alone gives ~1.1e-3 (2^-9 / sqrt(3), a uniform error
+//                  of half an 8-bit mantissa ulp); 5e-3 leaves room for f32 accumulation and the
+//                  f32 (not f64) intermediate rounding before it, and still fails on any wrong
+//                  index, a missed term or a TF32/bf16 accumulation (>= 1e-2 at these sizes).
+//   f32 outputs:   2e-5. Sums of up to ~1000 f32 terms in another order: sqrt(1000) * 6e-8.
+//                  A TF32 product (10-bit mantissa) would show ~1e-3 and fail.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/device.h"
+#include "core/philox.h"
+#include "kernels/adamw_op.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/situ.h"
+#include "tests/unit/kernels/kda_test_util.h"
+
+namespace orrery::kernels {
+namespace {
+
+using testing::RandomNormal;
+using testing::RelRmsError;
+
+#define SKIP_WITHOUT_GPU() \
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
+
+constexpr double kBf16Tol = 5e-3;
+constexpr double kF32Tol = 2e-5;
+
+double TolFor(DType dt) { return dt == DType::kBF16 ? kBf16Tol : kF32Tol; }
+
+// x rounded to dt and back to f64: what the GPU sees, in the reference's precision.
+Tensor Round(const Tensor& t, DType dt) { return t.Cast(dt).value().Cast(DType::kF64).value(); }
+Tensor ToGpu(const Tensor& t, DType dt) { return t.Cast(dt).value().To(Device::Cuda(0)).value(); }
+Tensor ToHostF64(const Tensor& t) { return t.To(Device::Cpu()).value().Cast(DType::kF64).value(); }
+
+// A device tensor whose every byte is 0xFF: NaN in f32, f64 and bf16.
+Tensor Poisoned(const Shape& shape, DType dt) {
+  Tensor h = Tensor::Empty(shape, dt);
+  std::memset(h.raw_data(), 0xFF, h.nbytes());
+  return h.To(Device::Cuda(0)).value();
+}
+
+void ExpectClose(const Tensor& gpu, const Tensor& ref, double tol, const char* what) {
+  const Tensor g = ToHostF64(gpu);
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(g.data<double>()[i])) << what << ": element " << i << " not written";
+  }
+  const double err = RelRmsError(g, ref);
+  EXPECT_LE(err, tol) << what;
+  std::printf("  %-28s rel RMS error %.3g (tolerance %.0e)\n", what, err, tol);
+}
+
+// ---- Matmul (cuBLASLt) ----
+
+using MatmulCase = std::tuple<bool, bool, DType, DType>;  // trans_a, trans_b, in, out
+class MatmulGpuTest : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulGpuTest, MatchesCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  const auto [ta, tb, in_dt, out_dt] = GetParam();
+  if (in_dt == DType::kF32 && out_dt == DType::kBF16) {
+    GTEST_SKIP() << "f32 inputs with a bf16 output are refused (MatmulGpuErrors)";
+  }
+  for (auto [m, n, k, seed] : {std::tuple<int64_t, int64_t, int64_t, uint64_t>{37, 53, 29, 1},
+                               {256, 384, 512, 2},
+                               {1000, 64, 1000, 3}}) {
+    PhiloxGenerator rng(seed * 17 + ta * 2 + tb, 0);
+    const Tensor a = Round(RandomNormal(ta ? Shape{k, m} : Shape{m, k}, DType::kF64, rng), in_dt);
+    const Tensor b = Round(RandomNormal(tb ? Shape{n, k} : Shape{k, n}, DType::kF64, rng), in_dt);
+    const Tensor c0 = Round(RandomNormal({m, n}, DType::kF64, rng), out_dt);
+    // beta = 1 accumulates into c (the weight gradients' dW += dy^T x) when c is f32.
+    const float beta = out_dt == DType::kF32 ? 1.0f : 0.0f;
+    MatmulOptions o{ta, tb, 0.75f, beta};
+    Tensor ref = c0.Clone();
+    ASSERT_TRUE(Matmul(a, b, o, &ref).ok());
+    Tensor c = beta != 0 ? ToGpu(c0, out_dt) : Poisoned({m, n}, out_dt);
+    const Status st = Matmul(ToGpu(a, in_dt), ToGpu(b, in_dt), o, &c);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectClose(c, ref, TolFor(out_dt), "matmul");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MatmulGpuTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(DType::kBF16, DType::kF32),
+                                            ::testing::Values(DType::kBF16, DType::kF32)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "T" : "N") +
+                                  (std::get<1>(info.param) ? "T" : "N") + "_" +
+                                  std::string(DTypeName(std::get<2>(info.param))) + "_" +
+                                  std::string(DTypeName(std::get<3>(info.param)));
+                         });
+
+TEST(MatmulGpuErrors, RejectsF32InputsWithBf16Output) {
+  SKIP_WITHOUT_GPU();
+  Tensor a = Poisoned({4, 4}, DType::kF32), b = Poisoned({4, 4}, DType::kF32);
+  Tensor c = Poisoned({4, 4}, DType::kBF16);
+  const Status st = Matmul(a, b, {}, &c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("expected bf16 a, b"), std::string::npos) << st.ToString();
+}
+
+// ---- RMSNorm ----
+
+class RmsNormGpuTest : public ::testing::TestWithParam<std::tuple<DType, int64_t, bool>> {};
+
+TEST_P(RmsNormGpuTest, ForwardAndBackwardMatchCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  const auto [dt, d, with_w] = GetParam();
+  const int64_t rows = 777;
+  PhiloxGenerator rng(100 + d + with_w, 0);
+  const Tensor x = Round(RandomNormal({rows, d}, DType::kF64, rng, 2.0), dt);
+  const Tensor w = with_w ? Round(RandomNormal({d}, DType::kF64, rng), dt) : Tensor();
+  const Tensor dy = Round(RandomNormal({rows, d}, DType::kF64, rng), dt);
+  const double eps = 1e-6;
+
+  Tensor y_ref, rstd_ref, dx_ref, dw_ref;
+  ASSERT_TRUE(RmsNorm(x, w, eps, &y_ref, &rstd_ref).ok());
+  ASSERT_TRUE(RmsNormGrad(x, w, rstd_ref, dy, &dx_ref, &dw_ref).ok());
+
+  const Tensor xg = ToGpu(x, dt), dyg = ToGpu(dy, dt);
+  const Tensor wg = with_w ? ToGpu(w, dt) : Tensor();
+  Tensor y = Poisoned({rows, d}, dt), rstd = Poisoned({rows}, DType::kF32);
+  Status st = RmsNorm(xg, wg, eps, &y, &rstd);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectClose(y, y_ref, TolFor(dt), "y");
+  ExpectClose(rstd, rstd_ref, kF32Tol, "rstd");
+
+  Tensor dx = Poisoned({rows, d}, dt), dw;
+  if (with_w) {
+    dw = Tensor::Zeros({d}, DType::kF32).To(Device::Cuda(0)).value();
+  }
+  st = RmsNormGrad(xg, wg, rstd, dyg, &dx, with_w ? &dw : nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectClose(dx, dx_ref, TolFor(dt), "dx");
+  if (with_w) ExpectClose(dw, dw_ref, kF32Tol, "dw (f32, summed over rows)");
+}
+
+// d = 13000 takes the dw path without shared memory (past kMaxSharedD).
+INSTANTIATE_TEST_SUITE_P(All, RmsNormGpuTest,
+                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kF32),
+                                            ::testing::Values(int64_t{64}, int64_t{1000},
+                                                              int64_t{13000}),
+                                            ::testing::Bool()));
+
+// ---- SiTU-GLU / SiLU-GLU ----
+
+class GluGpuTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(GluGpuTest, ForwardAndBackwardMatchCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  const auto [dt, situ] = GetParam();
+  const int64_t n = 100003;
+  GluActivation act;
+  act.situ = situ;
+  PhiloxGenerator rng(200 + situ, 0);
+  // Spread wide enough that SiTU's caps (beta = 4, beta_lin = 25) bind on some elements.
+  const Tensor a = Round(RandomNormal({n}, DType::kF64, rng, 6.0), dt);
+  const Tensor u = Round(RandomNormal({n}, DType::kF64, rng, 30.0), dt);
+  const Tensor dh = Round(RandomNormal({n}, DType::kF64, rng), dt);
+  Tensor h_ref, da_ref, du_ref;
+  ASSERT_TRUE(Glu(act, a, u, &h_ref).ok());
+  ASSERT_TRUE(GluGrad(act, a, u, dh, &da_ref, &du_ref).ok());
+  Tensor h = Poisoned({n}, dt), da = Poisoned({n}, dt), du = Poisoned({n}, dt);
+  const Tensor ag = ToGpu(a, dt), ug = ToGpu(u, dt);
+  Status st = Glu(act, ag, ug, &h);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectClose(h, h_ref, TolFor(dt), "h");
+  st = GluGrad(act, ag, ug, ToGpu(dh, dt), &da, &du);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectClose(da, da_ref, TolFor(dt), "da");
+  ExpectClose(du, du_ref, TolFor(dt), "du");
+  if (situ) {  // the bound SiTU exists for: |h| < beta beta_lin in exact arithmetic; a
+               // saturated tanh and sigmoid round to 1 (in f32, and h to bf16), so the stored
+               // value may reach the bound but never pass it
+    const Tensor hh = ToHostF64(h);
+    for (int64_t i = 0; i < n; ++i) ASSERT_LE(std::abs(hh.data<double>()[i]), 4.0 * 25.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GluGpuTest,
+                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kF32),
+                                            ::testing::Bool()));
+
+// ---- the optimizer step: squared norm, clip factor, AdamW ----
+
+TEST(AdamWGpuTest, ThreeClippedStepsMatchCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  PhiloxGenerator rng(300, 0);
+  const std::vector<Shape> shapes = {{1000, 37}, {5}, {129, 257}};
+  std::vector<Tensor> p_cpu, m_cpu, v_cpu, p_gpu, m_gpu, v_gpu, bf16_gpu;
+  for (const Shape& s : shapes) {
+    p_cpu.push_back(RandomNormal(s, DType::kF32, rng, 0.02));
+    m_cpu.push_back(Tensor::Zeros(s, DType::kF32));
+    v_cpu.push_back(Tensor::Zeros(s, DType::kF32));
+    p_gpu.push_back(p_cpu.back().To(Device::Cuda(0)).value());
+    m_gpu.push_back(m_cpu.back().To(Device::Cuda(0)).value());
+    v_gpu.push_back(v_cpu.back().To(Device::Cuda(0)).value());
+    bf16_gpu.push_back(Poisoned(s, DType::kBF16));
+  }
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<Tensor> g_cpu, g_gpu;
+    for (const Shape& s : shapes) {
+      g_cpu.push_back(RandomNormal(s, DType::kF32, rng, 0.5));
+      g_gpu.push_back(g_cpu.back().To(Device::Cuda(0)).value());
+    }
+    Tensor ss_cpu, ss_gpu, f_cpu, f_gpu;
+    ASSERT_TRUE(SquaredNorm(g_cpu, &ss_cpu).ok());
+    Status st = SquaredNorm(g_gpu, &ss_gpu);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    // Block sums in f32 against an f64 running sum of positive terms: ~1e-7 relative.
+    EXPECT_NEAR(ToHostF64(ss_gpu).data<double>()[0], ss_cpu.data<double>()[0],
+                1e-6 * ss_cpu.data<double>()[0]);
+    const double max_norm = 10.0;  // the gradients' norm is ~130: clipping acts
+    ASSERT_TRUE(ClipFactor(ss_cpu, max_norm, &f_cpu).ok());
+    ASSERT_TRUE(ClipFactor(ss_gpu, max_norm, &f_gpu).ok());
+    ASSERT_LT(f_cpu.data<float>()[0], 1.0f);
+    AdamWStepArgs args;
+    args.lr = 1e-2;
+    args.step = step;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      args.weight_decay = i == 1 ? 0.0 : 0.1;
+      ASSERT_TRUE(AdamWStep(args, g_cpu[i], f_cpu, &p_cpu[i], &m_cpu[i], &v_cpu[i], nullptr).ok());
+      st = AdamWStep(args, g_gpu[i], f_gpu, &p_gpu[i], &m_gpu[i], &v_gpu[i], &bf16_gpu[i]);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    }
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    // The same f32 operations in the same order, except the factor and the norm's last bits
+    // (the norm's f32 block sums): relative RMS ~1e-7.
+    ExpectClose(p_gpu[i], Round(p_cpu[i], DType::kF32), 1e-6, "param");
+    ExpectClose(m_gpu[i], Round(m_cpu[i], DType::kF32), 1e-6, "m");
+    ExpectClose(v_gpu[i], Round(v_cpu[i], DType::kF32), 1e-6, "v");
+    // The compute copy is exactly the master weights rounded to bf16.
+    const Tensor want = ToHostF64(p_gpu[i]).Cast(DType::kBF16).value();
+    const Tensor got = bf16_gpu[i].To(Device::Cpu()).value();
+    ASSERT_EQ(std::memcmp(want.raw_data(), got.raw_data(), got.nbytes()), 0) << "bf16 copy";
+  }
+}
+
+// ---- embedding gather / scatter-add ----
+
+class EmbeddingGpuTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(EmbeddingGpuTest, GatherAndScatterAddMatchCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  const int64_t vocab = 1003, d = 200, n = 4099;
+  PhiloxGenerator rng(400, 0);
+  const Tensor table = Round(RandomNormal({vocab, d}, DType::kF64, rng), dt);
+  std::vector<int32_t> id(n);
+  for (int64_t i = 0; i < n; ++i) id[i] = static_cast<int32_t>(rng.NextU32() % 64);  // repeats
+  id[5] = static_cast<int32_t>(vocab - 1);
+  const Tensor ids = Tensor::FromVector<int32_t>({n}, id);
+  const Tensor dy = Round(RandomNormal({n, d}, DType::kF64, rng), dt);
+  Tensor y_ref, dt_ref = Tensor::Zeros({vocab, d}, DType::kF64);
+  ASSERT_TRUE(EmbeddingGather(table, ids, &y_ref).ok());
+  ASSERT_TRUE(EmbeddingScatterAdd(ids, dy, &dt_ref).ok());
+
+  const Tensor ids_gpu = ids.To(Device::Cuda(0)).value();
+  Tensor y = Poisoned({n, d}, dt);
+  Status st = EmbeddingGather(ToGpu(table, dt), ids_gpu, &y);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectClose(y, y_ref, 0.0, "gather (a copy: exact)");
+  Tensor dtable = Tensor::Zeros({vocab, d}, DType::kF32).To(Device::Cuda(0)).value();
+  st = EmbeddingScatterAdd(ids_gpu, ToGpu(dy, dt), &dtable);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  // Each row sums ~64 f32 terms in atomic order: sqrt(64) * 6e-8.
+  ExpectClose(dtable, dt_ref, kF32Tol, "scatter-add (f32)");
+
+  std::vector<int32_t> bad = id;
+  bad[77] = static_cast<int32_t>(vocab);
+  const Tensor bad_gpu = Tensor::FromVector<int32_t>({n}, bad).To(Device::Cuda(0)).value();
+  st = EmbeddingGather(ToGpu(table, dt), bad_gpu, &y);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "embedding: ids[77] = 1003, expected [0, 1003)");
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EmbeddingGpuTest, ::testing::Values(DType::kBF16, DType::kF32));
+
+}  // namespace
+}  // namespace orrery::kernels
