@@ -10,6 +10,7 @@
 #include "core/safetensors.h"
 #include "kernels/attn_res.h"
 #include "kernels/kda.h"
+#include "kernels/matmul.h"
 #include "kernels/mla_attention.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/situ.h"
@@ -565,6 +566,151 @@ Status RunMoeTyped(OpIo& io) {
   return Status::OK();
 }
 
+// ---- rmsnorm, situ_glu and matmul on cuda: the Tensor-level ops (kernels/*.h) on device copies
+// ---- Inputs stored as bf16 run in bf16 (the GPU model's activations), others in f32; f64 inputs
+// run on the cpu only. Outputs come back as f32 (rounded from bf16 where computed in bf16).
+
+Status RefuseF64OnCuda(OpIo& io) {
+  if (io.compute() == DType::kF64) {
+    return io.Error("f64 inputs run on the cpu only; give f32 or bf16 tensors for --device cuda");
+  }
+  return Status::OK();
+}
+
+StatusOr<Tensor> Upload(const Tensor& t, DType dt, Device device) {
+  if (!t.defined()) return Tensor();
+  if (t.dtype() == dt) return t.To(device);
+  ORRERY_ASSIGN_OR_RETURN(Tensor c, t.Cast(dt));
+  return c.To(device);
+}
+
+StatusOr<Tensor> DownloadF32(const Tensor& t, const Shape& shape) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor h, t.To(Device::Cpu()));
+  if (h.dtype() != DType::kF32) {
+    ORRERY_ASSIGN_OR_RETURN(h, h.Cast(DType::kF32));
+  }
+  return h.Reshape(shape);
+}
+
+Status RunRmsNormCuda(OpIo& io, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 0, "[..., D]"));
+  if (x.ndim() < 1) return io.Error("tensor 'x' must have at least one dimension [..., D]");
+  const int64_t d = x.dim(x.ndim() - 1), rows = x.numel() / std::max<int64_t>(d, 1);
+  ORRERY_ASSIGN_OR_RETURN(Tensor w, io.Optional("w", 1, "[D]"));
+  if (w.defined()) ORRERY_RETURN_IF_ERROR(io.ExpectShape("w", w, {d}, "[D], D = x's last dim"));
+  ORRERY_ASSIGN_OR_RETURN(double eps, io.Attr("eps", 1e-5));
+  Tensor dy;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 0, "as x"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, x.shape(), "as x"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_RETURN_IF_ERROR(RefuseF64OnCuda(io));
+  const DType dt = io.StoredAsBf16("x") ? DType::kBF16 : DType::kF32;
+  ORRERY_ASSIGN_OR_RETURN(Tensor x2, x.Reshape({rows, d}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor xg, Upload(x2, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor wg, Upload(w, dt, device));
+  Tensor y, rstd;
+  ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(xg, wg, eps, &y, &rstd));
+  const Shape rshape(x.shape().begin(), x.shape().end() - 1);
+  ORRERY_ASSIGN_OR_RETURN(Tensor yh, DownloadF32(y, x.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor rh, DownloadF32(rstd, rshape));
+  io.Out("y", yh);
+  io.Out("rstd", rh);
+  if (!io.backward()) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(Tensor dy2, dy.Reshape({rows, d}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy2, dt, device));
+  Tensor dx, dw;
+  ORRERY_RETURN_IF_ERROR(kernels::RmsNormGrad(xg, wg, rstd, dyg, &dx, w.defined() ? &dw : nullptr));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, DownloadF32(dx, x.shape()));
+  io.Out("dx", dxh);
+  if (w.defined()) {
+    ORRERY_ASSIGN_OR_RETURN(Tensor dwh, DownloadF32(dw, {d}));
+    io.Out("dw", dwh);
+  }
+  return Status::OK();
+}
+
+Status RunGluCuda(OpIo& io, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor a, io.Float("a", 0, "[...]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor u, io.Float("u", 0, "as a"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("u", u, a.shape(), "as a"));
+  ORRERY_ASSIGN_OR_RETURN(kernels::GluActivation act, ReadActivation(io));
+  Tensor dh;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dh, io.Float("dh", 0, "as a"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dh", dh, a.shape(), "as a"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_RETURN_IF_ERROR(RefuseF64OnCuda(io));
+  const DType dt = io.StoredAsBf16("a") ? DType::kBF16 : DType::kF32;
+  ORRERY_ASSIGN_OR_RETURN(Tensor ag, Upload(a, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ug, Upload(u, dt, device));
+  Tensor h;
+  ORRERY_RETURN_IF_ERROR(kernels::Glu(act, ag, ug, &h));
+  ORRERY_ASSIGN_OR_RETURN(Tensor hh, DownloadF32(h, a.shape()));
+  io.Out("h", hh);
+  if (!io.backward()) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(Tensor dhg, Upload(dh, dt, device));
+  Tensor da, du;
+  ORRERY_RETURN_IF_ERROR(kernels::GluGrad(act, ag, ug, dhg, &da, &du));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dah, DownloadF32(da, a.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor duh, DownloadF32(du, a.shape()));
+  io.Out("da", dah);
+  io.Out("du", duh);
+  return Status::OK();
+}
+
+// ---- matmul: c = alpha op(a) op(b) + beta c (kernels/matmul.h), on either device ----
+StatusOr<bool> FlagAttr(OpIo& io, const std::string& key) {
+  ORRERY_ASSIGN_OR_RETURN(double v, io.Attr(key, 0));
+  if (v != 0 && v != 1) {
+    return InvalidArgumentError("--attr " + key + "=" + std::to_string(v) + ": expected 0 or 1");
+  }
+  return v == 1;
+}
+
+Status RunMatmul(OpIo& io, Device device) {
+  if (io.backward()) {
+    return io.Error(
+        "op matmul has no --backward (its gradients are matmuls: run it with the "
+        "transposes of docs/ops.md)");
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor a, io.Float("a", 2, "[M, K] ([K, M] with trans_a)"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor b, io.Float("b", 2, "[K, N] ([N, K] with trans_b)"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor c, io.Optional("c", 2, "[M, N]"));
+  kernels::MatmulOptions o;
+  ORRERY_ASSIGN_OR_RETURN(o.trans_a, FlagAttr(io, "trans_a"));
+  ORRERY_ASSIGN_OR_RETURN(o.trans_b, FlagAttr(io, "trans_b"));
+  ORRERY_ASSIGN_OR_RETURN(double alpha, io.Attr("alpha", 1.0));
+  ORRERY_ASSIGN_OR_RETURN(double beta, io.Attr("beta", 0.0));
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  o.alpha = static_cast<float>(alpha);
+  o.beta = static_cast<float>(beta);
+  if (o.beta != 0.0f && !c.defined()) return io.Error("tensor 'c' [M, N] is missing (beta != 0)");
+  if (device.is_cpu()) {
+    Tensor out = o.beta != 0.0f ? c : Tensor();
+    Status st = kernels::Matmul(a, b, o, &out);
+    if (!st.ok()) return io.Error(st.message());
+    io.Out("c", out);
+    return Status::OK();
+  }
+  ORRERY_RETURN_IF_ERROR(RefuseF64OnCuda(io));
+  // bf16 operands accumulate into an f32 c (the weight-gradient form) when c is given.
+  const DType dt = io.StoredAsBf16("a") && io.StoredAsBf16("b") ? DType::kBF16 : DType::kF32;
+  ORRERY_ASSIGN_OR_RETURN(Tensor ag, Upload(a, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor bg, Upload(b, dt, device));
+  Tensor cg;
+  if (o.beta != 0.0f) {
+    ORRERY_ASSIGN_OR_RETURN(cg, Upload(c, DType::kF32, device));
+  }
+  Status st = kernels::Matmul(ag, bg, o, &cg);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor ch, DownloadF32(cg, cg.shape()));
+  io.Out("c", ch);
+  return Status::OK();
+}
+
 template <typename Fn32, typename Fn64>
 Status ByDType(OpIo& io, Fn32 f32, Fn64 f64) {
   return io.compute() == DType::kF64 ? f64(io) : f32(io);
@@ -573,8 +719,8 @@ Status ByDType(OpIo& io, Fn32 f32, Fn64 f64) {
 }  // namespace
 
 const std::vector<std::string>& OpNames() {
-  static const std::vector<std::string> names = {"kda",      "kda_recurrent", "mla",    "moe",
-                                                 "attn_res", "situ_glu",      "rmsnorm"};
+  static const std::vector<std::string> names = {"kda",      "kda_recurrent", "mla",     "moe",
+                                                 "attn_res", "situ_glu",      "rmsnorm", "matmul"};
   return names;
 }
 
@@ -590,9 +736,18 @@ Status RunOp(const OpRunOptions& options) {
                                 ")");
   }
   ORRERY_ASSIGN_OR_RETURN(Device device, ParseDevice(options.device));
-  if (device.is_cuda() && options.op != "kda" && options.op != "kda_recurrent") {
+  const bool takes_cuda = options.op == "kda" || options.op == "kda_recurrent" ||
+                          options.op == "rmsnorm" || options.op == "situ_glu" ||
+                          options.op == "matmul";
+  if (device.is_cuda() && !takes_cuda) {
     return InvalidArgumentError("--device " + options.device + ": op " + options.op +
-                                " runs on the cpu only (kda and kda_recurrent take cuda)");
+                                " runs on the cpu only (kda, kda_recurrent, rmsnorm, situ_glu and "
+                                "matmul take cuda)");
+  }
+  if (device.is_cuda() && CudaDeviceCount() == 0) {
+    return FailedPreconditionError("--device " + options.device + ": " +
+                                   (CudaCompiledIn() ? "no CUDA device is visible on this machine"
+                                                     : "this build has no CUDA support"));
   }
   ORRERY_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(options.in_path));
   OpIo io(std::move(file), options);
@@ -606,9 +761,13 @@ Status RunOp(const OpRunOptions& options) {
   } else if (options.op == "attn_res") {
     st = ByDType(io, RunAttnResTyped<float>, RunAttnResTyped<double>);
   } else if (options.op == "situ_glu") {
-    st = ByDType(io, RunGluTyped<float>, RunGluTyped<double>);
+    st = device.is_cuda() ? RunGluCuda(io, device)
+                          : ByDType(io, RunGluTyped<float>, RunGluTyped<double>);
+  } else if (options.op == "matmul") {
+    st = RunMatmul(io, device);
   } else {
-    st = ByDType(io, RunRmsNormTyped<float>, RunRmsNormTyped<double>);
+    st = device.is_cuda() ? RunRmsNormCuda(io, device)
+                          : ByDType(io, RunRmsNormTyped<float>, RunRmsNormTyped<double>);
   }
   ORRERY_RETURN_IF_ERROR(st);
   return io.Write();

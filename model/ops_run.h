@@ -5,7 +5,8 @@
 //
 // Ops: kda, kda_recurrent (fla chunk_kda / naive_recurrent_kda layouts), mla (the causal softmax
 // attention core of gated MLA's training form, with its log-sum-exp), moe (a Stable LatentMoE
-// layer), attn_res (one Block AttnRes mix), situ_glu (the GLU activation), rmsnorm.
+// layer), attn_res (one Block AttnRes mix), situ_glu (the GLU activation), rmsnorm, matmul (the
+// GPU model's dense product).
 // Inputs are f32 or f64 (computed in that dtype; bf16/f16 are widened to f32). With `backward`
 // the upstream gradients (named "d" + output) are read too and every input's gradient is written
 // ("d" + input) beside the forward outputs.
@@ -27,7 +28,7 @@ struct OpRunOptions {
   std::string in_path;
   std::string out_path;
   bool backward = false;
-  std::string device = "cpu";                // "cpu", or "cuda" for kda in CUDA builds
+  std::string device = "cpu";  // "cpu"; "cuda" for kda, rmsnorm, situ_glu, matmul (CUDA builds)
   std::map<std::string, std::string> attrs;  // op attributes (docs/ops.md)
 };
 

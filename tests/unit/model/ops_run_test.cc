@@ -225,5 +225,55 @@ TEST(OpsRunTest, BadInputIsOneClearError) {
   EXPECT_NE(r.status().message().find("top_k"), std::string::npos);
 }
 
+TEST(OpsRunTest, MatmulMatchesNaiveLoops) {
+  PhiloxGenerator gen(5, 1);
+  const Tensors in{
+      {"a", Random({3, 4}, gen)}, {"b", Random({5, 4}, gen)}, {"c", Random({3, 5}, gen)}};
+  StatusOr<Tensors> r =
+      RunOpFile("matmul", in, false, {{"trans_b", "1"}, {"alpha", "2"}, {"beta", "0.5"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Tensor& c = r->at("c");
+  ASSERT_EQ(c.shape(), (Shape{3, 5}));
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 5; ++j) {
+      double s = 0;
+      for (int64_t l = 0; l < 4; ++l) {
+        s += in.at("a").data<double>()[i * 4 + l] * in.at("b").data<double>()[j * 4 + l];
+      }
+      EXPECT_NEAR(c.data<double>()[i * 5 + j], 2 * s + 0.5 * in.at("c").data<double>()[i * 5 + j],
+                  1e-12);
+    }
+  }
+  r = RunOpFile("matmul", {{"a", in.at("a")}, {"b", in.at("b")}}, false, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("matmul: inner dimensions differ"), std::string::npos)
+      << r.status().message();
+  r = RunOpFile("matmul", {{"a", in.at("a")}, {"b", in.at("b")}}, false, {{"trans_b", "2"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("trans_b=2.000000: expected 0 or 1"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(OpsRunTest, CudaWithoutAGpuIsOneClearError) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible: tests/gpu covers --device cuda";
+  for (const char* op : {"rmsnorm", "matmul", "kda"}) {
+    OpRunOptions o;
+    o.op = op;
+    o.in_path = "/nonexistent/in.safetensors";
+    o.out_path = "/nonexistent/out.safetensors";
+    o.device = "cuda";
+    const Status st = RunOp(o);
+    ASSERT_FALSE(st.ok()) << op;
+    EXPECT_EQ(st.message(), CudaCompiledIn()
+                                ? "--device cuda: no CUDA device is visible on this machine"
+                                : "--device cuda: this build has no CUDA support")
+        << op;
+  }
+  OpRunOptions o;
+  o.op = "moe";
+  o.device = "cuda";
+  EXPECT_NE(RunOp(o).message().find("op moe runs on the cpu only"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace orrery::model
