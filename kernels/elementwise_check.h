@@ -27,6 +27,18 @@ inline Status AllocateLike(const char* op, const char* name, const Tensor& ref, 
   return ExpectLike(op, name, *out, ref);
 }
 
+// Checks that t is defined with `shape` and `dtype` on `device`.
+inline Status ExpectAs(const char* op, const char* name, const Tensor& t, const Shape& shape,
+                       DType dtype, Device device) {
+  if (!t.defined() || t.shape() != shape || t.dtype() != dtype || !(t.device() == device)) {
+    return InvalidArgumentError(std::string(op) + ": " + name + " " +
+                                (t.defined() ? t.ToString() : std::string("undefined")) +
+                                ", expected " + std::string(DTypeName(dtype)) +
+                                ShapeToString(shape) + " on " + device.ToString());
+  }
+  return Status::OK();
+}
+
 // Allocates *out with `shape`/`dtype` on `device` when undefined, else checks it.
 inline Status AllocateAs(const char* op, const char* name, const Shape& shape, DType dtype,
                          Device device, Tensor* out) {
@@ -34,12 +46,7 @@ inline Status AllocateAs(const char* op, const char* name, const Shape& shape, D
     ORRERY_ASSIGN_OR_RETURN(*out, Tensor::Allocate(shape, dtype, device));
     return Status::OK();
   }
-  if (out->shape() != shape || out->dtype() != dtype || !(out->device() == device)) {
-    return InvalidArgumentError(std::string(op) + ": " + name + " " + out->ToString() +
-                                ", expected " + std::string(DTypeName(dtype)) +
-                                ShapeToString(shape) + " on " + device.ToString());
-  }
-  return Status::OK();
+  return ExpectAs(op, name, *out, shape, dtype, device);
 }
 
 inline Status NoCuda(const char* op, const Tensor& t) {

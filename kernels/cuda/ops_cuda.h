@@ -43,4 +43,17 @@ Status AdamWStepCuda(const AdamWStepArgs& args, const Tensor& grad, const Tensor
 Status EmbeddingGatherCuda(const Tensor& table, const Tensor& ids, Tensor* y);
 Status EmbeddingScatterAddCuda(const Tensor& ids, const Tensor& dy, Tensor* dtable);
 
+// The cross-entropy of a chunk of f32 logits rows (kernels/lm_head_loss.h): adds each row's
+// mask-weighted loss into acc (f64 [1]); with `backward` writes dz = scale m (softmax - onehot)
+// into *dz (the logits themselves, f32, or a bf16 buffer of their shape). A target outside
+// [0, V) keeps its global row (row0 + r) in flag (atomicMin).
+Status RowsCrossEntropyCuda(const Tensor& logits, const Tensor& targets, const Tensor& mask,
+                            float scale, bool backward, int64_t row0, Tensor* dz, Tensor* acc,
+                            Tensor* flag);
+// acc zeroed and flag cleared, on `device`.
+Status LossAccumulatorsCuda(Device device, Tensor* acc, Tensor* flag);
+// Reads acc into *loss_sum, or returns OutOfRange for the flagged target.
+Status ReadLossCuda(const Tensor& acc, const Tensor& flag, const Tensor& targets, int64_t vocab,
+                    double* loss_sum);
+
 }  // namespace orrery::kernels::cuda

@@ -24,6 +24,7 @@
 #include "core/philox.h"
 #include "kernels/adamw_op.h"
 #include "kernels/embedding.h"
+#include "kernels/lm_head_loss.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/situ.h"
@@ -292,6 +293,50 @@ TEST_P(EmbeddingGpuTest, GatherAndScatterAddMatchCpuTwin) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, EmbeddingGpuTest, ::testing::Values(DType::kBF16, DType::kF32));
+
+// ---- the fused LM head + cross-entropy ----
+
+class LmHeadLossGpuTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LmHeadLossGpuTest, LossAndGradientsMatchCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  const int64_t n = 1000, d = 64, v = 5003;  // 4 chunks of 256, the last partial
+  PhiloxGenerator rng(500, 0);
+  const Tensor x = Round(RandomNormal({n, d}, DType::kF64, rng), dt);
+  const Tensor w = Round(RandomNormal({v, d}, DType::kF64, rng, 0.3), dt);
+  std::vector<int32_t> t(n);
+  std::vector<float> m(n);
+  for (int64_t i = 0; i < n; ++i) {
+    t[i] = static_cast<int32_t>(rng.NextU32() % v);
+    m[i] = i % 7 == 3 ? 0.0f : 1.0f;
+  }
+  const Tensor targets = Tensor::FromVector<int32_t>({n}, t);
+  const Tensor mask = Tensor::FromVector<float>({n}, m);
+  LmHeadLossOptions o;
+  o.chunk_rows = 256;
+  o.grad_scale = 1.0 / 857;
+  double loss_ref = 0;
+  Tensor dx_ref, dw_ref = Tensor::Zeros({v, d}, DType::kF64);
+  ASSERT_TRUE(LmHeadCrossEntropy(x, w, targets, mask, o, &loss_ref, &dx_ref, &dw_ref).ok());
+
+  double loss = 0;
+  Tensor dx = Poisoned({n, d}, dt);
+  Tensor dw = Tensor::Zeros({v, d}, DType::kF32).To(Device::Cuda(0)).value();
+  const Status st =
+      LmHeadCrossEntropy(ToGpu(x, dt), ToGpu(w, dt), targets.To(Device::Cuda(0)).value(),
+                         mask.To(Device::Cuda(0)).value(), o, &loss, &dx, &dw);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  // The loss: f32 logits and softmax against f64, summed over 857 rows in f64: ~1e-6 relative.
+  EXPECT_NEAR(loss, loss_ref, 1e-5 * loss_ref);
+  std::printf("  loss %.9g (cpu f64 %.9g)\n", loss, loss_ref);
+  // bf16: dz is rounded to bf16 before both products (~1.7e-3) and dx again on output (~1.7e-3):
+  // ~2.4e-3 in quadrature, inside the bf16 tolerance.
+  ExpectClose(dx, dx_ref, TolFor(dt), "dx");
+  ExpectClose(dw, dw_ref, dt == DType::kBF16 ? kBf16Tol : kF32Tol, "dw (f32)");
+}
+
+INSTANTIATE_TEST_SUITE_P(All, LmHeadLossGpuTest, ::testing::Values(DType::kBF16, DType::kF32));
 
 }  // namespace
 }  // namespace orrery::kernels

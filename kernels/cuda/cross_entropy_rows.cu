@@ -1,0 +1,123 @@
+// The row-wise softmax cross-entropy of the fused LM head + loss (kernels/lm_head_loss.h): one
+// block of 256 threads per logits row (V up to the vocabulary), three passes over the row in
+// f32: the max, the sum of exponentials, then (backward) dz = scale m (softmax - onehot) written
+// over the logits or into a bf16 buffer. The loss adds into an f64 accumulator by one atomic per
+// row, so its last bits depend on the order of rows.
+// Not yet timed: correct first (issue 22).
+#include <climits>
+
+#include "kernels/cuda/device_context.h"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace orrery::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Sum (or max) of one value per thread over the block; every thread gets the result.
+template <bool kMax>
+__device__ float BlockReduce(float x, float* scratch) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, x, off);
+    x = kMax ? fmaxf(x, o) : x + o;
+  }
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = kMax ? fmaxf(r, scratch[w]) : r + scratch[w];
+  __syncthreads();  // scratch is reused by the next reduction
+  return r;
+}
+
+template <typename D>
+__global__ void RowsCrossEntropyKernel(float* logits, const int32_t* __restrict__ targets,
+                                       const float* __restrict__ mask, int64_t v, float scale,
+                                       bool backward, int64_t row0, D* dz, double* acc, int* flag) {
+  __shared__ float scratch[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  float* z = logits + r * v;
+  D* out = dz + r * v;
+  const float weight = mask != nullptr ? mask[r] : 1.0f;
+  const int32_t t = targets[r];
+  if (weight == 0.0f || t < 0 || t >= v) {
+    if (weight != 0.0f && threadIdx.x == 0) atomicMin(flag, static_cast<int>(row0 + r));
+    if (backward) {
+      for (int64_t i = threadIdx.x; i < v; i += kThreads) out[i] = FromF<D>(0.0f);
+    }
+    return;
+  }
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < v; i += kThreads) mx = fmaxf(mx, z[i]);
+  mx = BlockReduce<true>(mx, scratch);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < v; i += kThreads) sum += expf(z[i] - mx);
+  sum = BlockReduce<false>(sum, scratch);
+  const float lse = mx + logf(sum);
+  const float zt = z[t];  // read before the backward overwrites the row
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(acc, static_cast<double>(weight) * (lse - zt));
+  if (!backward) return;
+  const float s = scale * weight;
+  for (int64_t i = threadIdx.x; i < v; i += kThreads) {
+    const float p = expf(z[i] - lse);
+    out[i] = FromF<D>(s * (p - (i == t ? 1.0f : 0.0f)));
+  }
+}
+
+}  // namespace
+
+Status LossAccumulatorsCuda(Device device, Tensor* acc, Tensor* flag) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(device.index));
+  ORRERY_ASSIGN_OR_RETURN(*acc, Tensor::Allocate({1}, DType::kF64, device));
+  ORRERY_ASSIGN_OR_RETURN(*flag, Tensor::Allocate({1}, DType::kI32, device));
+  ORRERY_RETURN_IF_ERROR(CudaStatus(
+      cudaMemsetAsync(acc->raw_data(), 0, sizeof(double), ctx->stream()), "loss accumulator"));
+  const int init = INT_MAX;
+  return CudaStatus(
+      cudaMemcpyAsync(flag->raw_data(), &init, sizeof(int), cudaMemcpyHostToDevice, ctx->stream()),
+      "loss flag");
+}
+
+Status RowsCrossEntropyCuda(const Tensor& logits, const Tensor& targets, const Tensor& mask,
+                            float scale, bool backward, int64_t row0, Tensor* dz, Tensor* acc,
+                            Tensor* flag) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(logits.device().index));
+  const int64_t rows = logits.dim(0), v = logits.dim(1);
+  const float* m = mask.defined() ? mask.data<float>() : nullptr;
+  float* z = static_cast<float*>(logits.raw_data());
+  if (dz->dtype() == DType::kBF16) {
+    RowsCrossEntropyKernel<__nv_bfloat16>
+        <<<static_cast<unsigned>(rows), kThreads, 0, ctx->stream()>>>(
+            z, targets.data<int32_t>(), m, v, scale, backward, row0,
+            static_cast<__nv_bfloat16*>(dz->raw_data()), acc->data<double>(),
+            flag->data<int32_t>());
+  } else {
+    RowsCrossEntropyKernel<float><<<static_cast<unsigned>(rows), kThreads, 0, ctx->stream()>>>(
+        z, targets.data<int32_t>(), m, v, scale, backward, row0,
+        static_cast<float*>(dz->raw_data()), acc->data<double>(), flag->data<int32_t>());
+  }
+  return LastLaunchStatus("RowsCrossEntropyKernel");
+}
+
+Status ReadLossCuda(const Tensor& acc, const Tensor& flag, const Tensor& targets, int64_t vocab,
+                    double* loss_sum) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(acc.device().index));
+  int bad = INT_MAX;
+  ORRERY_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(loss_sum, acc.raw_data(), sizeof(double),
+                                                    cudaMemcpyDeviceToHost, ctx->stream()),
+                                    "loss read back"));
+  ORRERY_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(&bad, flag.raw_data(), sizeof(int), cudaMemcpyDeviceToHost, ctx->stream()),
+      "loss flag read back"));
+  ORRERY_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(ctx->stream()), "loss sync"));
+  if (bad == INT_MAX) return Status::OK();
+  int32_t t = 0;
+  ORRERY_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpy(&t, targets.data<int32_t>() + bad, sizeof(int32_t), cudaMemcpyDeviceToHost),
+      "target read back"));
+  return OutOfRangeError("lm_head_loss: targets[" + std::to_string(bad) + "] = " +
+                         std::to_string(t) + ", expected [0, " + std::to_string(vocab) + ")");
+}
+
+}  // namespace orrery::kernels::cuda
