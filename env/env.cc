@@ -30,12 +30,14 @@ nlohmann::json SpecJson(const ToolSpec& t) {
 }
 }  // namespace
 
-std::string ToolSpec::ToJson() const { return SpecJson(*this).dump(); }
+std::string ToolSpec::ToJson() const {
+  return SpecJson(*this).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 std::string ToolSpecsToJson(const std::vector<ToolSpec>& tools) {
   nlohmann::json arr = nlohmann::json::array();
   for (const ToolSpec& t : tools) arr.push_back(SpecJson(t));
-  return arr.dump();
+  return arr.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace orrery::env

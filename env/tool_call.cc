@@ -1,5 +1,6 @@
 #include "env/tool_call.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 namespace orrery::env {
@@ -21,7 +22,8 @@ bool HasType(const json& v, const std::string& type) {
   if (type == "number") return v.is_number();
   if (type == "integer") {
     return v.is_number_integer() || v.is_number_unsigned() ||
-           (v.is_number_float() && v.get<double>() == static_cast<double>(v.get<int64_t>()));
+           (v.is_number_float() && std::isfinite(v.get<double>()) &&
+            std::trunc(v.get<double>()) == v.get<double>());
   }
   return TypeName(v) == type;
 }
@@ -33,6 +35,17 @@ Status CheckValue(const std::string& name, const json& value, const json& schema
     if (!HasType(value, type)) {
       return InvalidArgumentError(where + ": expected " + (type == "integer" ? "an " : "a ") +
                                   type + ", got " + TypeName(value));
+    }
+  }
+  // The schema comes from a plug-in: a keyword of the wrong type is reported, never thrown.
+  if (schema.contains("maxLength") && !schema["maxLength"].is_number_unsigned()) {
+    return InvalidArgumentError(where + ": the tool's schema is invalid: 'maxLength' must be a " +
+                                "non-negative integer, got " + TypeName(schema["maxLength"]));
+  }
+  for (const char* bound : {"minimum", "maximum"}) {
+    if (schema.contains(bound) && !schema[bound].is_number()) {
+      return InvalidArgumentError(where + ": the tool's schema is invalid: '" + bound +
+                                  "' must be a number, got " + TypeName(schema[bound]));
     }
   }
   if (schema.contains("maxLength") && value.is_string() &&
@@ -81,7 +94,9 @@ StatusOr<std::string> ValidateToolCall(const ToolCall& call, const std::vector<T
     return InvalidArgumentError("arguments must be a JSON object, got " + TypeName(args));
   }
   json schema = json::parse(spec->parameters_json, nullptr, false);
-  if (schema.is_discarded() || !schema.is_object()) return args.dump();  // nothing to check
+  if (schema.is_discarded() || !schema.is_object()) {
+    return args.dump(-1, ' ', false, json::error_handler_t::replace);  // nothing to check
+  }
   const json props = schema.contains("properties") && schema["properties"].is_object()
                          ? schema["properties"]
                          : json::object();
@@ -107,7 +122,7 @@ StatusOr<std::string> ValidateToolCall(const ToolCall& call, const std::vector<T
                                   "' (allowed: " + allowed + ")");
     }
   }
-  return args.dump();
+  return args.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 ToolResult ToolError(const std::string& message) {

@@ -13,6 +13,16 @@ using nlohmann::json;
 
 Deadline Earlier(Deadline a, double seconds) { return std::min(a, DeadlineIn(seconds)); }
 
+// Serialises with invalid UTF-8 (model text) replaced instead of thrown.
+std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A reply's result as JSON; the channel hands back JSON text, but nothing here may throw.
+StatusOr<json> ParseReply(const std::string& reply, const std::string& where) {
+  json r = json::parse(reply, nullptr, false);
+  if (r.is_discarded()) return FailedPreconditionError(where + ": result is not valid JSON");
+  return r;
+}
+
 StatusOr<std::vector<ToolSpec>> ParseTools(const json& tools, const std::string& peer) {
   std::vector<ToolSpec> out;
   if (!tools.is_array()) return FailedPreconditionError(peer + ": reset: 'tools' must be an array");
@@ -21,8 +31,12 @@ StatusOr<std::vector<ToolSpec>> ParseTools(const json& tools, const std::string&
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) {
       return FailedPreconditionError(peer + ": reset: a tool needs a string 'name'");
     }
+    if (f.contains("description") && !f["description"].is_string()) {
+      return FailedPreconditionError(peer + ": reset: tool '" + f["name"].get<std::string>() +
+                                     "': 'description' must be a string");
+    }
     out.push_back(ToolSpec{f["name"].get<std::string>(), f.value("description", ""),
-                           f.contains("parameters") ? f["parameters"].dump() : "{}"});
+                           f.contains("parameters") ? Dump(f["parameters"]) : "{}"});
   }
   return out;
 }
@@ -50,14 +64,17 @@ class ExternalEpisode : public Episode {
     if (!args.ok()) return ToolError(args.status().message());
     json params = {
         {"tool_call", {{"id", call.id}, {"name", call.name}, {"arguments", json::parse(*args)}}}};
-    ORRERY_ASSIGN_OR_RETURN(
-        std::string reply, channel_->Call("step", params.dump(), Earlier(deadline, call_seconds_)));
-    json r = json::parse(reply);
+    ORRERY_ASSIGN_OR_RETURN(std::string reply,
+                            channel_->Call("step", Dump(params), Earlier(deadline, call_seconds_)));
+    ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment step"));
     if (!r.is_object() || !r.contains("content") || !r["content"].is_string()) {
       return FailedPreconditionError("environment step: result needs a string 'content'");
     }
     ToolResult result;
     result.content = r["content"].get<std::string>();
+    if (r.contains("is_error") && !r["is_error"].is_boolean()) {
+      return FailedPreconditionError("environment step: 'is_error' must be a boolean");
+    }
     result.is_error = r.value("is_error", false);
     result.latency_s = std::chrono::duration<double>(Clock::now() - start).count();
     return result;
@@ -65,10 +82,10 @@ class ExternalEpisode : public Episode {
 
   StatusOr<EpisodeScore> Score(const std::vector<ChatMessage>& trajectory,
                                Deadline deadline) override {
-    json params = {{"messages", json::parse(ChatMessagesToJson(trajectory))}};
-    ORRERY_ASSIGN_OR_RETURN(std::string reply, channel_->Call("score", params.dump(),
-                                                              Earlier(deadline, call_seconds_)));
-    json r = json::parse(reply);
+    json params = {{"messages", json::parse(ChatMessagesToJson(trajectory), nullptr, false)}};
+    ORRERY_ASSIGN_OR_RETURN(
+        std::string reply, channel_->Call("score", Dump(params), Earlier(deadline, call_seconds_)));
+    ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment score"));
     if (!r.is_object() || !r.contains("reward") || !r["reward"].is_number()) {
       return FailedPreconditionError("environment score: result needs a number 'reward'");
     }
@@ -116,12 +133,12 @@ class ExternalEnv : public Env {
                      {"index", task.index}}}};
     ORRERY_ASSIGN_OR_RETURN(
         std::string reply,
-        channel->Call("reset", params.dump(), Earlier(deadline, options_.call_seconds)));
-    json r = json::parse(reply);
+        channel->Call("reset", Dump(params), Earlier(deadline, options_.call_seconds)));
+    ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment '" + name_ + "': reset"));
     if (!r.is_object() || !r.contains("messages")) {
       return FailedPreconditionError("environment '" + name_ + "': reset: result needs 'messages'");
     }
-    StatusOr<std::vector<ChatMessage>> messages = ChatMessagesFromJson(r["messages"].dump());
+    StatusOr<std::vector<ChatMessage>> messages = ChatMessagesFromJson(Dump(r["messages"]));
     if (!messages.ok()) return messages.status().WithContext("environment '" + name_ + "': reset");
     ORRERY_ASSIGN_OR_RETURN(std::vector<ToolSpec> tools, ParseTools(r.value("tools", json::array()),
                                                                     "environment '" + name_ + "'"));
@@ -162,11 +179,17 @@ StatusOr<std::unique_ptr<Env>> MakeExternalEnv(const ExternalEnvOptions& in) {
   JsonRpcChannel channel(std::move(proc), "external environment (" + shown + ")");
   ORRERY_ASSIGN_OR_RETURN(std::string reply,
                           channel.Call("describe", "{}", DeadlineIn(options.call_seconds)));
-  json r = json::parse(reply);
-  const std::string protocol = r.is_object() ? r.value("protocol", "") : "";
+  ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "external environment (" + shown + ")"));
+  const std::string protocol = r.is_object() && r.contains("protocol") && r["protocol"].is_string()
+                                   ? r["protocol"].get<std::string>()
+                                   : std::string();
   if (protocol != kEnvProtocolVersion) {
     return FailedPreconditionError("external environment (" + shown + ") speaks protocol '" +
                                    protocol + "', expected '" + kEnvProtocolVersion + "'");
+  }
+  if (r.contains("name") && !r["name"].is_string()) {
+    return FailedPreconditionError("external environment (" + shown +
+                                   "): describe: 'name' must be a string");
   }
   const std::string name = r.value("name", "external");
   (void)channel.Call("close", "{}", DeadlineIn(1));

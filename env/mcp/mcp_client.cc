@@ -28,9 +28,10 @@ StatusOr<std::unique_ptr<McpClient>> McpClient::Start(Sandbox& sandbox,
   ORRERY_ASSIGN_OR_RETURN(
       std::string reply,
       client->channel_->Call("initialize", init.dump(), Earlier(deadline, options.call_seconds)));
-  json r = json::parse(reply);
-  if (r.is_object() && r.contains("serverInfo") && r["serverInfo"].is_object()) {
-    client->server_name_ = r["serverInfo"].value("name", "");
+  json r = json::parse(reply, nullptr, false);
+  if (r.is_object() && r.contains("serverInfo") && r["serverInfo"].is_object() &&
+      r["serverInfo"].contains("name") && r["serverInfo"]["name"].is_string()) {
+    client->server_name_ = r["serverInfo"]["name"].get<std::string>();
   }
   ORRERY_RETURN_IF_ERROR(client->channel_->Notify("notifications/initialized", "",
                                                   Earlier(deadline, options.call_seconds)));
@@ -41,7 +42,7 @@ StatusOr<std::unique_ptr<McpClient>> McpClient::Start(Sandbox& sandbox,
     ORRERY_ASSIGN_OR_RETURN(std::string list,
                             client->channel_->Call("tools/list", params.dump(),
                                                    Earlier(deadline, options.call_seconds)));
-    json l = json::parse(list);
+    json l = json::parse(list, nullptr, false);
     if (!l.is_object() || !l.contains("tools") || !l["tools"].is_array()) {
       return FailedPreconditionError("MCP server '" + options.name +
                                      "': tools/list without 'tools'");
@@ -53,7 +54,9 @@ StatusOr<std::unique_ptr<McpClient>> McpClient::Start(Sandbox& sandbox,
                    t.contains("description") && t["description"].is_string()
                        ? t["description"].get<std::string>()
                        : "",
-                   t.contains("inputSchema") ? t["inputSchema"].dump() : "{\"type\":\"object\"}"});
+                   t.contains("inputSchema")
+                       ? t["inputSchema"].dump(-1, ' ', false, json::error_handler_t::replace)
+                       : "{\"type\":\"object\"}"});
     }
     if (!l.contains("nextCursor") || !l["nextCursor"].is_string()) break;
     cursor = l["nextCursor"].get<std::string>();
@@ -74,7 +77,8 @@ StatusOr<ToolResult> McpClient::CallTool(const ToolCall& call, Deadline deadline
   if (!args.ok()) return ToolError(args.status().message());
   const json params = {{"name", call.name}, {"arguments", json::parse(*args)}};
   StatusOr<std::string> reply =
-      channel_->Call("tools/call", params.dump(), Earlier(deadline, options_.call_seconds));
+      channel_->Call("tools/call", params.dump(-1, ' ', false, json::error_handler_t::replace),
+                     Earlier(deadline, options_.call_seconds));
   ToolResult result;
   if (!reply.ok()) {
     // A JSON-RPC error for one call (unknown tool, bad arguments) is the model's to read; a dead
@@ -82,19 +86,28 @@ StatusOr<ToolResult> McpClient::CallTool(const ToolCall& call, Deadline deadline
     if (reply.status().code() != StatusCode::kFailedPrecondition) return reply.status();
     result = ToolError(reply.status().message());
   } else {
-    json r = json::parse(*reply);
+    // The server's reply is read with type checks: a wrong type is a tool error, never a throw.
+    json r = json::parse(*reply, nullptr, false);
     if (r.is_object() && r.contains("content") && r["content"].is_array()) {
       for (const json& part : r["content"]) {
         if (!part.is_object()) continue;
         if (!result.content.empty()) result.content += "\n";
-        if (part.value("type", "") == "text" && part.contains("text") && part["text"].is_string()) {
+        const std::string type = part.contains("type") && part["type"].is_string()
+                                     ? part["type"].get<std::string>()
+                                     : "part";
+        if (type == "text" && part.contains("text") && part["text"].is_string()) {
           result.content += part["text"].get<std::string>();
         } else {
-          result.content += "[" + part.value("type", std::string("part")) + " content]";
+          result.content += "[" + type + " content]";
         }
       }
     }
-    result.is_error = r.is_object() && r.value("isError", false);
+    if (r.is_object() && r.contains("isError") && !r["isError"].is_boolean()) {
+      result =
+          ToolError("MCP server '" + options_.name + "': tools/call: 'isError' must be a boolean");
+    } else {
+      result.is_error = r.is_object() && r.value("isError", false);
+    }
   }
   result.latency_s = std::chrono::duration<double>(Clock::now() - start).count();
   return result;
