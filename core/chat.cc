@@ -83,7 +83,10 @@ StatusOr<ChatRole> ParseChatRole(std::string_view name) {
                               "' (expected system, user, assistant or tool)");
 }
 
-std::string ChatMessageToJson(const ChatMessage& message) { return ToJson(message).dump(); }
+// Model text may hold invalid UTF-8: it is replaced (U+FFFD), never a throw.
+std::string ChatMessageToJson(const ChatMessage& message) {
+  return ToJson(message).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 StatusOr<ChatMessage> ChatMessageFromJson(const std::string& json) {
   nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
@@ -94,7 +97,7 @@ StatusOr<ChatMessage> ChatMessageFromJson(const std::string& json) {
 std::string ChatMessagesToJson(const std::vector<ChatMessage>& messages) {
   nlohmann::json arr = nlohmann::json::array();
   for (const ChatMessage& m : messages) arr.push_back(ToJson(m));
-  return arr.dump();
+  return arr.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 StatusOr<std::vector<ChatMessage>> ChatMessagesFromJson(const std::string& json) {
