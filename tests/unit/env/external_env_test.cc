@@ -89,5 +89,82 @@ TEST(ExternalEnvTest, BadProgramsFailWithOneClearLine) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
 }
 
+// A program whose replies have the wrong JSON types: each is an error (a tool error the model
+// reads, or an error Status), never an exception that aborts the process.
+constexpr const char* kMalformedEnv = R"PY(import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    m, p = r['method'], r.get('params', {})
+    res = {}
+    if m == 'describe':
+        res = {'protocol': 'orrery-env/1', 'name': 'malformed'}
+    elif m == 'reset':
+        desc = 5 if p['task']['index'] == 0 else 'a tool'
+        schema = {'type': 'object', 'properties': {'mode': {'type': 'string'},
+                  's': {'type': 'string', 'maxLength': '10'}}}
+        res = {'messages': [{'role': 'user', 'content': 'hi'}],
+               'tools': [{'type': 'function', 'function': {'name': 't', 'description': desc,
+                                                           'parameters': schema}}]}
+    elif m == 'step':
+        mode = p['tool_call']['arguments'].get('mode')
+        if mode == 'bool':
+            res = {'content': 'x', 'is_error': 'yes'}
+        elif mode == 'array':
+            res = [1, 2]
+        elif mode == 'trunc':
+            sys.stdout.write('{"jsonrpc": "2.0", "id": %d, "result": {"cont\n' % r['id'])
+            sys.stdout.flush()
+            continue
+    elif m == 'score':
+        res = {'reward': 1, 'components': {'n': len(p['messages'])}}
+    print(json.dumps({'jsonrpc': '2.0', 'id': r['id'], 'result': res}), flush=True)
+)PY";
+
+TEST(ExternalEnvTest, MalformedRepliesAndInvalidUtf8AreErrorsNotAborts) {
+  const std::string dir = testing::TempDir() + "/malformed_env";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/env.py") << kMalformedEnv;
+  ExternalEnvOptions o = GuessOptions();
+  o.dir = dir;
+  o.command = {"/usr/bin/python3", "-u", "/env/env.py"};
+  StatusOr<std::unique_ptr<Env>> env = MakeExternalEnv(o);
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+
+  // A non-string tool description fails the reset with the field named.
+  StatusOr<std::unique_ptr<Episode>> ep =
+      (*env)->Reset(*(*env)->Task(Split::kTrain, 0), DeadlineIn(30));
+  ASSERT_FALSE(ep.ok());
+  EXPECT_NE(ep.status().message().find("'description' must be a string"), std::string::npos)
+      << ep.status().message();
+
+  ep = (*env)->Reset(*(*env)->Task(Split::kTrain, 1), DeadlineIn(30));
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  Episode& e = **ep;
+  // "maxLength": "10" in the tool's schema: a tool error the model reads.
+  StatusOr<ToolResult> r = e.Step(ToolCall{"c0", "t", R"({"s": "abc"})"}, DeadlineIn(10));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->is_error);
+  EXPECT_NE(r->content.find("'maxLength' must be a non-negative integer, got string"),
+            std::string::npos)
+      << r->content;
+  // "is_error": "yes" and a result that is not an object: error Statuses.
+  r = e.Step(ToolCall{"c1", "t", R"({"mode": "bool"})"}, DeadlineIn(10));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'is_error' must be a boolean"), std::string::npos)
+      << r.status().message();
+  r = e.Step(ToolCall{"c2", "t", R"({"mode": "array"})"}, DeadlineIn(10));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'content'"), std::string::npos) << r.status().message();
+  // The model's final answer holds an invalid UTF-8 byte: scored, no abort.
+  std::vector<ChatMessage> t = e.initial_messages();
+  t.push_back(ChatMessage{ChatRole::kAssistant, "Answer: \xff", {}, "", ""});
+  StatusOr<EpisodeScore> s = e.Score(t, DeadlineIn(10));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->reward, 1.0);
+  // Truncated JSON is stray output: the call fails at its deadline.
+  r = e.Step(ToolCall{"c3", "t", R"({"mode": "trunc"})"}, DeadlineIn(2));
+  EXPECT_FALSE(r.ok());
+}
+
 }  // namespace
 }  // namespace orrery::env
