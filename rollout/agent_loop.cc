@@ -1,6 +1,8 @@
 #include "rollout/agent_loop.h"
 
 #include <chrono>
+#include <exception>
+#include <string>
 
 #include "core/logging.h"
 
@@ -12,6 +14,19 @@ double NowUnix() {
 }
 double NowMono() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Runs an Env call (Reset/Step/Score) so that no exception escapes: an environment is outside
+// code, and one that throws fails its episode as an environment error, not the rollout actor.
+template <typename Fn>
+auto Guarded(const char* what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return InternalError(std::string("env ") + what + " threw: " + e.what());
+  } catch (...) {
+    return InternalError(std::string("env ") + what + " threw an unknown exception");
+  }
 }
 
 }  // namespace
@@ -113,7 +128,9 @@ Status AgentLoop::StartEpisode(std::unique_ptr<Episode> owned, int slot) {
   slots_[slot] = std::move(owned);
   ++stats_.episodes_started;
 
-  auto reset = env_->Reset(e.group->task, env::DeadlineIn(options_.env_timeout_seconds));
+  auto reset = Guarded("reset", [&] {
+    return env_->Reset(e.group->task, env::DeadlineIn(options_.env_timeout_seconds));
+  });
   if (!reset.ok()) {
     ++stats_.env_failures;
     ORRERY_LOG(WARN) << "env reset of " << t.task_id << " failed: " << reset.status().ToString();
@@ -136,7 +153,9 @@ Status AgentLoop::FinishEpisode(Episode& e, EpisodeStatus status) {
   t.status = status;
   if (e.env_episode != nullptr) {
     const double start = NowMono();
-    auto score = e.env_episode->Score(e.messages, env::DeadlineIn(options_.env_timeout_seconds));
+    auto score = Guarded("score", [&] {
+      return e.env_episode->Score(e.messages, env::DeadlineIn(options_.env_timeout_seconds));
+    });
     t.reward_seconds = NowMono() - start;
     if (score.ok()) {
       t.reward = score->reward;
@@ -178,7 +197,9 @@ Status AgentLoop::EndTurn(Episode& e, bool finished_by_model) {
   const double start = NowMono();
   for (const ToolCall& call : calls) {
     ++stats_.tool_calls;
-    auto r = e.env_episode->Step(call, env::DeadlineIn(options_.env_timeout_seconds));
+    auto r = Guarded("step", [&] {
+      return e.env_episode->Step(call, env::DeadlineIn(options_.env_timeout_seconds));
+    });
     ToolCallRecord rec;
     rec.name = call.name;
     rec.arguments_json = call.arguments_json;
