@@ -328,20 +328,38 @@ Status RunMlaTyped(OpIo& io) {
 }
 
 // ---- rmsnorm ----
-template <typename T>
-Status RunRmsNormTyped(OpIo& io) {
-  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 0, "[..., D]"));
-  if (x.ndim() < 1) return io.Error("tensor 'x' must have at least one dimension [..., D]");
-  const int64_t d = x.dim(x.ndim() - 1), rows = x.numel() / std::max<int64_t>(d, 1);
-  ORRERY_ASSIGN_OR_RETURN(Tensor w, io.Optional("w", 1, "[D]"));
-  if (w.defined()) ORRERY_RETURN_IF_ERROR(io.ExpectShape("w", w, {d}, "[D], D = x's last dim"));
-  ORRERY_ASSIGN_OR_RETURN(double eps, io.Attr("eps", 1e-5));
-  Tensor dy;
+// The inputs of rmsnorm, on either device.
+struct RmsNormArgs {
+  Tensor x, w, dy;  // dy with --backward
+  double eps = 0;
+  int64_t d = 0, rows = 0;
+};
+
+StatusOr<RmsNormArgs> ReadRmsNorm(OpIo& io) {
+  RmsNormArgs r;
+  ORRERY_ASSIGN_OR_RETURN(r.x, io.Float("x", 0, "[..., D]"));
+  if (r.x.ndim() < 1) return io.Error("tensor 'x' must have at least one dimension [..., D]");
+  r.d = r.x.dim(r.x.ndim() - 1);
+  r.rows = r.x.numel() / std::max<int64_t>(r.d, 1);
+  ORRERY_ASSIGN_OR_RETURN(r.w, io.Optional("w", 1, "[D]"));
+  if (r.w.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("w", r.w, {r.d}, "[D], D = x's last dim"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(r.eps, io.Attr("eps", 1e-5));
   if (io.backward()) {
-    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 0, "as x"));
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, x.shape(), "as x"));
+    ORRERY_ASSIGN_OR_RETURN(r.dy, io.Float("dy", 0, "as x"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", r.dy, r.x.shape(), "as x"));
   }
   ORRERY_RETURN_IF_ERROR(io.Finish());
+  return r;
+}
+
+template <typename T>
+Status RunRmsNormTyped(OpIo& io) {
+  ORRERY_ASSIGN_OR_RETURN(RmsNormArgs args, ReadRmsNorm(io));
+  const Tensor &x = args.x, &w = args.w, &dy = args.dy;
+  const int64_t d = args.d, rows = args.rows;
+  const double eps = args.eps;
   Shape rshape(x.shape().begin(), x.shape().end() - 1);
   Tensor y = NewTensor<T>(x.shape()), rstd = NewTensor<T>(rshape);
   const T* wp = w.defined() ? Ptr<T>(w) : nullptr;
@@ -371,18 +389,31 @@ StatusOr<kernels::GluActivation> ReadActivation(OpIo& io) {
   return act;
 }
 
-template <typename T>
-Status RunGluTyped(OpIo& io) {
-  ORRERY_ASSIGN_OR_RETURN(Tensor a, io.Float("a", 0, "[...]"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor u, io.Float("u", 0, "as a"));
-  ORRERY_RETURN_IF_ERROR(io.ExpectShape("u", u, a.shape(), "as a"));
-  ORRERY_ASSIGN_OR_RETURN(kernels::GluActivation act, ReadActivation(io));
-  Tensor dh;
+// The inputs of situ_glu, on either device.
+struct GluArgs {
+  Tensor a, u, dh;  // dh with --backward
+  kernels::GluActivation act;
+};
+
+StatusOr<GluArgs> ReadGlu(OpIo& io) {
+  GluArgs r;
+  ORRERY_ASSIGN_OR_RETURN(r.a, io.Float("a", 0, "[...]"));
+  ORRERY_ASSIGN_OR_RETURN(r.u, io.Float("u", 0, "as a"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("u", r.u, r.a.shape(), "as a"));
+  ORRERY_ASSIGN_OR_RETURN(r.act, ReadActivation(io));
   if (io.backward()) {
-    ORRERY_ASSIGN_OR_RETURN(dh, io.Float("dh", 0, "as a"));
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dh", dh, a.shape(), "as a"));
+    ORRERY_ASSIGN_OR_RETURN(r.dh, io.Float("dh", 0, "as a"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dh", r.dh, r.a.shape(), "as a"));
   }
   ORRERY_RETURN_IF_ERROR(io.Finish());
+  return r;
+}
+
+template <typename T>
+Status RunGluTyped(OpIo& io) {
+  ORRERY_ASSIGN_OR_RETURN(GluArgs args, ReadGlu(io));
+  const Tensor &a = args.a, &u = args.u, &dh = args.dh;
+  const kernels::GluActivation& act = args.act;
   Tensor h = NewTensor<T>(a.shape());
   kernels::GluForward(act, Ptr<T>(a), Ptr<T>(u), a.numel(), Ptr<T>(h));
   io.Out("h", h);
@@ -593,18 +624,10 @@ StatusOr<Tensor> DownloadF32(const Tensor& t, const Shape& shape) {
 }
 
 Status RunRmsNormCuda(OpIo& io, Device device) {
-  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 0, "[..., D]"));
-  if (x.ndim() < 1) return io.Error("tensor 'x' must have at least one dimension [..., D]");
-  const int64_t d = x.dim(x.ndim() - 1), rows = x.numel() / std::max<int64_t>(d, 1);
-  ORRERY_ASSIGN_OR_RETURN(Tensor w, io.Optional("w", 1, "[D]"));
-  if (w.defined()) ORRERY_RETURN_IF_ERROR(io.ExpectShape("w", w, {d}, "[D], D = x's last dim"));
-  ORRERY_ASSIGN_OR_RETURN(double eps, io.Attr("eps", 1e-5));
-  Tensor dy;
-  if (io.backward()) {
-    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 0, "as x"));
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, x.shape(), "as x"));
-  }
-  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_ASSIGN_OR_RETURN(RmsNormArgs args, ReadRmsNorm(io));
+  const Tensor &x = args.x, &w = args.w, &dy = args.dy;
+  const int64_t d = args.d, rows = args.rows;
+  const double eps = args.eps;
   ORRERY_RETURN_IF_ERROR(RefuseF64OnCuda(io));
   const DType dt = io.StoredAsBf16("x") ? DType::kBF16 : DType::kF32;
   ORRERY_ASSIGN_OR_RETURN(Tensor x2, x.Reshape({rows, d}));
@@ -632,16 +655,9 @@ Status RunRmsNormCuda(OpIo& io, Device device) {
 }
 
 Status RunGluCuda(OpIo& io, Device device) {
-  ORRERY_ASSIGN_OR_RETURN(Tensor a, io.Float("a", 0, "[...]"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor u, io.Float("u", 0, "as a"));
-  ORRERY_RETURN_IF_ERROR(io.ExpectShape("u", u, a.shape(), "as a"));
-  ORRERY_ASSIGN_OR_RETURN(kernels::GluActivation act, ReadActivation(io));
-  Tensor dh;
-  if (io.backward()) {
-    ORRERY_ASSIGN_OR_RETURN(dh, io.Float("dh", 0, "as a"));
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dh", dh, a.shape(), "as a"));
-  }
-  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_ASSIGN_OR_RETURN(GluArgs args, ReadGlu(io));
+  const Tensor &a = args.a, &u = args.u, &dh = args.dh;
+  const kernels::GluActivation& act = args.act;
   ORRERY_RETURN_IF_ERROR(RefuseF64OnCuda(io));
   const DType dt = io.StoredAsBf16("a") ? DType::kBF16 : DType::kF32;
   ORRERY_ASSIGN_OR_RETURN(Tensor ag, Upload(a, dt, device));
