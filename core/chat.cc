@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
+
 namespace orrery {
 namespace {
 
@@ -84,9 +86,7 @@ StatusOr<ChatRole> ParseChatRole(std::string_view name) {
 }
 
 // Model text may hold invalid UTF-8: it is replaced (U+FFFD), never a throw.
-std::string ChatMessageToJson(const ChatMessage& message) {
-  return ToJson(message).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+std::string ChatMessageToJson(const ChatMessage& message) { return JsonText(ToJson(message)); }
 
 StatusOr<ChatMessage> ChatMessageFromJson(const std::string& json) {
   nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
@@ -97,7 +97,7 @@ StatusOr<ChatMessage> ChatMessageFromJson(const std::string& json) {
 std::string ChatMessagesToJson(const std::vector<ChatMessage>& messages) {
   nlohmann::json arr = nlohmann::json::array();
   for (const ChatMessage& m : messages) arr.push_back(ToJson(m));
-  return arr.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return JsonText(arr);
 }
 
 StatusOr<std::vector<ChatMessage>> ChatMessagesFromJson(const std::string& json) {

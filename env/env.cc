@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
+
 namespace orrery::env {
 
 Deadline DeadlineIn(double seconds) {
@@ -30,14 +32,12 @@ nlohmann::json SpecJson(const ToolSpec& t) {
 }
 }  // namespace
 
-std::string ToolSpec::ToJson() const {
-  return SpecJson(*this).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+std::string ToolSpec::ToJson() const { return JsonText(SpecJson(*this)); }
 
 std::string ToolSpecsToJson(const std::vector<ToolSpec>& tools) {
   nlohmann::json arr = nlohmann::json::array();
   for (const ToolSpec& t : tools) arr.push_back(SpecJson(t));
-  return arr.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return JsonText(arr);
 }
 
 }  // namespace orrery::env

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
+
 namespace orrery::env {
 namespace {
 
@@ -95,7 +97,7 @@ StatusOr<std::string> ValidateToolCall(const ToolCall& call, const std::vector<T
   }
   json schema = json::parse(spec->parameters_json, nullptr, false);
   if (schema.is_discarded() || !schema.is_object()) {
-    return args.dump(-1, ' ', false, json::error_handler_t::replace);  // nothing to check
+    return JsonText(args);  // nothing to check
   }
   const json props = schema.contains("properties") && schema["properties"].is_object()
                          ? schema["properties"]
@@ -122,7 +124,7 @@ StatusOr<std::string> ValidateToolCall(const ToolCall& call, const std::vector<T
                                   "' (allowed: " + allowed + ")");
     }
   }
-  return args.dump(-1, ' ', false, json::error_handler_t::replace);
+  return JsonText(args);
 }
 
 ToolResult ToolError(const std::string& message) {

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
 #include "env/external/json_rpc_channel.h"
 #include "env/sandbox/sandbox_pool.h"
 #include "env/tool_call.h"
@@ -12,9 +13,6 @@ namespace {
 using nlohmann::json;
 
 Deadline Earlier(Deadline a, double seconds) { return std::min(a, DeadlineIn(seconds)); }
-
-// Serialises with invalid UTF-8 (model text) replaced instead of thrown.
-std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // A reply's result as JSON; the channel hands back JSON text, but nothing here may throw.
 StatusOr<json> ParseReply(const std::string& reply, const std::string& where) {
@@ -36,7 +34,7 @@ StatusOr<std::vector<ToolSpec>> ParseTools(const json& tools, const std::string&
                                      "': 'description' must be a string");
     }
     out.push_back(ToolSpec{f["name"].get<std::string>(), f.value("description", ""),
-                           f.contains("parameters") ? Dump(f["parameters"]) : "{}"});
+                           f.contains("parameters") ? JsonText(f["parameters"]) : "{}"});
   }
   return out;
 }
@@ -64,8 +62,8 @@ class ExternalEpisode : public Episode {
     if (!args.ok()) return ToolError(args.status().message());
     json params = {
         {"tool_call", {{"id", call.id}, {"name", call.name}, {"arguments", json::parse(*args)}}}};
-    ORRERY_ASSIGN_OR_RETURN(std::string reply,
-                            channel_->Call("step", Dump(params), Earlier(deadline, call_seconds_)));
+    ORRERY_ASSIGN_OR_RETURN(std::string reply, channel_->Call("step", JsonText(params),
+                                                              Earlier(deadline, call_seconds_)));
     ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment step"));
     if (!r.is_object() || !r.contains("content") || !r["content"].is_string()) {
       return FailedPreconditionError("environment step: result needs a string 'content'");
@@ -83,8 +81,8 @@ class ExternalEpisode : public Episode {
   StatusOr<EpisodeScore> Score(const std::vector<ChatMessage>& trajectory,
                                Deadline deadline) override {
     json params = {{"messages", json::parse(ChatMessagesToJson(trajectory), nullptr, false)}};
-    ORRERY_ASSIGN_OR_RETURN(
-        std::string reply, channel_->Call("score", Dump(params), Earlier(deadline, call_seconds_)));
+    ORRERY_ASSIGN_OR_RETURN(std::string reply, channel_->Call("score", JsonText(params),
+                                                              Earlier(deadline, call_seconds_)));
     ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment score"));
     if (!r.is_object() || !r.contains("reward") || !r["reward"].is_number()) {
       return FailedPreconditionError("environment score: result needs a number 'reward'");
@@ -133,12 +131,12 @@ class ExternalEnv : public Env {
                      {"index", task.index}}}};
     ORRERY_ASSIGN_OR_RETURN(
         std::string reply,
-        channel->Call("reset", Dump(params), Earlier(deadline, options_.call_seconds)));
+        channel->Call("reset", JsonText(params), Earlier(deadline, options_.call_seconds)));
     ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment '" + name_ + "': reset"));
     if (!r.is_object() || !r.contains("messages")) {
       return FailedPreconditionError("environment '" + name_ + "': reset: result needs 'messages'");
     }
-    StatusOr<std::vector<ChatMessage>> messages = ChatMessagesFromJson(Dump(r["messages"]));
+    StatusOr<std::vector<ChatMessage>> messages = ChatMessagesFromJson(JsonText(r["messages"]));
     if (!messages.ok()) return messages.status().WithContext("environment '" + name_ + "': reset");
     ORRERY_ASSIGN_OR_RETURN(std::vector<ToolSpec> tools, ParseTools(r.value("tools", json::array()),
                                                                     "environment '" + name_ + "'"));

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
+
 namespace orrery::env {
 
 using nlohmann::json;
@@ -18,8 +20,7 @@ Status JsonRpcChannel::Notify(const std::string& method, const std::string& para
   if (!process_) return UnavailableError(peer_ + ": closed");
   json msg = {{"jsonrpc", "2.0"}, {"method", method}};
   if (!params_json.empty()) msg["params"] = json::parse(params_json, nullptr, false);
-  return process_->WriteLine(msg.dump(-1, ' ', false, json::error_handler_t::replace), deadline)
-      .WithContext(peer_);
+  return process_->WriteLine(JsonText(msg), deadline).WithContext(peer_);
 }
 
 StatusOr<std::string> JsonRpcChannel::Call(const std::string& method,
@@ -30,8 +31,7 @@ StatusOr<std::string> JsonRpcChannel::Call(const std::string& method,
   json params = json::parse(params_json.empty() ? "{}" : params_json, nullptr, false);
   if (params.is_discarded()) return InternalError("JsonRpcChannel: params are not JSON");
   msg["params"] = params;
-  Status sent =
-      process_->WriteLine(msg.dump(-1, ' ', false, json::error_handler_t::replace), deadline);
+  Status sent = process_->WriteLine(JsonText(msg), deadline);
   if (!sent.ok()) {
     const std::string err = process_->stderr_text();
     Close();

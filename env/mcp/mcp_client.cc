@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
 #include "env/tool_call.h"
 
 namespace orrery::env {
@@ -49,14 +50,12 @@ StatusOr<std::unique_ptr<McpClient>> McpClient::Start(Sandbox& sandbox,
     }
     for (const json& t : l["tools"]) {
       if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
-      client->tools_.push_back(
-          ToolSpec{t["name"].get<std::string>(),
-                   t.contains("description") && t["description"].is_string()
-                       ? t["description"].get<std::string>()
-                       : "",
-                   t.contains("inputSchema")
-                       ? t["inputSchema"].dump(-1, ' ', false, json::error_handler_t::replace)
-                       : "{\"type\":\"object\"}"});
+      client->tools_.push_back(ToolSpec{
+          t["name"].get<std::string>(),
+          t.contains("description") && t["description"].is_string()
+              ? t["description"].get<std::string>()
+              : "",
+          t.contains("inputSchema") ? JsonText(t["inputSchema"]) : "{\"type\":\"object\"}"});
     }
     if (!l.contains("nextCursor") || !l["nextCursor"].is_string()) break;
     cursor = l["nextCursor"].get<std::string>();
@@ -77,8 +76,7 @@ StatusOr<ToolResult> McpClient::CallTool(const ToolCall& call, Deadline deadline
   if (!args.ok()) return ToolError(args.status().message());
   const json params = {{"name", call.name}, {"arguments", json::parse(*args)}};
   StatusOr<std::string> reply =
-      channel_->Call("tools/call", params.dump(-1, ' ', false, json::error_handler_t::replace),
-                     Earlier(deadline, options_.call_seconds));
+      channel_->Call("tools/call", JsonText(params), Earlier(deadline, options_.call_seconds));
   ToolResult result;
   if (!reply.ok()) {
     // A JSON-RPC error for one call (unknown tool, bad arguments) is the model's to read; a dead
