@@ -25,6 +25,9 @@ StatusOr<DeviceContext*> DeviceContext::Get(int index) {
   constexpr int kMaxDevices = 64;
   static std::array<std::unique_ptr<DeviceContext>, kMaxDevices> contexts;
   static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  // Every op asks for its context: once made, it is returned without asking the driver again.
+  if (index >= 0 && index < kMaxDevices && contexts[index]) return contexts[index].get();
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();
@@ -34,8 +37,6 @@ StatusOr<DeviceContext*> DeviceContext::Get(int index) {
     return FailedPreconditionError("cuda: no device " + std::to_string(index) + " (" +
                                    std::to_string(count) + " visible)");
   }
-  std::lock_guard<std::mutex> lock(mu);
-  if (contexts[index]) return contexts[index].get();
   auto ctx = std::unique_ptr<DeviceContext>(new DeviceContext());
   ctx->index_ = index;
   ORRERY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(index), "cudaSetDevice"));
