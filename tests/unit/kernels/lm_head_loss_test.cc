@@ -11,14 +11,13 @@
 #include "core/philox.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
+#include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::kernels {
 namespace {
 
 Tensor Normal(const Shape& shape, PhiloxGenerator& rng) {
-  Tensor t = Tensor::Empty(shape, DType::kF64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Normal();
-  return t;
+  return testing::RandomNormal(shape, DType::kF64, rng);
 }
 
 TEST(LmHeadLossTest, GradientsMatchFiniteDifferencesAndLossMatchesCrossEntropy) {

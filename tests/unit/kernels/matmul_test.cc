@@ -5,14 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "core/philox.h"
+#include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::kernels {
 namespace {
 
 Tensor Normal(const Shape& shape, PhiloxGenerator& rng) {
-  Tensor t = Tensor::Empty(shape, DType::kF64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.Normal();
-  return t;
+  return testing::RandomNormal(shape, DType::kF64, rng);
 }
 
 TEST(MatmulTest, CpuTwinMatchesNaiveLoops) {
