@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <stdexcept>
 
 #include "env/calc/calc_env.h"
 #include "env/calc/prompt.h"
@@ -304,6 +305,71 @@ TEST(RolloutAgentLoop, ScriptedToolUseIsTokenExact) {
   EXPECT_EQ(loop.stats().tool_calls, 2);
   EXPECT_EQ(loop.stats().episodes_finished, 4);
   (void)first_turn;
+}
+
+// An environment that throws from Step and Score, as a careless or hostile plug-in may: the
+// calc environment's episodes behind an Episode whose calls raise std::runtime_error.
+class ThrowingEnv : public env::Env {
+ public:
+  explicit ThrowingEnv(env::Env* inner) : inner_(inner) {}
+  std::string name() const override { return "throwing"; }
+  StatusOr<env::TaskRef> Task(env::Split split, uint64_t index) const override {
+    return inner_->Task(split, index);
+  }
+  StatusOr<std::unique_ptr<env::Episode>> Reset(const env::TaskRef& task,
+                                                env::Deadline deadline) override {
+    ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Episode> e, inner_->Reset(task, deadline));
+    return std::unique_ptr<env::Episode>(std::make_unique<Episode>(std::move(e)));
+  }
+
+ private:
+  class Episode : public env::Episode {
+   public:
+    explicit Episode(std::unique_ptr<env::Episode> inner) : inner_(std::move(inner)) {}
+    const std::vector<ChatMessage>& initial_messages() const override {
+      return inner_->initial_messages();
+    }
+    const std::vector<env::ToolSpec>& tools() const override { return inner_->tools(); }
+    StatusOr<env::ToolResult> Step(const ToolCall&, env::Deadline) override {
+      throw std::runtime_error("boom in step");
+    }
+    StatusOr<env::EpisodeScore> Score(const std::vector<ChatMessage>&, env::Deadline) override {
+      throw std::runtime_error("boom in score");
+    }
+
+   private:
+    std::unique_ptr<env::Episode> inner_;
+  };
+  env::Env* inner_;
+};
+
+TEST(RolloutAgentLoop, AnEnvironmentThatThrowsFailsItsEpisodesNotTheLoop) {
+  CalcFixture f;
+  std::vector<int32_t> call = f.TurnIds(f.ToolCallTurn());
+  auto answer = f.TurnIds(f.AnswerTurn(f.calc_task.answer_text));
+  call.insert(call.end(), answer.begin(), answer.end());
+  ScriptedBackend backend(2, f.tokenizer.vocab_size(), {call, answer});
+  ThrowingEnv env(f.env.get());
+  AgentOptions o;
+  o.max_turn_tokens = 200;
+  o.max_episode_tokens = 2000;
+  AgentLoop loop(&backend, f.format.get(), &env, o);
+  loop.AddGroup(f.task, 5, 4);
+  auto groups = loop.RunUntilIdle();
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  ASSERT_EQ(groups->size(), 1u);
+  int tool_errors = 0;
+  for (const Trajectory& t : (*groups)[0].trajectories) {
+    EXPECT_EQ(t.reward, 0.0);  // scoring threw: no reward, whatever the answer
+    if (t.status != EpisodeStatus::kToolError) continue;
+    ++tool_errors;
+    ASSERT_EQ(t.tool_calls.size(), 1u);
+    EXPECT_NE(t.tool_calls[0].error.find("env step threw: boom in step"), std::string::npos)
+        << t.tool_calls[0].error;
+  }
+  EXPECT_EQ(tool_errors, 2);
+  // Two steps and four scores failed, each counted.
+  EXPECT_EQ(loop.stats().env_failures, 6);
 }
 
 TEST(RolloutAgentLoop, LimitsTruncateAndVersionsFollowUpdates) {
