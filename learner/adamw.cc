@@ -4,16 +4,17 @@
 #include <set>
 
 #include "core/thread_pool.h"
+#include "kernels/adamw_op.h"
 
 namespace orrery {
 
-AdamW::AdamW(AdamWOptions options, std::vector<ParamRef> params)
-    : options_(options), params_(std::move(params)) {
-  for (const ParamRef& p : params_) {
-    m_.push_back(Tensor::Zeros(p.value.shape(), DType::kF32));
-    v_.push_back(Tensor::Zeros(p.value.shape(), DType::kF32));
-  }
-}
+AdamW::AdamW(AdamWOptions options, std::vector<ParamRef> params, std::vector<Tensor> m,
+             std::vector<Tensor> v, Device device)
+    : options_(options),
+      params_(std::move(params)),
+      m_(std::move(m)),
+      v_(std::move(v)),
+      device_(device) {}
 
 StatusOr<AdamW> AdamW::Create(AdamWOptions options, std::vector<ParamRef> params) {
   std::set<std::string> names;
@@ -21,22 +22,59 @@ StatusOr<AdamW> AdamW::Create(AdamWOptions options, std::vector<ParamRef> params
     if (!names.insert(p.name).second) {
       return InvalidArgumentError("optimizer: parameter name '" + p.name + "' appears twice");
     }
+    const Device device = params.front().value.device();
     if (!p.value.defined() || !p.grad.defined() || p.value.dtype() != DType::kF32 ||
-        p.grad.dtype() != DType::kF32 || !p.value.device().is_cpu() || !p.grad.device().is_cpu() ||
-        p.value.shape() != p.grad.shape()) {
+        p.grad.dtype() != DType::kF32 || !(p.value.device() == device) ||
+        !(p.grad.device() == device) || p.value.shape() != p.grad.shape()) {
       return InvalidArgumentError("optimizer: parameter '" + p.name +
-                                  "' needs f32 CPU value and gradient of one shape");
+                                  "' needs f32 value and gradient of one shape on " +
+                                  device.ToString() + " (where the first parameter is)");
+    }
+    if (p.compute.defined() && (p.compute.dtype() != DType::kBF16 || device.is_cpu() ||
+                                !(p.compute.device() == device) ||
+                                p.compute.shape() != p.value.shape())) {
+      return InvalidArgumentError("optimizer: parameter '" + p.name +
+                                  "': its compute copy must be bf16 of its shape on its device");
     }
   }
   if (options.beta1 < 0 || options.beta1 >= 1 || options.beta2 < 0 || options.beta2 >= 1 ||
       options.eps <= 0 || options.weight_decay < 0) {
     return InvalidArgumentError("optimizer: betas must be in [0, 1), eps > 0, weight_decay >= 0");
   }
-  return AdamW(options, std::move(params));
+  const Device device = params.empty() ? Device::Cpu() : params.front().value.device();
+  std::vector<Tensor> m, v;
+  for (const ParamRef& p : params) {
+    for (std::vector<Tensor>* moments : {&m, &v}) {
+      if (device.is_cpu()) {
+        moments->push_back(Tensor::Zeros(p.value.shape(), DType::kF32));
+        continue;
+      }
+      ORRERY_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(p.value.shape(), DType::kF32, device));
+      ORRERY_RETURN_IF_ERROR(t.SetZero());
+      moments->push_back(std::move(t));
+    }
+  }
+  return AdamW(options, std::move(params), std::move(m), std::move(v), device);
 }
 
-void AdamW::Step(double lr) {
+Status AdamW::Step(double lr) {
   ++step_;
+  if (on_device()) {
+    for (size_t k = 0; k < params_.size(); ++k) {
+      ParamRef& p = params_[k];
+      kernels::AdamWStepArgs args;
+      args.lr = lr;
+      args.beta1 = options_.beta1;
+      args.beta2 = options_.beta2;
+      args.eps = options_.eps;
+      args.weight_decay = p.weight_decay ? options_.weight_decay : 0.0;
+      args.step = step_;
+      ORRERY_RETURN_IF_ERROR(kernels::AdamWStep(args, p.grad, grad_factor_, &p.value, &m_[k],
+                                                &v_[k], p.compute.defined() ? &p.compute : nullptr));
+    }
+    grad_factor_ = Tensor();
+    return Status::OK();
+  }
   const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
@@ -59,13 +97,33 @@ void AdamW::Step(double lr) {
       }
     });
   }
+  return Status::OK();
 }
 
-void AdamW::ZeroGrad() {
+Status AdamW::ZeroGrad() {
+  grad_factor_ = Tensor();
   for (const ParamRef& p : params_) {
+    if (on_device()) {
+      Tensor g = p.grad;
+      ORRERY_RETURN_IF_ERROR(g.SetZero());
+      continue;
+    }
     float* g = p.grad.data<float>();
     std::fill(g, g + p.grad.numel(), 0.0f);
   }
+  return Status::OK();
+}
+
+StatusOr<double> AdamW::ClipGradNorm(double max_norm) {
+  if (!on_device()) return ClipGradGlobalNorm(params_, max_norm);
+  std::vector<Tensor> grads;
+  for (const ParamRef& p : params_) grads.push_back(p.grad);
+  Tensor sumsq;
+  ORRERY_RETURN_IF_ERROR(kernels::SquaredNorm(grads, &sumsq));
+  grad_factor_ = Tensor();
+  ORRERY_RETURN_IF_ERROR(kernels::ClipFactor(sumsq, max_norm, &grad_factor_));
+  ORRERY_ASSIGN_OR_RETURN(Tensor host, sumsq.To(Device::Cpu()));
+  return std::sqrt(host.data<double>()[0]);
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::StateTensors() const {

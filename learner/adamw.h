@@ -27,13 +27,20 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  // Fails unless every parameter is an f32 CPU tensor with a gradient of the same shape and
-  // names are unique.
+  // Fails unless every parameter is an f32 tensor with a gradient of the same shape, all on the
+  // CPU or all on one CUDA device (then the moments live there too and every update runs there,
+  // kernels/adamw_op.h), and names are unique.
   static StatusOr<AdamW> Create(AdamWOptions options, std::vector<ParamRef> params);
 
-  // One update with learning rate `lr` from the current gradients (not cleared).
-  void Step(double lr);
-  void ZeroGrad();
+  // One update with learning rate `lr` from the current gradients (not cleared), scaled by the
+  // factor of the last ClipGradNorm when its norm exceeded the limit.
+  Status Step(double lr);
+  Status ZeroGrad();
+  // The global L2 norm of the gradients; when max_norm > 0 and the norm exceeds it, the update
+  // of the next Step scales them by max_norm / norm (on the CPU: here, in place, as
+  // ClipGradGlobalNorm; on CUDA: a factor that stays on the device).
+  StatusOr<double> ClipGradNorm(double max_norm);
+  bool on_device() const { return !device_.is_cpu(); }
 
   int64_t step() const { return step_; }
   const std::vector<ParamRef>& params() const { return params_; }
@@ -45,10 +52,13 @@ class AdamW {
   Status LoadState(const std::map<std::string, Tensor>& tensors, int64_t step);
 
  private:
-  AdamW(AdamWOptions options, std::vector<ParamRef> params);
+  AdamW(AdamWOptions options, std::vector<ParamRef> params, std::vector<Tensor> m,
+        std::vector<Tensor> v, Device device);
   AdamWOptions options_;
   std::vector<ParamRef> params_;
   std::vector<Tensor> m_, v_;
+  Device device_ = Device::Cpu();
+  Tensor grad_factor_;  // CUDA: f32 [1] from ClipGradNorm, applied by the next Step
   int64_t step_ = 0;
 };
 

@@ -11,9 +11,12 @@ namespace orrery {
 
 struct ParamRef {
   std::string name;          // unique, stable across runs (checkpoint keys)
-  Tensor value;              // f32, CPU
-  Tensor grad;               // f32, same shape; accumulated by backward passes
+  Tensor value;              // f32 master weights, on the CPU or one CUDA device
+  Tensor grad;               // f32, same shape and device; accumulated by backward passes
   bool weight_decay = true;  // false for norms, biases, gates, A_log, dt_bias, AttnRes queries
+  // Optional bf16 copy of value on its CUDA device, the weights the forward reads (the GPU
+  // model's compute copy): the optimizer rewrites it after every update. Undefined: none.
+  Tensor compute{};
 };
 
 }  // namespace orrery

@@ -30,7 +30,7 @@ StatusOr<StepResult> TrainStep(TrainableModel& model, AdamW& optimizer,
                                double clip_grad_norm) {
   StepResult r;
   for (const PackedBatch& b : micro_batches) r.targets += b.num_targets;
-  optimizer.ZeroGrad();
+  ORRERY_RETURN_IF_ERROR(optimizer.ZeroGrad());
   double loss_sum = 0;
   const double scale = r.targets > 0 ? 1.0 / static_cast<double>(r.targets) : 0.0;
   for (const PackedBatch& b : micro_batches) {
@@ -43,9 +43,9 @@ StatusOr<StepResult> TrainStep(TrainableModel& model, AdamW& optimizer,
   }
   r.loss = r.targets > 0 ? loss_sum / static_cast<double>(r.targets) : 0.0;
   ORRERY_ASSIGN_OR_RETURN(r.balance, model.UpdateBalancing());
-  r.grad_norm = ClipGradGlobalNorm(optimizer.params(), clip_grad_norm);
+  ORRERY_ASSIGN_OR_RETURN(r.grad_norm, optimizer.ClipGradNorm(clip_grad_norm));
   r.lr = lr;
-  optimizer.Step(lr);
+  ORRERY_RETURN_IF_ERROR(optimizer.Step(lr));
   return r;
 }
 
@@ -129,6 +129,7 @@ Status Pretrainer::Restore() {
   };
   for (const ParamRef& p : optimizer_.params()) ORRERY_RETURN_IF_ERROR(load(p.name, p.value));
   for (const auto& [name, t] : model_->Buffers()) ORRERY_RETURN_IF_ERROR(load(name, t));
+  ORRERY_RETURN_IF_ERROR(model_->ParametersLoaded());
   Status s = optimizer_.LoadState(ck.optimizer, ck.state.optimizer_step);
   if (!s.ok()) return s.WithContext("checkpoint " + ck.path);
   state_ = ck.state;

@@ -45,6 +45,9 @@ class TrainableModel {
   // Once per optimizer step: updates balancing biases from the statistics gathered since the
   // last call (all micro-batches of the step) and reports the load per MoE layer.
   virtual StatusOr<std::vector<ExpertLoadReport>> UpdateBalancing() = 0;
+  // Called after the trainer wrote the parameters' values directly (a checkpoint restore), for
+  // models that keep derived copies of them (the GPU model's bf16 weights).
+  virtual Status ParametersLoaded() { return Status::OK(); }
 };
 
 }  // namespace orrery

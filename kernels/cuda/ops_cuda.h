@@ -56,4 +56,9 @@ Status LossAccumulatorsCuda(Device device, Tensor* acc, Tensor* flag);
 Status ReadLossCuda(const Tensor& acc, const Tensor& flag, const Tensor& targets, int64_t vocab,
                     double* loss_sum);
 
+// MLA keys and values from the latent up-projection (kernels/mla_keys.h), bf16 or f32.
+Status MlaKeysValuesCuda(const Tensor& kv, const Tensor& kr, int64_t dn, Tensor* k, Tensor* v);
+Status MlaKeysValuesGradCuda(const Tensor& dk, const Tensor& dv, int64_t dn, Tensor* dkv,
+                             Tensor* dkr);
+
 }  // namespace orrery::kernels::cuda

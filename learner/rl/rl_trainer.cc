@@ -221,8 +221,8 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
   std::vector<Tensor> grads;
   for (model::Parameter& p : model_->parameters()) grads.push_back(p.grad);
   ORRERY_RETURN_IF_ERROR(comm::AllReduceMean(*comm_, grads));
-  stats.grad_norm = ClipGradGlobalNorm(adamw_->params(), options_.max_grad_norm);
-  adamw_->Step(options_.lr);
+  ORRERY_ASSIGN_OR_RETURN(stats.grad_norm, adamw_->ClipGradNorm(options_.max_grad_norm));
+  ORRERY_RETURN_IF_ERROR(adamw_->Step(options_.lr));
 
   // 5. Quantile Balancing, then the same biases on every rank.
   std::vector<const model::ForwardCache*> cache_ptrs;
