@@ -25,6 +25,16 @@ Status RmsNormForwardCuda(const Tensor& x, const Tensor& w, double eps, Tensor* 
 Status RmsNormBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                            Tensor* dx, Tensor* dw);
 
+// Causal attention per document (kernels/attention.h): q, k [N, H, dqk], v [N, H, dv] of one dtype
+// (bf16 or f32), dims <= 256; cu_seqlens i64 [docs + 1] on the device; o like v, lse [N, H] f32.
+Status CausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse);
+// dq, dk, dv (like q, k, v) overwritten.
+Status CausalAttentionBackwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& o, const Tensor& lse, const Tensor& d_o,
+                                   const Tensor& cu_seqlens, double scale, Tensor* dq, Tensor* dk,
+                                   Tensor* dv);
+
 // Gated activations (kernels/situ.h) element-wise over tensors of one dtype (bf16 or f32).
 Status GluForwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u, Tensor* h);
 Status GluBackwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u, const Tensor& dh,

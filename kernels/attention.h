@@ -1,0 +1,37 @@
+// Causal softmax attention per document on Tensors: the core of the GPU model's gated MLA layer
+// (spec §3.1-3.2), dispatched by device. The CPU path runs the CausalAttentionForward/Backward
+// templates of kernels/mla_attention.h (the CPU model's core and this op's twin); the CUDA path
+// runs flash-attention style kernels (kernels/cuda/attention_forward.cu, attention_backward.cu)
+// that stream key tiles through an online softmax and never hold an [N, N] score matrix.
+//
+// Layouts (N packed tokens, H heads): q, k [N, H, dqk]; v, o [N, H, dv]; lse [N, H], the natural
+// log-sum-exp of each row's scaled scores, saved by the forward so that the backward recomputes
+// the probabilities instead of storing them. cu_seqlens (i64 [docs + 1] on q's device: 0 =
+// cu[0] <= cu[1] <= ... <= cu[docs] = N, empty documents allowed) delimits the documents: token
+// i of document [cu[d], cu[d+1]) attends to the tokens cu[d] .. i.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace orrery::kernels {
+
+// The largest dqk and dv the CUDA kernels take (the model's are 192 and 128).
+inline constexpr int64_t kMaxAttentionHeadDimCuda = 256;
+
+// o = softmax(scale q k^T, causal within documents) v per head. q, k, v: f32 or f64 on cpu, bf16
+// or f32 on cuda (one dtype); o like v and lse [N, H] (q's dtype on cpu, f32 on cuda), each
+// allocated when undefined, else checked and overwritten. On cuda the values of cu_seqlens are
+// trusted (reading them back would synchronise the stream); on cpu they are checked.
+Status CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                       double scale, Tensor* o, Tensor* lse);
+
+// The gradients of CausalAttention: o and lse as it returned them, d_o like o. dq, dk, dv like
+// q, k, v (allocated when undefined, overwritten). Deterministic on both devices (no atomics).
+Status CausalAttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                           const Tensor& lse, const Tensor& d_o, const Tensor& cu_seqlens,
+                           double scale, Tensor* dq, Tensor* dk, Tensor* dv);
+
+}  // namespace orrery::kernels

@@ -1,0 +1,141 @@
+// CausalAttention / CausalAttentionGrad: checks, then the CPU templates (kernels/mla_attention.h)
+// or CUDA.
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/elementwise_check.h"
+#include "kernels/mla_attention.h"
+#if defined(ORRERY_KERNELS_CUDA)
+#include "kernels/cuda/ops_cuda.h"
+#endif
+
+namespace orrery::kernels {
+namespace {
+
+constexpr const char* kOp = "causal_attention";
+
+std::string Describe(const Tensor& t) { return t.defined() ? t.ToString() : "undefined"; }
+
+// q [N, H, dqk] of a supported dtype, k like q, v [N, H, dv] of q's dtype and device, cu_seqlens
+// i64 [docs + 1] on q's device (its values too on cpu).
+Status CheckInputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu) {
+  if (!q.defined() || q.ndim() != 3 || q.dim(2) < 1) {
+    return InvalidArgumentError(std::string(kOp) + ": q " + Describe(q) +
+                                ", expected [tokens, heads, qk_dim >= 1]");
+  }
+  const bool cpu = q.device().is_cpu();
+  const DType dt = q.dtype();
+  if (cpu ? (dt != DType::kF32 && dt != DType::kF64) : (dt != DType::kF32 && dt != DType::kBF16)) {
+    return InvalidArgumentError(
+        std::string(kOp) + ": q " + q.ToString() +
+        (cpu ? ", expected f32 or f64 on cpu" : ", expected bf16 or f32 on cuda"));
+  }
+  ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "k", k, q));
+  if (!v.defined() || v.ndim() != 3 || v.dim(2) < 1) {
+    return InvalidArgumentError(std::string(kOp) + ": v " + Describe(v) + ", expected " +
+                                std::string(DTypeName(dt)) + "[" + std::to_string(q.dim(0)) + ", " +
+                                std::to_string(q.dim(1)) + ", v_dim >= 1] on " +
+                                q.device().ToString());
+  }
+  ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "v", v, {q.dim(0), q.dim(1), v.dim(2)}, dt, q.device()));
+  if (!cpu && (q.dim(2) > kMaxAttentionHeadDimCuda || v.dim(2) > kMaxAttentionHeadDimCuda)) {
+    return InvalidArgumentError(std::string(kOp) + ": qk_dim " + std::to_string(q.dim(2)) +
+                                ", v_dim " + std::to_string(v.dim(2)) + ", expected <= " +
+                                std::to_string(kMaxAttentionHeadDimCuda) + " on cuda");
+  }
+  if (!cu.defined() || cu.ndim() != 1 || cu.dim(0) < 1 || cu.dtype() != DType::kI64 ||
+      !(cu.device() == q.device())) {
+    return InvalidArgumentError(std::string(kOp) + ": cu_seqlens " + Describe(cu) +
+                                ", expected i64[docs + 1] on " + q.device().ToString());
+  }
+  if (cpu) {
+    const int64_t* c = cu.data<int64_t>();
+    const int64_t docs = cu.dim(0) - 1;
+    bool ok = c[0] == 0 && c[docs] == q.dim(0);
+    for (int64_t d = 0; ok && d < docs; ++d) ok = c[d] <= c[d + 1];
+    if (!ok) {
+      return InvalidArgumentError(std::string(kOp) +
+                                  ": cu_seqlens must rise from 0 to the token count " +
+                                  std::to_string(q.dim(0)) + " without falling");
+    }
+  }
+  return Status::OK();
+}
+
+DType LseType(const Tensor& q) { return q.device().is_cpu() ? q.dtype() : DType::kF32; }
+
+AttentionShape ShapeOf(const Tensor& q, const Tensor& v) {
+  return {q.dim(0), q.dim(1), q.dim(2), v.dim(2)};
+}
+
+std::vector<int64_t> Offsets(const Tensor& cu) {
+  return std::vector<int64_t>(cu.data<int64_t>(), cu.data<int64_t>() + cu.numel());
+}
+
+template <typename T>
+void ForwardCpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu, double scale,
+                Tensor* o, Tensor* lse) {
+  CausalAttentionForward<T>(ShapeOf(q, v), Offsets(cu), scale, q.data<T>(), k.data<T>(),
+                            v.data<T>(), o->data<T>(), lse->data<T>());
+}
+
+template <typename T>
+void BackwardCpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                 const Tensor& lse, const Tensor& d_o, const Tensor& cu, double scale, Tensor* dq,
+                 Tensor* dk, Tensor* dv) {
+  CausalAttentionBackward<T>(ShapeOf(q, v), Offsets(cu), scale, q.data<T>(), k.data<T>(),
+                             v.data<T>(), o.data<T>(), lse.data<T>(), d_o.data<T>(), dq->data<T>(),
+                             dk->data<T>(), dv->data<T>());
+}
+
+}  // namespace
+
+Status CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                       double scale, Tensor* o, Tensor* lse) {
+  ORRERY_RETURN_IF_ERROR(CheckInputs(q, k, v, cu_seqlens));
+  ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "o", v, o));
+  ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "lse", {q.dim(0), q.dim(1)}, LseType(q), q.device(), lse));
+  if (q.dim(0) == 0 || q.dim(1) == 0) return Status::OK();
+  if (q.device().is_cpu()) {
+    if (q.dtype() == DType::kF32) {
+      ForwardCpu<float>(q, k, v, cu_seqlens, scale, o, lse);
+    } else {
+      ForwardCpu<double>(q, k, v, cu_seqlens, scale, o, lse);
+    }
+    return Status::OK();
+  }
+#if defined(ORRERY_KERNELS_CUDA)
+  return cuda::CausalAttentionForwardCuda(q, k, v, cu_seqlens, scale, o, lse);
+#else
+  return NoCuda(kOp, q);
+#endif
+}
+
+Status CausalAttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                           const Tensor& lse, const Tensor& d_o, const Tensor& cu_seqlens,
+                           double scale, Tensor* dq, Tensor* dk, Tensor* dv) {
+  ORRERY_RETURN_IF_ERROR(CheckInputs(q, k, v, cu_seqlens));
+  ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "o", o, v));
+  ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "lse", lse, {q.dim(0), q.dim(1)}, LseType(q), q.device()));
+  ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "d_o", d_o, v));
+  ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "dq", q, dq));
+  ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "dk", k, dk));
+  ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "dv", v, dv));
+  if (q.dim(0) == 0 || q.dim(1) == 0) return Status::OK();
+  if (q.device().is_cpu()) {
+    if (q.dtype() == DType::kF32) {
+      BackwardCpu<float>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv);
+    } else {
+      BackwardCpu<double>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv);
+    }
+    return Status::OK();
+  }
+#if defined(ORRERY_KERNELS_CUDA)
+  return cuda::CausalAttentionBackwardCuda(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv);
+#else
+  return NoCuda(kOp, q);
+#endif
+}
+
+}  // namespace orrery::kernels

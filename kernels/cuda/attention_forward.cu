@@ -1,0 +1,146 @@
+// Causal attention forward per document (kernels/attention.h), flash-attention style on SIMT
+// cores: one block per (32-query tile, head) streams the 32-key tiles of the keys its queries may
+// see (from the document start of its first query up to its last query) through shared memory,
+// keeps each row's running max, sum and output in f32 registers (online softmax), and writes o and
+// the natural log-sum-exp. No [N, N] scores in global memory.
+//
+// Correct first, not yet fast: plain f32 FMAs (bf16 inputs widened on load), no tensor cores; a
+// tile that straddles documents scans the earlier document's keys masked. The FA3-style kernel
+// (wgmma, bf16 P) replaces this one behind the same CausalAttentionForwardCuda.
+// Measured time: not yet timed (tests/gpu/attention_gpu_bench.cc, to be filled in after the
+// H200 run).
+#include <cmath>
+
+#include "kernels/cuda/attention_tiles.cuh"
+#include "kernels/cuda/device_context.h"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace orrery::kernels::cuda {
+namespace attention {
+namespace {
+
+// Shared memory: the query tile [kTile][dqk] (read by broadcast), the key tile
+// [kTile][Padded(dqk)] (one row per lane), the value tile [kTile][dv] (one column per lane).
+size_t ForwardSharedBytes(int dqk, int dv) {
+  return sizeof(float) * kTile * (dqk + Padded(dqk) + dv);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    AttentionForwardKernel(const T* __restrict__ q, const T* __restrict__ k,
+                           const T* __restrict__ v, const int64_t* __restrict__ cu, int64_t entries,
+                           int64_t n, int heads, int dqk, int dv, float scale, T* __restrict__ o,
+                           float* __restrict__ lse) {
+  extern __shared__ float smem[];
+  __shared__ int64_t row_start[kTile];  // the first token of each query row's document
+  const int ldk = Padded(dqk);
+  float* qs = smem;
+  float* ks = qs + kTile * dqk;
+  float* vs = ks + kTile * ldk;
+  const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t q_last = (q0 + kTile < n ? q0 + kTile : n) - 1;
+
+  LoadTile(q, q0, n, heads, h, dqk, qs, dqk);
+  if (threadIdx.x < kTile) {
+    const int64_t i = q0 + threadIdx.x < q_last ? q0 + threadIdx.x : q_last;
+    row_start[threadIdx.x] = cu[DocOf(cu, entries, i)];
+  }
+  __syncthreads();
+
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kMaxPerLane];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kMaxPerLane; ++e) acc[r][e] = 0.0f;
+  }
+  const float* qw = qs + warp * kRowsPerWarp * dqk;
+
+  for (int64_t kb = row_start[0] > 0 ? row_start[0] : 0; kb <= q_last; kb += kTile) {
+    __syncthreads();  // the previous key and value tiles are consumed
+    LoadTile(k, kb, n, heads, h, dqk, ks, ldk);
+    LoadTile(v, kb, n, heads, h, dv, vs, dv);
+    __syncthreads();
+
+    float s[kRowsPerWarp] = {};
+    const float* kr = ks + lane * ldk;
+    for (int d = 0; d < dqk; ++d) {
+      const float kd = kr[d];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) s[r] += qw[r * dqk + d] * kd;
+    }
+    const int64_t j = kb + lane;
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int row = warp * kRowsPerWarp + r;
+      const int64_t i = q0 + row;
+      const bool valid = i <= q_last && j >= row_start[row] && j <= i;
+      const float sr = valid ? s[r] * scale : -INFINITY;
+      const float m_new = fmaxf(m[r], WarpMax(sr));
+      if (m_new == -INFINITY) continue;  // warp-uniform: no visible key for this row yet
+      const float p = valid ? expf(sr - m_new) : 0.0f;
+      const float alpha = expf(m[r] - m_new);  // 0 for the first visible keys (m = -inf)
+      l[r] = l[r] * alpha + WarpSum(p);
+      m[r] = m_new;
+#pragma unroll
+      for (int e = 0; e < kMaxPerLane; ++e) acc[r][e] *= alpha;
+      for (int jj = 0; jj < kTile; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+        const float* vr = vs + jj * dv;
+#pragma unroll
+        for (int e = 0; e < kMaxPerLane; ++e) {
+          const int c = lane + 32 * e;
+          if (c < dv) acc[r][e] += pj * vr[c];
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int64_t i = q0 + warp * kRowsPerWarp + r;
+    if (i > q_last) continue;
+    const float inv = 1.0f / l[r];
+    T* orow = o + (i * heads + h) * static_cast<int64_t>(dv);
+#pragma unroll
+    for (int e = 0; e < kMaxPerLane; ++e) {
+      const int c = lane + 32 * e;
+      if (c < dv) orow[c] = FromF<T>(acc[r][e] * inv);
+    }
+    if (lane == 0) lse[i * heads + h] = m[r] + logf(l[r]);
+  }
+}
+
+template <typename T>
+Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu, double scale,
+               Tensor* o, Tensor* lse, cudaStream_t stream) {
+  const int64_t n = q.dim(0);
+  const int heads = static_cast<int>(q.dim(1)), dqk = static_cast<int>(q.dim(2)),
+            dv = static_cast<int>(v.dim(2));
+  const size_t smem = ForwardSharedBytes(dqk, dv);
+  ORRERY_RETURN_IF_ERROR(
+      AllowSharedBytes(AttentionForwardKernel<T>, smem, "AttentionForwardKernel shared memory"));
+  const dim3 grid(static_cast<unsigned>((n + kTile - 1) / kTile), static_cast<unsigned>(heads));
+  AttentionForwardKernel<T><<<grid, kThreads, smem, stream>>>(
+      static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
+      static_cast<const T*>(v.raw_data()), cu.data<int64_t>(), cu.numel(), n, heads, dqk, dv,
+      static_cast<float>(scale), static_cast<T*>(o->raw_data()), lse->data<float>());
+  return LastLaunchStatus("AttentionForwardKernel");
+}
+
+}  // namespace
+}  // namespace attention
+
+Status CausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
+  if (q.dtype() == DType::kBF16) {
+    return attention::Forward<__nv_bfloat16>(q, k, v, cu_seqlens, scale, o, lse, ctx->stream());
+  }
+  return attention::Forward<float>(q, k, v, cu_seqlens, scale, o, lse, ctx->stream());
+}
+
+}  // namespace orrery::kernels::cuda
