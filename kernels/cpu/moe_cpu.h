@@ -1,6 +1,6 @@
-// The device primitives of the MoE ops (kernels/moe.h) on the CPU: the twins of the CUDA
-// functions of the same names in kernels/cuda/moe_cuda.h (the per-token sums walk all rows in
-// order through perm here, which adds each token's terms in ascending row order as CUDA does).
+// The device primitives of the MoE ops (kernels/moe.h, moe_balancing.h) on the CPU: the twins of
+// the CUDA functions of the same names in kernels/cuda/moe_cuda.h (the per-token sums walk all rows
+// in order through perm here, which adds each token's terms in ascending row order as CUDA does).
 // Callers (kernels/moe_op.cc) have checked shapes, dtypes and devices; every floating tensor of one
 // call shares one dtype (f32 or f64). M = N * k (token, slot) pairs, p = token * k + slot, and rows
 // are the pairs sorted stably by expert (MoeExpertsSaved).
@@ -37,5 +37,9 @@ Status MoeCombineGradCpu(const Tensor& dy, const Tensor& o, const Tensor& weight
                          const Tensor& perm, int64_t top_k, Tensor* doe, Tensor* dweights);
 // dxl[t] += sum over t's rows, ascending, of dxg[row].
 Status MoeScatterAddCpu(const Tensor& dxg, const Tensor& perm, int64_t top_k, Tensor* dxl);
+
+// kernels/moe_balancing.h: thresholds f64 [n] from scores f32 [m, n] and bias f32 [n].
+Status QuantileThresholdsCpu(const Tensor& scores, const Tensor& bias, int64_t top_k,
+                             bool exclusive, Tensor* thresholds);
 
 }  // namespace orrery::kernels

@@ -1,8 +1,8 @@
-// The CUDA halves of the MoE ops' primitives (kernels/moe.h), twins of kernels/cpu/moe_cpu.h (the
-// per-token sums walk a token's rows through rank here, the CPU twin walks all rows through perm).
-// Callers (kernels/moe_op.cc) have checked shapes, dtypes and devices; these only launch on the
-// device context's stream. Router tensors are f32; expert activations T (bf16 or f32); dweights,
-// dxg and dxl f32; ids, perm, rank i32.
+// The CUDA halves of the MoE ops' primitives (kernels/moe.h, moe_balancing.h), twins of
+// kernels/cpu/moe_cpu.h (the per-token sums walk a token's rows through rank here, the CPU twin
+// walks all rows through perm). Callers (kernels/moe_op.cc) have checked shapes, dtypes and
+// devices; these only launch on the device context's stream. Router tensors are f32; expert
+// activations T (bf16 or f32); dweights, dxg and dxl f32; ids, perm, rank i32.
 #pragma once
 
 #include <cstdint>
@@ -35,5 +35,9 @@ Status MoeCombineGradCuda(const Tensor& dy, const Tensor& o, const Tensor& weigh
                           const Tensor& perm, int64_t top_k, Tensor* doe, Tensor* dweights);
 // dxl[t] += sum over t's rows, ascending, of dxg[row] (f32).
 Status MoeScatterAddCuda(const Tensor& dxg, const Tensor& rank, Tensor* dxl);
+
+// kernels/moe_balancing.h: thresholds f64 [n] from scores f32 [m, n] and bias f32 [n].
+Status QuantileThresholdsCuda(const Tensor& scores, const Tensor& bias, int64_t top_k,
+                              bool exclusive, Tensor* thresholds);
 
 }  // namespace orrery::kernels::cuda
