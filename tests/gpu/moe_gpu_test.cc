@@ -28,6 +28,7 @@
 #include "core/device.h"
 #include "core/philox.h"
 #include "kernels/moe.h"
+#include "kernels/moe_balancing.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::kernels {
@@ -68,7 +69,8 @@ void ExpectClose(const Tensor& gpu, const Tensor& ref, double tol, const char* w
   std::printf("  %-24s rel RMS error %.3g (tolerance %.0e)\n", what, err, tol);
 }
 
-void ExpectSameInts(const Tensor& gpu, const Tensor& ref, const char* what) {
+// Bytes equal: ids, rows, and values that must match the twin bit for bit.
+void ExpectSameBytes(const Tensor& gpu, const Tensor& ref, const char* what) {
   const Tensor g = ToHost(gpu);
   ASSERT_EQ(g.nbytes(), ref.nbytes()) << what;
   EXPECT_EQ(std::memcmp(g.raw_data(), ref.raw_data(), g.nbytes()), 0) << what;
@@ -131,7 +133,7 @@ TEST_P(RouteTopKGpuTest, IdsWeightsAndGradientMatchCpuTwin) {
   Status st = RouteTopK(ToGpu(scores), with_bias ? ToGpu(bias) : Tensor(),
                         forced ? ToGpu(forced_ids) : Tensor(), k, rho, &ids, &w);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  ExpectSameInts(ids, ids_ref, "ids");
+  ExpectSameBytes(ids, ids_ref, "ids");
   ExpectClose(w, w_ref, kRouteTol, "weights");
 
   const Tensor dweights = RandomNormal({n, k}, DType::kF32, rng);
@@ -205,8 +207,8 @@ TEST_P(MoeExpertsGpuTest, ForwardAndBackwardMatchCpuTwin) {
   Status st = MoeExperts(xg, idg, wg, w1g, w3g, w2g, act, &y, &saved);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(saved.offsets, saved_ref.offsets);
-  ExpectSameInts(saved.perm, saved_ref.perm, "perm (a stable sort: one answer)");
-  ExpectSameInts(saved.rank, saved_ref.rank, "rank");
+  ExpectSameBytes(saved.perm, saved_ref.perm, "perm (a stable sort: one answer)");
+  ExpectSameBytes(saved.rank, saved_ref.rank, "rank");
   const bool bf16 = dt == DType::kBF16;
   ExpectClose(y, y_ref, bf16 ? kBf16ForwardTol : kF32Tol, "y");
 
@@ -245,6 +247,29 @@ INSTANTIATE_TEST_SUITE_P(All, MoeExpertsGpuTest,
                                   std::to_string(std::get<2>(info.param)) +
                                   (std::get<3>(info.param) == Routing::kForced ? "_forced" : "");
                          });
+
+// ---- Quantile Balancing thresholds ----
+
+// The margins are the twin's f64 values and the selection is exact: the thresholds must be equal
+// bit for bit (ties included: RandomScores puts every third row on a grid of quarters).
+TEST(QuantileThresholdsGpuTest, EqualCpuTwinExactly) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{333, 8, 2},
+                                {4097, 64, 8},
+                                {1000, 1024, 16},
+                                {1, 8, 2}}) {
+    for (const bool exclusive : {false, true}) {
+      PhiloxGenerator rng(900 + m + n + k, 0);
+      const Tensor scores = RandomScores(m, n, rng);
+      const Tensor bias = RandomNormal({n}, DType::kF32, rng, 0.1);
+      Tensor ref, c = Poisoned({n}, DType::kF64);
+      ASSERT_TRUE(QuantileThresholds(scores, bias, k, exclusive, &ref).ok());
+      const Status st = QuantileThresholds(ToGpu(scores), ToGpu(bias), k, exclusive, &c);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ExpectSameBytes(c, ref, exclusive ? "thresholds (exclusive)" : "thresholds (cut-off)");
+    }
+  }
+}
 
 // ---- argument errors: one InvalidArgument line, the CPU twin's where the twin has one ----
 

@@ -19,7 +19,9 @@
 #include "core/philox.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/moe_balancing.h"
 #include "model/layers.h"
+#include "model/quantile_balancing.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::kernels {
@@ -298,6 +300,45 @@ TEST_P(MoeExpertsFiniteDifferenceTest, EveryGradientMatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SituAndSilu, MoeExpertsFiniteDifferenceTest, ::testing::Bool());
+
+// QuantileThresholds' c_j, applied as QuantileBalancingStep applies them (b - eta c, re-centred),
+// give that step's biases bit for bit, in both forms; scores on a grid of quarters tie often.
+TEST(QuantileThresholdsTest, GiveQuantileBalancingStepsBiases) {
+  for (const auto& [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{333, 8, 2}, {1000, 64, 8}, {1, 8, 2}, {50, 16, 15}}) {
+    for (const model::Balancing form :
+         {model::Balancing::kQuantileCutoff, model::Balancing::kQuantileExclusive}) {
+      PhiloxGenerator rng(61 + m + n + k, 0);
+      std::vector<float> s(m * n), b(n);
+      for (int64_t i = 0; i < m * n; ++i) {
+        s[i] = i % 3 == 0 ? 0.25f * static_cast<float>(1 + rng.NextU32() % 3)
+                          : static_cast<float>(1.0 / (1.0 + std::exp(-rng.Normal())));
+      }
+      for (float& v : b) v = static_cast<float>(0.1 * rng.Normal());
+      const Tensor scores = Tensor::FromVector<float>({m, n}, s);
+      Tensor bias = Tensor::FromVector<float>({n}, b);
+      Tensor c;
+      const Status st =
+          QuantileThresholds(scores, bias, k, form == model::Balancing::kQuantileExclusive, &c);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      model::MoeConfig config;
+      config.num_experts = n;
+      config.top_k = k;
+      config.balancing = form;
+      config.balancing_step = 0.5;
+      model::QuantileBalancingResult result;
+      ASSERT_TRUE(model::QuantileBalancingStep({&scores}, config, &bias, &result).ok());
+      double mean = 0;
+      for (int64_t j = 0; j < n; ++j) mean += b[j] - config.balancing_step * c.data<double>()[j];
+      mean /= static_cast<double>(n);
+      for (int64_t j = 0; j < n; ++j) {
+        const float want =
+            static_cast<float>(b[j] - config.balancing_step * c.data<double>()[j] - mean);
+        EXPECT_EQ(bias.data<float>()[j], want) << "m " << m << " n " << n << " expert " << j;
+      }
+    }
+  }
+}
 
 // Each bad call is one InvalidArgument line naming the op and what was expected.
 TEST(MoeOpsErrorsTest, BadArgumentsAreOneClearLine) {
