@@ -1,10 +1,11 @@
-// The MoE ops (kernels/moe.h) on the GPU against their CPU twin on fresh random inputs; skipped
-// without a GPU.
+// The MoE ops (kernels/moe.h, moe_balancing.h) on the GPU against their CPU twin on fresh random
+// inputs; skipped without a GPU.
 //
 // Routing: the CUDA kernels compare s + b in f64 as the twin does and repeat its f32 operations in
 // its order, so ids must match exactly (ties included) and the weights and the router gradient to
 // the last bit in practice; their bound, 1e-6 relative RMS, only allows for a differently rounded
-// f32 division and still fails on any wrong id or term.
+// f32 division and still fails on any wrong id or term. The Quantile Balancing thresholds are
+// exact f64 order statistics of the twin's f64 margins: compared bit for bit.
 // Experts: the twin runs in f64 on the very values the GPU sees (inputs rounded to bf16 or f32
 // first; the weights are f32 on both), so an error measures the GPU's intermediate roundings and
 // f32 accumulation only. Outputs are poisoned with NaN first, so an unwritten element fails.
