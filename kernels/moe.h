@@ -78,8 +78,8 @@ Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, co
 //   dxl [N, L] G, accumulated (+=; allocated zeroed when undefined);
 //   dweights [N, k] G, overwritten (allocated when undefined): dot(dy[t], E_{ids[t,j]}(xl[t]));
 //   dw1, dw3 [E, F, L] and dw2 [E, L, F] G, accumulated (allocated zeroed when undefined).
-// The GLU output h is recomputed from the saved a, u. Same single counts copy as the forward: none
-// (the offsets are in saved).
+// The GLU output h is recomputed from the saved a, u. No device-to-host copy: the per-expert
+// offsets come from saved.
 Status MoeExpertsGrad(const Tensor& xl, const Tensor& ids, const Tensor& weights, const Tensor& w1,
                       const Tensor& w3, const Tensor& w2, const GluActivation& act,
                       const MoeExpertsSaved& saved, const Tensor& dy, Tensor* dxl, Tensor* dweights,
