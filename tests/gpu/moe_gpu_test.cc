@@ -235,6 +235,14 @@ TEST_P(MoeExpertsGpuTest, ForwardAndBackwardMatchCpuTwin) {
   ExpectClose(dw1, dw1_ref, tol, "dw1");
   ExpectClose(dw3, dw3_ref, tol, "dw3");
   ExpectClose(dw2_delta, dw2_ref_delta, tol, "dw2 (accumulated)");
+  if (bf16) {  // dy in f32 (the bf16 values, exactly): the same gradients
+    Tensor dxl32, dweights32 = Poisoned({n, k}, DType::kF32), dw1_32, dw3_32, dw2_32;
+    st = MoeExpertsGrad(xg, idg, wg, w1g, w3g, w2g, act, saved, ToGpu(dy, DType::kF32), &dxl32,
+                        &dweights32, &dw1_32, &dw3_32, &dw2_32);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectClose(dweights32, dweights_ref, tol, "dweights (f32 dy)");
+    ExpectClose(dw1_32, dw1_ref, tol, "dw1 (f32 dy)");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, MoeExpertsGpuTest,
