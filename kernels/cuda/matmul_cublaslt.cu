@@ -30,6 +30,16 @@ struct LtDescriptors {
 
 cudaDataType_t LtType(DType dt) { return dt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
+// The largest power of two up to 256 that divides the address. cuBLASLt assumes 256-byte aligned
+// buffers unless told otherwise, and a row view (Tensor::Slice, the MoE experts' rows) is aligned
+// only to its row offset.
+uint32_t AlignmentOf(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align >>= 1;
+  return align;
+}
+
 }  // namespace
 
 Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int64_t m, int64_t n,
@@ -65,6 +75,17 @@ Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int6
       CublasStatus(cublasLtMatmulPreferenceSetAttribute(
                        d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
                    "set workspace"));
+  // The library's A is b's buffer, B is a's, C and D are c's.
+  const uint32_t align[4] = {AlignmentOf(b.raw_data()), AlignmentOf(a.raw_data()),
+                             AlignmentOf(c->raw_data()), AlignmentOf(c->raw_data())};
+  const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    ORRERY_RETURN_IF_ERROR(CublasStatus(
+        cublasLtMatmulPreferenceSetAttribute(d.pref, align_attr[i], &align[i], sizeof(align[i])),
+        "set alignment"));
+  }
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   ORRERY_RETURN_IF_ERROR(

@@ -1,0 +1,336 @@
+// RouteTopK, RouteTopKGrad, MoeExperts, MoeExpertsGrad (kernels/moe.h): the argument checks, the
+// per-expert products on row views through kernels::Matmul and kernels::Glu (the same on both
+// devices), and the primitives on the CPU (kernels/cpu/moe_cpu.h) or CUDA (kernels/cuda/
+// moe_cuda.h).
+#include <algorithm>
+#include <string>
+
+#include "kernels/cpu/moe_cpu.h"
+#include "kernels/elementwise_check.h"
+#include "kernels/matmul.h"
+#include "kernels/moe.h"
+#if defined(ORRERY_KERNELS_CUDA)
+#include "kernels/cuda/moe_cuda.h"
+// The primitive on the tensors' device (the ops have refused cuda tensors in a CPU-only build).
+#define ORRERY_MOE_DISPATCH(device, cpu_call, cuda_call) \
+  ((device).is_cpu() ? (cpu_call) : (cuda::cuda_call))
+#else
+#define ORRERY_MOE_DISPATCH(device, cpu_call, cuda_call) (cpu_call)
+#endif
+
+namespace orrery::kernels {
+namespace {
+
+Status Bad(const char* op, const std::string& what) {
+  return InvalidArgumentError(std::string(op) + ": " + what);
+}
+
+std::string Desc(const Tensor& t) { return t.defined() ? t.ToString() : "undefined"; }
+
+Status CheckBuild(const char* op, const Tensor& t) {
+#if defined(ORRERY_KERNELS_CUDA)
+  (void)op;
+  (void)t;
+  return Status::OK();
+#else
+  return t.device().is_cpu() ? Status::OK() : NoCuda(op, t);
+#endif
+}
+
+// scores [N, E]: f32, or f64 on cpu; 1 <= E <= kMaxExperts.
+Status CheckScores(const char* op, const Tensor& scores) {
+  const bool cpu = scores.defined() && scores.device().is_cpu();
+  if (!scores.defined() || scores.ndim() != 2 ||
+      !(scores.dtype() == DType::kF32 || (cpu && scores.dtype() == DType::kF64))) {
+    return Bad(op, "scores " + Desc(scores) + ", expected 2-D f32 (or f64 on cpu)");
+  }
+  if (scores.dim(1) < 1 || scores.dim(1) > kMaxExperts) {
+    return Bad(op, "scores " + scores.ToString() + ": expected 1 to " +
+                       std::to_string(kMaxExperts) + " experts");
+  }
+  return CheckBuild(op, scores);
+}
+
+Status CheckTopK(const char* op, int64_t k, int64_t e) {
+  const int64_t most = std::min(e, kMaxTopK);
+  if (k < 1 || k > most) {
+    return Bad(op, "top_k " + std::to_string(k) + ", expected 1 to " + std::to_string(most) +
+                       " (min(E = " + std::to_string(e) + ", " + std::to_string(kMaxTopK) + "))");
+  }
+  return Status::OK();
+}
+
+// ids i32 [n, k] on `device` with a valid k.
+Status CheckIds(const char* op, const Tensor& ids, int64_t n, int64_t e, Device device) {
+  if (!ids.defined() || ids.ndim() != 2) return Bad(op, "ids " + Desc(ids) + ", expected 2-D");
+  ORRERY_RETURN_IF_ERROR(CheckTopK(op, ids.dim(1), e));
+  return ExpectAs(op, "ids", ids, {n, ids.dim(1)}, DType::kI32, device);
+}
+
+// One element of a device or host i32 tensor (an error path's read back).
+StatusOr<int32_t> ElementOf(const Tensor& t, int64_t i) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor flat, t.Reshape({t.numel()}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor one, flat.Slice(i, i + 1));
+  ORRERY_ASSIGN_OR_RETURN(Tensor host, one.To(Device::Cpu()));
+  return host.data<int32_t>()[0];
+}
+
+// MoeLayer's message for the first bad id in forced row t.
+Status ForcedError(const Tensor& forced, int64_t t, int64_t e) {
+  const int64_t k = forced.dim(1);
+  ORRERY_ASSIGN_OR_RETURN(Tensor one, forced.Slice(t, t + 1));
+  ORRERY_ASSIGN_OR_RETURN(Tensor row_t, one.To(Device::Cpu()));
+  const int32_t* row = row_t.data<int32_t>();
+  for (int64_t j = 0; j < k; ++j) {
+    if (row[j] < 0 || row[j] >= e) {
+      return InvalidArgumentError("forced_experts: expert id " + std::to_string(row[j]) +
+                                  " at token " + std::to_string(t) + " is outside [0, " +
+                                  std::to_string(e) + ")");
+    }
+    if (std::find(row, row + j, row[j]) != row + j) {
+      return InvalidArgumentError("forced_experts: expert " + std::to_string(row[j]) +
+                                  " repeated at token " + std::to_string(t));
+    }
+  }
+  return InternalError("route_topk: forced row " + std::to_string(t) + " was flagged but is valid");
+}
+
+Status BadExpertId(const char* op, const Tensor& ids, int64_t p, int64_t e) {
+  ORRERY_ASSIGN_OR_RETURN(const int32_t id, ElementOf(ids, p));
+  const int64_t k = ids.dim(1);
+  return Bad(op, "ids[" + std::to_string(p / k) + ", " + std::to_string(p % k) +
+                     "] = " + std::to_string(id) + ", expected [0, " + std::to_string(e) + ")");
+}
+
+// *out zero-filled with shape/dtype on device when undefined, else checked (an accumulator).
+Status ZerosAs(const char* op, const char* name, const Shape& shape, DType dtype, Device device,
+               Tensor* out) {
+  if (out == nullptr) return Bad(op, std::string(name) + " is required");
+  if (out->defined()) return ExpectAs(op, name, *out, shape, dtype, device);
+  ORRERY_ASSIGN_OR_RETURN(*out, Tensor::Allocate(shape, dtype, device));
+  return out->SetZero();
+}
+
+StatusOr<Tensor> New(const Shape& shape, DType dtype, Device device) {
+  return Tensor::Allocate(shape, dtype, device);
+}
+
+// Expert e's matrix of a stacked [E, r, c] tensor, as an [r, c] view.
+StatusOr<Tensor> ExpertOf(const Tensor& w, int64_t e) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor one, w.Slice(e, e + 1));
+  return one.Reshape({w.dim(1), w.dim(2)});
+}
+
+// The sizes of an experts call, after its checks.
+struct ExpertsDims {
+  int64_t n, k, e, f, l;
+  Device device;
+  DType dtype;       // xl, weights of the experts, activations
+  DType route_type;  // weights: dtype on cpu, f32 on cuda
+  DType grad_type;   // dtype on cpu, f32 on cuda
+};
+
+Status CheckExperts(const char* op, const Tensor& xl, const Tensor& ids, const Tensor& weights,
+                    const Tensor& w1, const Tensor& w3, const Tensor& w2, ExpertsDims* d) {
+  if (!xl.defined() || xl.ndim() != 2) return Bad(op, "xl " + Desc(xl) + ", expected 2-D");
+  const bool cpu = xl.device().is_cpu();
+  const DType dt = xl.dtype();
+  if (cpu ? (dt != DType::kF32 && dt != DType::kF64) : (dt != DType::kF32 && dt != DType::kBF16)) {
+    return Bad(op, "xl " + xl.ToString() +
+                       (cpu ? ", expected f32 or f64 on cpu" : ", expected bf16 or f32 on cuda"));
+  }
+  ORRERY_RETURN_IF_ERROR(CheckBuild(op, xl));
+  if (!w1.defined() || w1.ndim() != 3 || w1.dim(2) != xl.dim(1)) {
+    return Bad(op, "w1 " + Desc(w1) + ", expected [E, F, " + std::to_string(xl.dim(1)) + "]");
+  }
+  d->n = xl.dim(0);
+  d->l = xl.dim(1);
+  d->e = w1.dim(0);
+  d->f = w1.dim(1);
+  d->device = xl.device();
+  d->dtype = dt;
+  d->route_type = cpu ? dt : DType::kF32;
+  d->grad_type = cpu ? dt : DType::kF32;
+  if (d->e < 1 || d->e > kMaxExperts) {
+    return Bad(
+        op, "w1 " + w1.ToString() + ": expected 1 to " + std::to_string(kMaxExperts) + " experts");
+  }
+  ORRERY_RETURN_IF_ERROR(ExpectAs(op, "w1", w1, w1.shape(), dt, d->device));
+  ORRERY_RETURN_IF_ERROR(ExpectAs(op, "w3", w3, w1.shape(), dt, d->device));
+  ORRERY_RETURN_IF_ERROR(ExpectAs(op, "w2", w2, {d->e, d->l, d->f}, dt, d->device));
+  ORRERY_RETURN_IF_ERROR(CheckIds(op, ids, d->n, d->e, d->device));
+  d->k = ids.dim(1);
+  return ExpectAs(op, "weights", weights, {d->n, d->k}, d->route_type, d->device);
+}
+
+}  // namespace
+
+Status RouteTopK(const Tensor& scores, const Tensor& bias, const Tensor& forced, int64_t top_k,
+                 double routed_scale, Tensor* ids, Tensor* weights) {
+  constexpr const char* kOp = "route_topk";
+  ORRERY_RETURN_IF_ERROR(CheckScores(kOp, scores));
+  const int64_t n = scores.dim(0), e = scores.dim(1);
+  const Device dev = scores.device();
+  ORRERY_RETURN_IF_ERROR(CheckTopK(kOp, top_k, e));
+  if (bias.defined()) ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "bias", bias, {e}, DType::kF32, dev));
+  if (forced.defined()) {
+    ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "forced", forced, {n, top_k}, DType::kI32, dev));
+  }
+  if (ids == nullptr || weights == nullptr) return Bad(kOp, "ids and weights are required");
+  ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "ids", {n, top_k}, DType::kI32, dev, ids));
+  ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "weights", {n, top_k}, scores.dtype(), dev, weights));
+  if (n == 0) return Status::OK();
+  int64_t bad = -1;
+  ORRERY_RETURN_IF_ERROR(
+      ORRERY_MOE_DISPATCH(dev, RouteTopKCpu(scores, bias, forced, routed_scale, ids, weights, &bad),
+                          RouteTopKCuda(scores, bias, forced, routed_scale, ids, weights, &bad)));
+  return bad >= 0 ? ForcedError(forced, bad, e) : Status::OK();
+}
+
+Status RouteTopKGrad(const Tensor& scores, const Tensor& ids, const Tensor& dweights,
+                     double routed_scale, Tensor* dlogits) {
+  constexpr const char* kOp = "route_topk_backward";
+  ORRERY_RETURN_IF_ERROR(CheckScores(kOp, scores));
+  const int64_t n = scores.dim(0), e = scores.dim(1);
+  const Device dev = scores.device();
+  ORRERY_RETURN_IF_ERROR(CheckIds(kOp, ids, n, e, dev));
+  ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "dweights", dweights, ids.shape(), scores.dtype(), dev));
+  if (dlogits == nullptr) return Bad(kOp, "dlogits is required");
+  ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "dlogits", {n, e}, scores.dtype(), dev, dlogits));
+  if (n == 0) return Status::OK();
+  if (dev.is_cpu()) {
+    const int32_t* id = ids.data<int32_t>();
+    for (int64_t p = 0; p < ids.numel(); ++p) {
+      if (id[p] < 0 || id[p] >= e) return BadExpertId(kOp, ids, p, e);
+    }
+  }
+  return ORRERY_MOE_DISPATCH(dev, RouteTopKGradCpu(scores, ids, dweights, routed_scale, dlogits),
+                             RouteTopKGradCuda(scores, ids, dweights, routed_scale, dlogits));
+}
+
+Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, const Tensor& w1,
+                  const Tensor& w3, const Tensor& w2, const GluActivation& act, Tensor* y,
+                  MoeExpertsSaved* saved) {
+  constexpr const char* kOp = "moe_experts";
+  ExpertsDims d;
+  ORRERY_RETURN_IF_ERROR(CheckExperts(kOp, xl, ids, weights, w1, w3, w2, &d));
+  if (y == nullptr) return Bad(kOp, "y is required");
+  ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "y", {d.n, d.l}, d.dtype, d.device, y));
+  MoeExpertsSaved local;
+  MoeExpertsSaved& s = saved != nullptr ? *saved : local;
+  s = MoeExpertsSaved();
+  const int64_t m = d.n * d.k;
+  ORRERY_ASSIGN_OR_RETURN(s.perm, New({m}, DType::kI32, d.device));
+  ORRERY_ASSIGN_OR_RETURN(s.rank, New({d.n, d.k}, DType::kI32, d.device));
+  ORRERY_ASSIGN_OR_RETURN(s.xg, New({m, d.l}, d.dtype, d.device));
+  ORRERY_ASSIGN_OR_RETURN(s.a, New({m, d.f}, d.dtype, d.device));
+  ORRERY_ASSIGN_OR_RETURN(s.u, New({m, d.f}, d.dtype, d.device));
+  ORRERY_ASSIGN_OR_RETURN(s.o, New({m, d.l}, d.dtype, d.device));
+  if (d.n == 0) {
+    s.offsets.assign(static_cast<size_t>(d.e + 1), 0);
+    return Status::OK();
+  }
+  int64_t bad = -1;
+  ORRERY_RETURN_IF_ERROR(
+      ORRERY_MOE_DISPATCH(d.device, MoePermuteCpu(ids, d.e, &s.perm, &s.rank, &s.offsets, &bad),
+                          MoePermuteCuda(ids, d.e, &s.perm, &s.rank, &s.offsets, &bad)));
+  if (bad >= 0) return BadExpertId(kOp, ids, bad, d.e);
+  ORRERY_RETURN_IF_ERROR(ORRERY_MOE_DISPATCH(d.device, MoeGatherCpu(xl, s.perm, d.k, &s.xg),
+                                             MoeGatherCuda(xl, s.perm, d.k, &s.xg)));
+  const MatmulOptions linear{false, true, 1.0f, 0.0f};  // rows x W^T, W [out, in]
+  for (int64_t e = 0; e < d.e; ++e) {
+    const int64_t r0 = s.offsets[e], r1 = s.offsets[e + 1];
+    if (r1 == r0) continue;
+    ORRERY_ASSIGN_OR_RETURN(const Tensor xe, s.xg.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(Tensor ae, s.a.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(Tensor ue, s.u.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor w1e, ExpertOf(w1, e));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor w3e, ExpertOf(w3, e));
+    ORRERY_RETURN_IF_ERROR(Matmul(xe, w1e, linear, &ae));
+    ORRERY_RETURN_IF_ERROR(Matmul(xe, w3e, linear, &ue));
+  }
+  Tensor h;
+  ORRERY_RETURN_IF_ERROR(Glu(act, s.a, s.u, &h));
+  for (int64_t e = 0; e < d.e; ++e) {
+    const int64_t r0 = s.offsets[e], r1 = s.offsets[e + 1];
+    if (r1 == r0) continue;
+    ORRERY_ASSIGN_OR_RETURN(const Tensor he, h.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(Tensor oe, s.o.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor w2e, ExpertOf(w2, e));
+    ORRERY_RETURN_IF_ERROR(Matmul(he, w2e, linear, &oe));
+  }
+  return ORRERY_MOE_DISPATCH(d.device, MoeCombineCpu(s.o, weights, s.perm, d.k, y),
+                             MoeCombineCuda(s.o, weights, s.rank, y));
+}
+
+Status MoeExpertsGrad(const Tensor& xl, const Tensor& ids, const Tensor& weights, const Tensor& w1,
+                      const Tensor& w3, const Tensor& w2, const GluActivation& act,
+                      const MoeExpertsSaved& saved, const Tensor& dy, Tensor* dxl, Tensor* dweights,
+                      Tensor* dw1, Tensor* dw3, Tensor* dw2) {
+  constexpr const char* kOp = "moe_experts_backward";
+  ExpertsDims d;
+  ORRERY_RETURN_IF_ERROR(CheckExperts(kOp, xl, ids, weights, w1, w3, w2, &d));
+  const int64_t m = d.n * d.k;
+  const Device dev = d.device;
+  if (static_cast<int64_t>(saved.offsets.size()) != d.e + 1 ||
+      !ExpectAs(kOp, "saved.perm", saved.perm, {m}, DType::kI32, dev).ok() ||
+      !ExpectAs(kOp, "saved.rank", saved.rank, {d.n, d.k}, DType::kI32, dev).ok() ||
+      !ExpectAs(kOp, "saved.xg", saved.xg, {m, d.l}, d.dtype, dev).ok() ||
+      !ExpectAs(kOp, "saved.a", saved.a, {m, d.f}, d.dtype, dev).ok() ||
+      !ExpectAs(kOp, "saved.u", saved.u, {m, d.f}, d.dtype, dev).ok() ||
+      !ExpectAs(kOp, "saved.o", saved.o, {m, d.l}, d.dtype, dev).ok()) {
+    return Bad(kOp, "saved does not hold the state of a MoeExperts call on these inputs");
+  }
+  const DType g = d.grad_type;
+  const bool dy_ok = dy.defined() && (dy.dtype() == d.dtype || dy.dtype() == g);
+  ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "dy", dy, {d.n, d.l}, dy_ok ? dy.dtype() : d.dtype, dev));
+  ORRERY_RETURN_IF_ERROR(ZerosAs(kOp, "dxl", {d.n, d.l}, g, dev, dxl));
+  if (dweights == nullptr) return Bad(kOp, "dweights is required");
+  ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "dweights", {d.n, d.k}, g, dev, dweights));
+  ORRERY_RETURN_IF_ERROR(ZerosAs(kOp, "dw1", w1.shape(), g, dev, dw1));
+  ORRERY_RETURN_IF_ERROR(ZerosAs(kOp, "dw3", w1.shape(), g, dev, dw3));
+  ORRERY_RETURN_IF_ERROR(ZerosAs(kOp, "dw2", w2.shape(), g, dev, dw2));
+  if (d.n == 0) return Status::OK();
+  Tensor h, da, du;
+  ORRERY_RETURN_IF_ERROR(Glu(act, saved.a, saved.u, &h));
+  ORRERY_ASSIGN_OR_RETURN(Tensor doe, New({m, d.l}, d.dtype, dev));
+  ORRERY_RETURN_IF_ERROR(ORRERY_MOE_DISPATCH(
+      dev, MoeCombineGradCpu(dy, saved.o, weights, saved.perm, d.k, &doe, dweights),
+      MoeCombineGradCuda(dy, saved.o, weights, saved.perm, d.k, &doe, dweights)));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dh, New({m, d.f}, d.dtype, dev));
+  const MatmulOptions plain{false, false, 1.0f, 0.0f}, plain_acc{false, false, 1.0f, 1.0f};
+  const MatmulOptions outer_acc{true, false, 1.0f, 1.0f};  // dW += dy^T x
+  for (int64_t e = 0; e < d.e; ++e) {
+    const int64_t r0 = saved.offsets[e], r1 = saved.offsets[e + 1];
+    if (r1 == r0) continue;
+    ORRERY_ASSIGN_OR_RETURN(const Tensor doe_e, doe.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor he, h.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(Tensor dh_e, dh.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor w2e, ExpertOf(w2, e));
+    ORRERY_ASSIGN_OR_RETURN(Tensor dw2e, ExpertOf(*dw2, e));
+    ORRERY_RETURN_IF_ERROR(Matmul(doe_e, w2e, plain, &dh_e));
+    ORRERY_RETURN_IF_ERROR(Matmul(doe_e, he, outer_acc, &dw2e));
+  }
+  ORRERY_RETURN_IF_ERROR(GluGrad(act, saved.a, saved.u, dh, &da, &du));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dxg, New({m, d.l}, g, dev));
+  for (int64_t e = 0; e < d.e; ++e) {
+    const int64_t r0 = saved.offsets[e], r1 = saved.offsets[e + 1];
+    if (r1 == r0) continue;
+    ORRERY_ASSIGN_OR_RETURN(const Tensor xe, saved.xg.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor da_e, da.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor du_e, du.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(Tensor dxe, dxg.Slice(r0, r1));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor w1e, ExpertOf(w1, e));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor w3e, ExpertOf(w3, e));
+    ORRERY_ASSIGN_OR_RETURN(Tensor dw1e, ExpertOf(*dw1, e));
+    ORRERY_ASSIGN_OR_RETURN(Tensor dw3e, ExpertOf(*dw3, e));
+    ORRERY_RETURN_IF_ERROR(Matmul(da_e, w1e, plain, &dxe));
+    ORRERY_RETURN_IF_ERROR(Matmul(du_e, w3e, plain_acc, &dxe));
+    ORRERY_RETURN_IF_ERROR(Matmul(da_e, xe, outer_acc, &dw1e));
+    ORRERY_RETURN_IF_ERROR(Matmul(du_e, xe, outer_acc, &dw3e));
+  }
+  return ORRERY_MOE_DISPATCH(dev, MoeScatterAddCpu(dxg, saved.perm, d.k, dxl),
+                             MoeScatterAddCuda(dxg, saved.rank, dxl));
+}
+
+}  // namespace orrery::kernels
