@@ -56,4 +56,11 @@ Status LossAccumulatorsCuda(Device device, Tensor* acc, Tensor* flag);
 Status ReadLossCuda(const Tensor& acc, const Tensor& flag, const Tensor& targets, int64_t vocab,
                     double* loss_sum);
 
+// The KDA short conv + SiLU (kernels/short_conv.h): x, w, dy, y, dx bf16 or f32 (one dtype),
+// cu_seqlens i64 on the device (checked by the caller); dw [C, W] f32 accumulated.
+Status ShortConvSiluForwardCuda(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
+                                Tensor* y);
+Status ShortConvSiluBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
+                                 const Tensor& dy, Tensor* dx, Tensor* dw);
+
 }  // namespace orrery::kernels::cuda
