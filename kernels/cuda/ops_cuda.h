@@ -63,4 +63,14 @@ Status ShortConvSiluForwardCuda(const Tensor& x, const Tensor& w, const Tensor& 
 Status ShortConvSiluBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
                                  const Tensor& dy, Tensor* dx, Tensor* dw);
 
+// Block AttnRes mixing (kernels/attn_res.h): sources, w, gamma, h of one dtype (bf16 or f32), at
+// most kAttnResMaxSourcesCuda sources; p [rows, n] f32 or undefined (not saved).
+constexpr int kAttnResMaxSourcesCuda = 128;
+Status AttnResMixCuda(const std::vector<Tensor>& sources, const Tensor& w, const Tensor& gamma,
+                      double eps, Tensor* h, Tensor* p);
+// d_sources entries undefined (skipped) or f32 [rows, d] accumulated; dw, dgamma f32 accumulated.
+Status AttnResMixGradCuda(const std::vector<Tensor>& sources, const Tensor& w, const Tensor& gamma,
+                          double eps, const Tensor& p, const Tensor& dh,
+                          const std::vector<Tensor>& d_sources, Tensor* dw, Tensor* dgamma);
+
 }  // namespace orrery::kernels::cuda
