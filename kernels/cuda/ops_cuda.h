@@ -73,4 +73,15 @@ Status AttnResMixGradCuda(const std::vector<Tensor>& sources, const Tensor& w, c
                           double eps, const Tensor& p, const Tensor& dh,
                           const std::vector<Tensor>& d_sources, Tensor* dw, Tensor* dgamma);
 
+// Element-wise gates and helpers (kernels/gates.h), on bf16 or f32 tensors.
+Status SigmoidGateForwardCuda(const Tensor& x, const Tensor& z, Tensor* y);
+Status SigmoidGateBackwardCuda(const Tensor& x, const Tensor& z, const Tensor& dy, Tensor* dx,
+                               Tensor* dz);
+// y (x's dtype or f32) = sigmoid(x).
+Status SigmoidCuda(const Tensor& x, Tensor* y);
+// y += alpha x: one dtype, or x bf16 into an f32 y.
+Status AddIntoCuda(const Tensor& x, float alpha, Tensor* y);
+// y = x converted (f32 / bf16 either way; the same dtype copies).
+Status CastIntoCuda(const Tensor& x, Tensor* y);
+
 }  // namespace orrery::kernels::cuda
