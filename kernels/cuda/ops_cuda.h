@@ -70,5 +70,32 @@ Status ReadLossCuda(const Tensor& acc, const Tensor& flag, const Tensor& targets
 Status MlaKeysValuesCuda(const Tensor& kv, const Tensor& kr, int64_t dn, Tensor* k, Tensor* v);
 Status MlaKeysValuesGradCuda(const Tensor& dk, const Tensor& dv, int64_t dn, Tensor* dkv,
                              Tensor* dkr);
+// The KDA short conv + SiLU (kernels/short_conv.h): x, w, dy, y, dx bf16 or f32 (one dtype),
+// cu_seqlens i64 on the device (checked by the caller); dw [C, W] f32 accumulated.
+Status ShortConvSiluForwardCuda(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
+                                Tensor* y);
+Status ShortConvSiluBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
+                                 const Tensor& dy, Tensor* dx, Tensor* dw);
+
+// Block AttnRes mixing (kernels/attn_res.h): sources, w, gamma, h of one dtype (bf16 or f32), at
+// most kAttnResMaxSourcesCuda sources; p [rows, n] f32 or undefined (not saved).
+constexpr int kAttnResMaxSourcesCuda = 128;
+Status AttnResMixCuda(const std::vector<Tensor>& sources, const Tensor& w, const Tensor& gamma,
+                      double eps, Tensor* h, Tensor* p);
+// d_sources entries undefined (skipped) or f32 [rows, d] accumulated; dw, dgamma f32 accumulated.
+Status AttnResMixGradCuda(const std::vector<Tensor>& sources, const Tensor& w, const Tensor& gamma,
+                          double eps, const Tensor& p, const Tensor& dh,
+                          const std::vector<Tensor>& d_sources, Tensor* dw, Tensor* dgamma);
+
+// Element-wise gates and helpers (kernels/gates.h), on bf16 or f32 tensors.
+Status SigmoidGateForwardCuda(const Tensor& x, const Tensor& z, Tensor* y);
+Status SigmoidGateBackwardCuda(const Tensor& x, const Tensor& z, const Tensor& dy, Tensor* dx,
+                               Tensor* dz);
+// y (x's dtype or f32) = sigmoid(x).
+Status SigmoidCuda(const Tensor& x, Tensor* y);
+// y += alpha x: one dtype, or x bf16 into an f32 y.
+Status AddIntoCuda(const Tensor& x, float alpha, Tensor* y);
+// y = x converted (f32 / bf16 either way; the same dtype copies).
+Status CastIntoCuda(const Tensor& x, Tensor* y);
 
 }  // namespace orrery::kernels::cuda

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/fast_math.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/short_conv.h"
 #include "model/layers.h"
 #include "model/layers/kda_core.h"
 
@@ -14,45 +15,6 @@ namespace orrery::model {
 namespace {
 
 using kernels::cpu::Sigmoid;
-
-// y[t, c] = SiLU(sum_j w[c, j] x[t - (W-1) + j, c]) within each document; pre stores the conv sum.
-template <typename T>
-void ConvSiluForward(const T* x, int64_t n, int64_t p, const T* w, int64_t width,
-                     const std::vector<int64_t>& cu, T* pre, T* y) {
-  for (size_t d = 0; d + 1 < cu.size(); ++d) {
-    for (int64_t t = cu[d]; t < cu[d + 1]; ++t) {
-      for (int64_t c = 0; c < p; ++c) {
-        T acc = 0;
-        for (int64_t j = 0; j < width; ++j) {
-          const int64_t src = t - (width - 1) + j;
-          if (src >= cu[d]) acc += w[c * width + j] * x[src * p + c];
-        }
-        pre[t * p + c] = acc;
-        y[t * p + c] = acc * Sigmoid(acc);
-      }
-    }
-  }
-  (void)n;
-}
-
-template <typename T>
-void ConvSiluBackward(const T* x, int64_t p, const T* w, T* gw, int64_t width,
-                      const std::vector<int64_t>& cu, const T* pre, const T* dy, T* dx) {
-  for (size_t d = 0; d + 1 < cu.size(); ++d) {
-    for (int64_t t = cu[d]; t < cu[d + 1]; ++t) {
-      for (int64_t c = 0; c < p; ++c) {
-        const T a = pre[t * p + c], s = Sigmoid(a);
-        const T g = dy[t * p + c] * (s + a * s * (T(1) - s));
-        for (int64_t j = 0; j < width; ++j) {
-          const int64_t src = t - (width - 1) + j;
-          if (src < cu[d]) continue;
-          gw[c * width + j] += g * x[src * p + c];
-          dx[src * p + c] += g * w[c * width + j];
-        }
-      }
-    }
-  }
-}
 
 Tensor CuTensor(const std::vector<int64_t>& cu) {
   return Tensor::FromVector<int64_t>({static_cast<int64_t>(cu.size())}, cu);
@@ -165,15 +127,13 @@ Status KdaLayer<T>::Forward(const T* x, int64_t n, const std::vector<int64_t>& c
   LinearForward(x, n, d_, wq_, pk_, Ptr<T>(c->qh));
   LinearForward(x, n, d_, wk_, pk_, Ptr<T>(c->kh));
   LinearForward(x, n, d_, wv_, pv_, Ptr<T>(c->vh));
-  Tensor qpre = Uninit<T>({n, pk_}), kpre = Uninit<T>({n, pk_});
   c->qc = Uninit<T>({1, n, h_, kd_});
   c->kc = Uninit<T>({1, n, h_, kd_});
   c->v = Uninit<T>({1, n, h_, vd_});
   // The conv pre-activations are recomputed in the backward (cheap), so only outputs are kept.
-  Tensor vpre = Uninit<T>({n, pv_});
-  ConvSiluForward(Ptr<T>(c->qh), n, pk_, cq_.w, conv_, cu, Ptr<T>(qpre), Ptr<T>(c->qc));
-  ConvSiluForward(Ptr<T>(c->kh), n, pk_, ck_.w, conv_, cu, Ptr<T>(kpre), Ptr<T>(c->kc));
-  ConvSiluForward(Ptr<T>(c->vh), n, pv_, cv_.w, conv_, cu, Ptr<T>(vpre), Ptr<T>(c->v));
+  kernels::ShortConvSiluForward(Ptr<T>(c->qh), pk_, cq_.w, conv_, cu, Ptr<T>(c->qc));
+  kernels::ShortConvSiluForward(Ptr<T>(c->kh), pk_, ck_.w, conv_, cu, Ptr<T>(c->kc));
+  kernels::ShortConvSiluForward(Ptr<T>(c->vh), pv_, cv_.w, conv_, cu, Ptr<T>(c->v));
   ORRERY_RETURN_IF_ERROR(Gates(x, n, c));
   c->cu = CuTensor(cu);
   kernels::KdaInputs in{c->q, c->k, c->v, c->g, c->beta, Tensor(), c->cu};
@@ -323,10 +283,9 @@ Status KdaLayer<T>::Backward(const T* x, int64_t n, const std::vector<int64_t>& 
                              {c.kh, ck_, wk_, pk_, Ptr<T>(dkc)},
                              {c.vh, cv_, wv_, pv_, Ptr<T>(grads.dv)}};
   for (const Stream& s : streams) {
-    Tensor pre = Uninit<T>({n, s.p}), tmp = Uninit<T>({n, s.p}), dh = NewTensor<T>({n, s.p});
-    ConvSiluForward(Ptr<T>(s.pre_in), n, s.p, s.conv.w, conv_, cu, Ptr<T>(pre), Ptr<T>(tmp));
-    ConvSiluBackward(Ptr<T>(s.pre_in), s.p, s.conv.w, s.conv.g, conv_, cu, Ptr<T>(pre), s.dy,
-                     Ptr<T>(dh));
+    Tensor dh = Uninit<T>({n, s.p});
+    kernels::ShortConvSiluBackward(Ptr<T>(s.pre_in), s.p, s.conv.w, conv_, cu, s.dy, Ptr<T>(dh),
+                                   s.conv.g);
     LinearBackward(x, n, d_, s.proj, s.p, Ptr<T>(dh), dx);
   }
   return Status::OK();

@@ -1,0 +1,42 @@
+// The KDA layer's short causal depthwise convolution followed by SiLU (spec §2.1 step 2), within
+// packed documents:
+//   pre[t, c] = sum_{j < W} w[c, j] x[t - (W-1) + j, c]   (terms before t's document start are 0)
+//   y[t, c]   = SiLU(pre[t, c]) = pre * sigmoid(pre)
+// over x [N, C] (tokens by channels) and w [C, W] (the layer's conv_q / conv_k / conv_v). A token
+// sees only the W - 1 tokens before it in its own document: cu [docs + 1] are the documents'
+// starts, 0 = cu[0] <= cu[1] <= ... <= cu[docs] = N (an empty document is allowed).
+//
+// The templates are the plain CPU reference, generic over float and double (double serves the
+// finite-difference gradient checks); the KDA layer (model/layers/kda.cc) calls them directly.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace orrery::kernels {
+
+// y [N, C] (N = cu.back()); y may not alias x.
+template <typename T>
+void ShortConvSiluForward(const T* x, int64_t channels, const T* w, int64_t width,
+                          const std::vector<int64_t>& cu, T* y);
+
+// dx [N, C] is overwritten with dL/dx from the upstream dy; dw [C, W] is accumulated
+// (dw += dL/dw). The pre-activation is recomputed from x (the forward keeps only y).
+template <typename T>
+void ShortConvSiluBackward(const T* x, int64_t channels, const T* w, int64_t width,
+                           const std::vector<int64_t>& cu, const T* dy, T* dx, T* dw);
+
+// Tensor-level forms, dispatched by device (the GPU model's op; the templates above are its CPU
+// twin). x [N, C]: f32 or f64 on cpu, bf16 or f32 on cuda; w [C, W] of x's dtype with
+// 1 <= W <= 16 (the config's conv_size range); cu_seqlens i64 [docs + 1] on x's device (read back
+// to the host once per call to be checked). y like x (allocated when undefined).
+Status ShortConvSilu(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens, Tensor* y);
+// dx like x (allocated when undefined, overwritten). dw [C, W] accumulated: x's dtype on cpu, f32
+// on cuda (the fp32 gradients of the GPU model); allocated zeroed when undefined.
+Status ShortConvSiluGrad(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
+                         const Tensor& dy, Tensor* dx, Tensor* dw);
+
+}  // namespace orrery::kernels
