@@ -6,9 +6,13 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/dtype.h"
 #include "core/logging.h"
 
 namespace orrery {
+
+// Where a job's model runs: the host model on the CPU, or the GPU model on CUDA device 0.
+enum class RunDevice { kCpu, kCuda };
 
 struct RunConfig {
   std::string name = "run";
@@ -21,6 +25,12 @@ struct RunConfig {
   // Threads of the default pool (ApplyRunConfig; ORRERY_NUM_THREADS wins); 0: the hardware's.
   int threads = 0;
   LogLevel log_level = LogLevel::kInfo;
+  // device = "cpu" | "cuda". "cuda" is implemented by pretraining (model/gpu/gpu_model.h); the RL
+  // roles refuse it with one line until they run on the GPU.
+  RunDevice device = RunDevice::kCpu;
+  // dtype = "bf16" | "f32": the GPU model's compute dtype (f32: the debug mode, no TF32). Only
+  // read with device = "cuda"; the CPU model is f32.
+  DType dtype = DType::kBF16;
 };
 
 // Reads root.[run]; absent keys take the defaults above.

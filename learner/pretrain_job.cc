@@ -2,8 +2,10 @@
 
 #include <cstdio>
 
+#include "core/device.h"
 #include "core/file_io.h"
 #include "learner/data_prepare.h"
+#include "learner/gpu_trainable.h"
 #include "learner/hybrid_trainable.h"
 #include "model/chat_format.h"
 #include "model/model.h"
@@ -30,7 +32,20 @@ StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options) {
   StatusOr<std::unique_ptr<model::Model>> model =
       model::Model::Create(config->model, config->run.seed);
   if (!model.ok()) return model.status();
-  HybridTrainable trainable(model->get());
+  // [run] device = "cuda": the GPU model, made from the host model (the same initialisation).
+  std::unique_ptr<model::GpuModel> gpu_model;
+  std::unique_ptr<TrainableModel> trainable_ptr;
+  if (config->run.device == RunDevice::kCuda) {
+    model::GpuModelOptions go;
+    go.compute_dtype = config->run.dtype;
+    StatusOr<std::unique_ptr<model::GpuModel>> g = model::GpuModel::FromHost(**model, go);
+    if (!g.ok()) return g.status().WithContext("run.device = \"cuda\"");
+    gpu_model = std::move(g).value();
+    trainable_ptr = std::make_unique<GpuTrainable>(gpu_model.get());
+  } else {
+    trainable_ptr = std::make_unique<HybridTrainable>(model->get());
+  }
+  TrainableModel& trainable = *trainable_ptr;
 
   PretrainerOptions o;
   o.config = *config;
@@ -43,9 +58,11 @@ StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options) {
   int64_t params = 0;
   for (const ParamRef& p : trainable.Parameters()) params += p.value.numel();
   std::printf(
-      "pretrain: model %s (%lld parameters), data %s (%lld documents, %lld tokens), "
+      "pretrain: model %s (%lld parameters) on %s, data %s (%lld documents, %lld tokens), "
       "%zu stages, %lld steps, %d threads, run dir %s\n",
-      config->model.name.c_str(), static_cast<long long>(params), config->data_dir.c_str(),
+      config->model.name.c_str(), static_cast<long long>(params),
+      gpu_model ? (config->run.dtype == DType::kF32 ? "cuda:0 (f32)" : "cuda:0 (bf16)") : "cpu",
+      config->data_dir.c_str(),
       static_cast<long long>(data->num_documents()), static_cast<long long>(data->num_tokens()),
       config->stages.size(), static_cast<long long>(config->total_steps()), threads,
       run_dir.c_str());
@@ -74,6 +91,12 @@ StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options) {
   }
   std::printf("  checkpoint: %s\n  metrics: %s/metrics.jsonl\n", s->last_checkpoint.c_str(),
               run_dir.c_str());
+  if (gpu_model) {
+    const CachingAllocatorStats mem = GetCachingAllocatorStats(gpu_model->device().index);
+    std::printf("  peak device memory: %.2f GiB in use (%lld device allocations)\n",
+                static_cast<double>(mem.peak_bytes_in_use) / (1 << 30),
+                static_cast<long long>(mem.device_allocs));
+  }
   std::fflush(stdout);
   return s;
 }

@@ -74,6 +74,11 @@ StatusOr<LoadedFleet> LoadFleet(const ConfigSections& sections, const std::strin
   ConfigTable root = doc.root();
   LoadedFleet out;
   out.run = ReadRunConfig(root);
+  if (out.run.device == RunDevice::kCuda) {
+    return InvalidArgumentError(path +
+                                ": run.device = \"cuda\": a fleet's roles run on the CPU so far "
+                                "(only `orrery pretrain` runs on the GPU); expected \"cpu\"");
+  }
   out.fleet = ReadFleetConfig(root, out.run);
   return out;
 }

@@ -56,6 +56,11 @@ StatusOr<RunPhases> RunPhases::Load(const RunPhaseOptions& options) {
                           ConfigDocument::ParseFile(options.config_path, options.config_dir));
   p.pretrain_ = doc.HasTopLevel("pretrain");
   p.rl_ = doc.HasTopLevel("rl");
+  if (p.rl_ && options.run.device == RunDevice::kCuda) {
+    return InvalidArgumentError(options.config_path +
+                                ": run.device = \"cuda\": the RL phase runs on the CPU so far "
+                                "(only pretraining runs on the GPU); expected \"cpu\"");
+  }
   if (p.rl_) {
     ConfigTable root = doc.root();
     p.rl_config_ = rl_actors::ReadRlConfig(root);

@@ -1,0 +1,136 @@
+// The GPU model's KDA layer (spec §2.1), step for step the host KdaLayer (model/layers/kda.cc):
+// q/k/v projections, short conv + SiLU per document, decay logits through the rank-r pair, beta
+// logits, the chunked core (its input transforms apply the q/k L2 norm, the beta sigmoid and the
+// gate, and it keeps its chunk intermediates for the backward), the per-head output RMSNorm, the
+// sigmoid output gate and W_o.
+#include "kernels/gates.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/short_conv.h"
+#include "model/gpu/gpu_layers.h"
+
+namespace orrery::model::gpu {
+
+Status GpuKda::Init(const WeightTable& t, const ModelConfig& c, const std::string& p) {
+  if (c.kda.output_gate_rank > 0) {
+    return UnimplementedError(
+        "gpu model: [model.kda] output_gate_rank > 0 (the low-rank output gate with a bias) has no "
+        "GPU path yet; use output_gate_rank = 0 (K3's full-rank gate)");
+  }
+  c_ = &c;
+  h_ = c.kda.heads;
+  kd_ = c.kda.head_k_dim;
+  vd_ = c.kda.head_v_dim;
+  const std::pair<Weight*, const char*> names[] = {
+      {&wq_, ".wq"},    {&wk_, ".wk"},          {&wv_, ".wv"},         {&cq_, ".conv_q"},
+      {&ck_, ".conv_k"}, {&cv_, ".conv_v"},     {&fa_, ".f_a"},        {&fb_, ".f_b"},
+      {&a_log_, ".A_log"}, {&dt_bias_, ".dt_bias"}, {&wb_, ".w_beta"}, {&onorm_, ".o_norm"},
+      {&wg_, ".wg"},    {&wo_, ".wo"}};
+  for (const auto& [w, name] : names) {
+    ORRERY_ASSIGN_OR_RETURN(*w, t.Get(p + name));
+  }
+  return Status::OK();
+}
+
+kernels::KdaOptions GpuKda::Options(bool training) const {
+  kernels::KdaOptions o;
+  o.algorithm = c_->kda.recurrent ? kernels::KdaAlgorithm::kRecurrent
+                                  : kernels::KdaAlgorithm::kChunked;
+  o.chunk_size = static_cast<int>(c_->kda.chunk_size);
+  o.output_final_state = false;
+  o.keep_for_backward = training;
+  o.transforms.qk_l2norm = true;  // eps 1e-6, as KdaLayer::Gates
+  o.transforms.beta_sigmoid = true;
+  o.transforms.gate = true;
+  o.transforms.gate_kind = c_->kda.gate == GateKind::kBounded ? kernels::KdaGateKind::kBounded
+                                                              : kernels::KdaGateKind::kOriginal;
+  o.transforms.gate_lower_bound = static_cast<float>(c_->kda.gate_lower_bound);
+  return o;
+}
+
+kernels::KdaInputs GpuKda::Inputs(const Cache& c, const Sequences& s) const {
+  kernels::KdaInputs in;
+  in.q = c.qc.Reshape({1, s.n, h_, kd_}).value();
+  in.k = c.kc.Reshape({1, s.n, h_, kd_}).value();
+  in.v = c.v.Reshape({1, s.n, h_, vd_}).value();
+  in.g = c.z.Reshape({1, s.n, h_, kd_}).value();
+  in.beta = c.bl.Reshape({1, s.n, h_}).value();
+  in.cu_seqlens = s.cu_host;
+  in.a_log = a_log_.master;  // f32 either way: the transforms take the gate's parameters in f32
+  in.dt_bias = dt_bias_.master;
+  return in;
+}
+
+Status GpuKda::Forward(const Tensor& x, const Sequences& s, bool training, Tensor* y,
+                       Cache* c) const {
+  c->x = x;
+  ORRERY_RETURN_IF_ERROR(Linear(x, wq_, &c->qh));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wk_, &c->kh));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wv_, &c->vh));
+  ORRERY_RETURN_IF_ERROR(kernels::ShortConvSilu(c->qh, cq_.compute, s.cu_device, &c->qc));
+  ORRERY_RETURN_IF_ERROR(kernels::ShortConvSilu(c->kh, ck_.compute, s.cu_device, &c->kc));
+  ORRERY_RETURN_IF_ERROR(kernels::ShortConvSilu(c->vh, cv_.compute, s.cu_device, &c->v));
+  ORRERY_RETURN_IF_ERROR(Linear(x, fa_, &c->fa));
+  ORRERY_RETURN_IF_ERROR(Linear(c->fa, fb_, &c->z));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wb_, &c->bl));
+  kernels::KdaOutputs out;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaForward(Inputs(*c, s), Options(training), &out));
+  c->saved = out.saved;
+  ORRERY_ASSIGN_OR_RETURN(c->o, out.o.Reshape({s.n * h_, vd_}));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNorm(c->o, onorm_.compute, c_->rms_norm_eps, &c->on, &c->o_rstd));
+  ORRERY_ASSIGN_OR_RETURN(c->on, c->on.Reshape({s.n, h_ * vd_}));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wg_, &c->gate));
+  ORRERY_RETURN_IF_ERROR(kernels::SigmoidGate(c->on, c->gate, &c->og));
+  return Linear(c->og, wo_, y);
+}
+
+Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {
+  Tensor dog, don, dgate;
+  ORRERY_RETURN_IF_ERROR(LinearGradChain(c.og, wo_, dy, &dog));
+  ORRERY_RETURN_IF_ERROR(kernels::SigmoidGateGrad(c.on, c.gate, dog, &don, &dgate));
+  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wg_, dgate, dx));
+  Tensor d_o;
+  ORRERY_ASSIGN_OR_RETURN(Tensor don_rows, don.Reshape({s.n * h_, vd_}));
+  Tensor onorm_grad = onorm_.grad;
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNormGrad(c.o, onorm_.compute, c.o_rstd, don_rows, &d_o, &onorm_grad));
+  ORRERY_ASSIGN_OR_RETURN(d_o, d_o.Reshape({1, s.n, h_, vd_}));
+  kernels::KdaGrads g;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaBackward(Inputs(c, s), d_o, Tensor(), Options(true), &g,
+                                              c.saved.get()));
+  Tensor da_log = a_log_.grad, ddt = dt_bias_.grad;
+  ORRERY_RETURN_IF_ERROR(Accumulate(g.da_log, &da_log));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ddt_src, g.ddt_bias.Reshape(ddt.shape()));
+  ORRERY_RETURN_IF_ERROR(Accumulate(ddt_src, &ddt));
+  // beta logits, decay logits.
+  ORRERY_ASSIGN_OR_RETURN(Tensor dbl, g.dbeta.Reshape({s.n, h_}));
+  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wb_, dbl, dx));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dz, g.dg.Reshape({s.n, h_ * kd_}));
+  if (dz.dtype() != c.fa.dtype()) {
+    ORRERY_ASSIGN_OR_RETURN(dz, As(dz, c.fa.dtype()));
+  }
+  Tensor dfa;
+  ORRERY_RETURN_IF_ERROR(LinearGradChain(c.fa, fb_, dz, &dfa));
+  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, fa_, dfa, dx));
+  // conv + SiLU, then the projections.
+  struct Stream {
+    const Tensor& pre;
+    const Weight& conv;
+    const Weight& proj;
+    const Tensor& dy;
+    int64_t width;
+  };
+  const Stream streams[3] = {{c.qh, cq_, wq_, g.dq, h_ * kd_},
+                             {c.kh, ck_, wk_, g.dk, h_ * kd_},
+                             {c.vh, cv_, wv_, g.dv, h_ * vd_}};
+  for (const Stream& st : streams) {
+    ORRERY_ASSIGN_OR_RETURN(Tensor dyc, st.dy.Reshape({s.n, st.width}));
+    Tensor dpre, conv_grad = st.conv.grad;
+    ORRERY_RETURN_IF_ERROR(kernels::ShortConvSiluGrad(st.pre, st.conv.compute, s.cu_device, dyc,
+                                                      &dpre, &conv_grad));
+    ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, st.proj, dpre, dx));
+  }
+  return Status::OK();
+}
+
+}  // namespace orrery::model::gpu

@@ -1,0 +1,146 @@
+// Internal to model/gpu: the layers of the GPU model (model/gpu/gpu_model.h), each an explicit
+// forward and backward over the Tensor-level ops of kernels/*.h, mirroring model/layers.h (the
+// host oracle) step for step so that the two can be compared op by op.
+//
+// Dtypes: activations in the compute dtype (bf16, or f32 in the debug mode); weights as an fp32
+// master with its fp32 gradient and a compute copy; parameter gradients and the gradients that
+// flow into sums (layer inputs, the residual stream) accumulated in fp32. A backward takes its
+// upstream gradient in the compute dtype and adds its input gradient into an fp32 tensor.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/kda.h"
+#include "kernels/moe.h"
+#include "kernels/situ.h"
+#include "model/config.h"
+
+namespace orrery::model::gpu {
+
+// One parameter on the device: fp32 master and gradient and the compute copy (the master itself
+// in the f32 mode). Views share storage (stacked experts, row slices of a projection).
+struct Weight {
+  Tensor master, grad, compute;
+  // Rows [begin, end) of a 2-D weight, as a weight of its own (views of all three tensors).
+  StatusOr<Weight> Rows(int64_t begin, int64_t end) const;
+};
+
+// The device weights by checkpoint name ("layers.3.kda.wq"), built by GpuModel from the host model.
+class WeightTable {
+ public:
+  void Put(const std::string& name, Weight w) { weights_[name] = std::move(w); }
+  StatusOr<Weight> Get(const std::string& name) const;
+  bool Has(const std::string& name) const { return weights_.count(name) > 0; }
+
+ private:
+  std::unordered_map<std::string, Weight> weights_;
+};
+
+// The packed batch's document structure, in the forms the ops take.
+struct Sequences {
+  int64_t n = 0;      // tokens
+  Tensor cu_host;     // i64 [docs + 1] on the CPU (the KDA op)
+  Tensor cu_device;   // the same on the device (conv, attention)
+};
+
+// ---- helpers over kernels::Matmul and the element-wise ops ----
+// y = x W^T (x [n, in] in the compute dtype; y allocated).
+Status Linear(const Tensor& x, const Weight& w, Tensor* y);
+// W.grad += dy^T x, and when dx is non-null *dx (fp32 [n, in], allocated as zeros when undefined)
+// += dy W.
+Status LinearGrad(const Tensor& x, const Weight& w, const Tensor& dy, Tensor* dx);
+// W.grad += dy^T x and dx = dy W in dy's dtype (overwritten; allocated when undefined): the
+// upstream gradient of the next backward op in a chain.
+Status LinearGradChain(const Tensor& x, const Weight& w, const Tensor& dy, Tensor* dx);
+// t in `dtype`: t itself when it already is, else a converted copy.
+StatusOr<Tensor> As(const Tensor& t, DType dtype);
+// A zero tensor on `device`.
+StatusOr<Tensor> ZerosOn(const Shape& shape, DType dtype, Device device);
+// *acc (fp32, allocated as zeros like x when undefined) += x.
+Status Accumulate(const Tensor& x, Tensor* acc);
+StatusOr<Tensor> View(const Tensor& t, const Shape& shape);
+
+// ---- dense gated MLP (SiTU/SiLU-GLU): y = W2 glu(W1 x, W3 x) ----
+class GpuMlp {
+ public:
+  Status Init(const WeightTable& t, const ModelConfig& c, const std::string& prefix);
+  struct Cache {
+    Tensor x, a, u, h;
+  };
+  Status Forward(const Tensor& x, Tensor* y, Cache* c) const;
+  Status Backward(const Cache& c, const Tensor& dy, Tensor* dx) const;  // *dx (fp32) +=
+
+ private:
+  kernels::GluActivation act_;
+  Weight w1_, w3_, w2_;
+};
+
+// ---- the KDA layer (spec §2.1), the core through kernels::KdaForward with its fused input
+// transforms (q/k L2 norm, beta sigmoid, the bounded gate) and keep_for_backward ----
+class GpuKda {
+ public:
+  Status Init(const WeightTable& t, const ModelConfig& c, const std::string& prefix);
+  struct Cache {
+    Tensor x, qh, kh, vh, qc, kc, v, fa, z, bl, o, on, o_rstd, gate, og;
+    std::shared_ptr<const kernels::KdaSaved> saved;
+  };
+  Status Forward(const Tensor& x, const Sequences& s, bool training, Tensor* y, Cache* c) const;
+  Status Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const;
+
+ private:
+  kernels::KdaOptions Options(bool training) const;
+  kernels::KdaInputs Inputs(const Cache& c, const Sequences& s) const;
+  const ModelConfig* c_ = nullptr;
+  int64_t h_ = 0, kd_ = 0, vd_ = 0;
+  Weight wq_, wk_, wv_, cq_, ck_, cv_, fa_, fb_, a_log_, dt_bias_, wb_, onorm_, wg_, wo_;
+};
+
+// ---- gated MLA without positions (spec §3), attention through kernels::CausalAttention ----
+class GpuMla {
+ public:
+  Status Init(const WeightTable& t, const ModelConfig& c, const std::string& prefix);
+  struct Cache {
+    Tensor x, qa, qan, qa_rstd, q, cl, chat, c_rstd, kv, k, v, o, lse, gl, og;
+  };
+  Status Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c) const;
+  Status Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const;
+
+ private:
+  const ModelConfig* c_ = nullptr;
+  int64_t h_ = 0, dn_ = 0, dv_ = 0, dqk_ = 0;
+  double scale_ = 1;
+  Weight wq_, wqa_, qnorm_, wqb_, wc_, wr_, kvnorm_, wkvb_, wg_, wo_;
+};
+
+// ---- Stable LatentMoE (spec §5): fp32 router, kernels::RouteTopK, kernels::MoeExperts ----
+class GpuMoe {
+ public:
+  // Stacks the experts' weights [E, F, L] / [E, L, F] on the device and puts per-expert views
+  // under their checkpoint names into `t` (call before the generic upload skips them).
+  static Status StackExperts(const std::vector<std::pair<std::string, Tensor>>& host,
+                             const ModelConfig& c, const std::string& prefix, DType compute,
+                             Device device, WeightTable* t, std::vector<Weight>* roots);
+  Status Init(const WeightTable& t, const ModelConfig& c, const std::string& prefix);
+  struct Cache {
+    Tensor x, x32, scores, ids, weights, xl, yl, yl_rstd, yln;
+    kernels::MoeExpertsSaved experts;
+    GpuMlp::Cache shared;
+  };
+  // bias f32 [E] on the device; forced i32 [n, k] on the device or undefined.
+  Status Forward(const Tensor& x, const Tensor& bias, const Tensor& forced, Tensor* y,
+                 Cache* c) const;
+  Status Backward(const Cache& c, const Tensor& dy, Tensor* dx) const;
+
+ private:
+  const ModelConfig* c_ = nullptr;
+  Weight router_, down_, up_, lnorm_, w1_, w3_, w2_;
+  GpuMlp shared_;
+  bool has_shared_ = false;
+};
+
+}  // namespace orrery::model::gpu

@@ -1,0 +1,107 @@
+// The GPU model's gated MLA layer (spec §3), step for step the host MlaLayer (model/layers/mla.cc):
+// queries (through the q LoRA and its RMSNorm when configured), the latent c and the shared rope
+// key from the two row blocks of W_kva, the latent RMSNorm, W_kvb to per-head k_nope and v, causal
+// attention per document, the sigmoid output gate and W_o.
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/gates.h"
+#include "kernels/mla_keys.h"
+#include "kernels/rmsnorm.h"
+#include "model/gpu/gpu_layers.h"
+
+namespace orrery::model::gpu {
+
+Status GpuMla::Init(const WeightTable& t, const ModelConfig& c, const std::string& p) {
+  c_ = &c;
+  h_ = c.mla.heads;
+  dn_ = c.mla.qk_nope_head_dim;
+  dv_ = c.mla.v_head_dim;
+  dqk_ = c.mla_qk_head_dim();
+  scale_ = 1.0 / std::sqrt(static_cast<double>(dqk_));
+  if (c.mla.q_lora_rank > 0) {
+    ORRERY_ASSIGN_OR_RETURN(wqa_, t.Get(p + ".wq_a"));
+    ORRERY_ASSIGN_OR_RETURN(qnorm_, t.Get(p + ".q_a_norm"));
+    ORRERY_ASSIGN_OR_RETURN(wqb_, t.Get(p + ".wq_b"));
+  } else {
+    ORRERY_ASSIGN_OR_RETURN(wq_, t.Get(p + ".wq"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Weight wkva, t.Get(p + ".wkv_a"));
+  const int64_t dc = c.mla.kv_lora_rank, dr = c.mla.qk_rope_head_dim;
+  ORRERY_ASSIGN_OR_RETURN(wc_, wkva.Rows(0, dc));
+  ORRERY_ASSIGN_OR_RETURN(wr_, wkva.Rows(dc, dc + dr));
+  ORRERY_ASSIGN_OR_RETURN(kvnorm_, t.Get(p + ".kv_a_norm"));
+  ORRERY_ASSIGN_OR_RETURN(wkvb_, t.Get(p + ".wkv_b"));
+  if (c.mla.output_gate) {
+    ORRERY_ASSIGN_OR_RETURN(wg_, t.Get(p + ".wg"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(wo_, t.Get(p + ".wo"));
+  return Status::OK();
+}
+
+Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c) const {
+  c->x = x;
+  const int64_t n = s.n;
+  if (c_->mla.q_lora_rank > 0) {
+    ORRERY_RETURN_IF_ERROR(Linear(x, wqa_, &c->qa));
+    ORRERY_RETURN_IF_ERROR(
+        kernels::RmsNorm(c->qa, qnorm_.compute, c_->mla.lora_eps, &c->qan, &c->qa_rstd));
+    ORRERY_RETURN_IF_ERROR(Linear(c->qan, wqb_, &c->q));
+  } else {
+    ORRERY_RETURN_IF_ERROR(Linear(x, wq_, &c->q));
+  }
+  Tensor kr;
+  ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c->cl));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wr_, &kr));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNorm(c->cl, kvnorm_.compute, c_->mla.lora_eps, &c->chat, &c->c_rstd));
+  ORRERY_RETURN_IF_ERROR(Linear(c->chat, wkvb_, &c->kv));
+  ORRERY_ASSIGN_OR_RETURN(Tensor kv3, c->kv.Reshape({n, h_, dn_ + dv_}));
+  ORRERY_RETURN_IF_ERROR(kernels::MlaKeysValues(kv3, kr, dn_, &c->k, &c->v));
+  ORRERY_ASSIGN_OR_RETURN(Tensor q3, c->q.Reshape({n, h_, dqk_}));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::CausalAttention(q3, c->k, c->v, s.cu_device, scale_, &c->o, &c->lse));
+  ORRERY_ASSIGN_OR_RETURN(Tensor o2, c->o.Reshape({n, h_ * dv_}));
+  if (!c_->mla.output_gate) return Linear(o2, wo_, y);
+  ORRERY_RETURN_IF_ERROR(Linear(x, wg_, &c->gl));
+  ORRERY_RETURN_IF_ERROR(kernels::SigmoidGate(o2, c->gl, &c->og));
+  return Linear(c->og, wo_, y);
+}
+
+Status GpuMla::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {
+  const int64_t n = s.n;
+  ORRERY_ASSIGN_OR_RETURN(Tensor o2, c.o.Reshape({n, h_ * dv_}));
+  Tensor dattn;
+  if (c_->mla.output_gate) {
+    Tensor dog, dgl;
+    ORRERY_RETURN_IF_ERROR(LinearGradChain(c.og, wo_, dy, &dog));
+    ORRERY_RETURN_IF_ERROR(kernels::SigmoidGateGrad(o2, c.gl, dog, &dattn, &dgl));
+    ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wg_, dgl, dx));
+  } else {
+    ORRERY_RETURN_IF_ERROR(LinearGradChain(o2, wo_, dy, &dattn));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor d_o, dattn.Reshape({n, h_, dv_}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor q3, c.q.Reshape({n, h_, dqk_}));
+  Tensor dq, dk, dv;
+  ORRERY_RETURN_IF_ERROR(kernels::CausalAttentionGrad(q3, c.k, c.v, c.o, c.lse, d_o, s.cu_device,
+                                                      scale_, &dq, &dk, &dv));
+  Tensor dkv, dkr;
+  ORRERY_RETURN_IF_ERROR(kernels::MlaKeysValuesGrad(dk, dv, dn_, &dkv, &dkr));
+  ORRERY_ASSIGN_OR_RETURN(dkv, dkv.Reshape({n, h_ * (dn_ + dv_)}));
+  Tensor dchat, dcl;
+  ORRERY_RETURN_IF_ERROR(LinearGradChain(c.chat, wkvb_, dkv, &dchat));
+  Tensor kvnorm_grad = kvnorm_.grad;
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNormGrad(c.cl, kvnorm_.compute, c.c_rstd, dchat, &dcl, &kvnorm_grad));
+  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wc_, dcl, dx));
+  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wr_, dkr, dx));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dq2, dq.Reshape({n, h_ * dqk_}));
+  if (c_->mla.q_lora_rank == 0) return LinearGrad(c.x, wq_, dq2, dx);
+  Tensor dqan, dqa, qnorm_grad = qnorm_.grad;
+  ORRERY_RETURN_IF_ERROR(LinearGradChain(c.qan, wqb_, dq2, &dqan));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNormGrad(c.qa, qnorm_.compute, c.qa_rstd, dqan, &dqa, &qnorm_grad));
+  return LinearGrad(c.x, wqa_, dqa, dx);
+}
+
+}  // namespace orrery::model::gpu

@@ -1,0 +1,102 @@
+// GpuModel: the hybrid model of model/model.h resident on one CUDA device — weights, activations,
+// the forward, the backward and the fused LM head + loss — built over the Tensor-level ops of
+// kernels/*.h. The host Model stays the oracle: a GpuModel is made from a host model of the same
+// config (the same Philox initialisation and parameter names), and whole-model tests compare the
+// two under forced routing.
+//
+// Why not a Model::Impl: Model::Forward returns the [N, V] logits of every token, which the GPU
+// path never forms (the loss is fused with the LM head and chunked over tokens), so the training
+// entry point here is a loss forward/backward, the shape of learner/trainable_model.h.
+//
+// Precision (compute_dtype): bf16 activations and weight copies with fp32 accumulation, fp32
+// master weights and gradients, an fp32 router; or f32 throughout (the debug mode, which matches
+// the host model to rounding: no TF32 anywhere).
+//
+// Memory: every layer's activations are kept from the forward to the backward (per-layer
+// recomputation is not implemented yet). Quantile Balancing: the router scores of each MoE layer
+// are copied to the host once per micro-batch and the host QuantileBalancingStep updates the
+// biases (the device histogram is the MoE issue's).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/model.h"
+
+namespace orrery::model {
+
+struct GpuModelOptions {
+  DType compute_dtype = DType::kBF16;  // kBF16, or kF32 (the debug mode)
+  // A CUDA device, or the CPU with kF32: then every op runs its CPU twin, which checks the GPU
+  // model's own orchestration (this file's layers, caches and gradient flow) against the host
+  // model on a machine without a GPU (tests/unit/model/gpu_model_cpu_test.cc).
+  Device device = Device::Cuda(0);
+};
+
+// One trainable parameter as the optimizer sees it: fp32 master weights and gradient on the
+// device, and the compute copy the forward reads (undefined in the f32 mode, where the master is
+// read directly). Expert weights are views into the stacked [E, ...] tensors.
+struct GpuParameter {
+  std::string name;
+  Tensor master, grad, compute;
+  bool weight_decay = true;
+};
+
+// A packed batch on the host: rows of tokens flattened to n = tokens.size() positions.
+struct GpuBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> targets;     // n entries; -1: no loss at this position
+  std::vector<int64_t> cu_seqlens;  // document offsets 0 .. n (empty: one document)
+  // Optional i32 [num_moe_layers, n, top_k] on the host: routing to replay (R3) instead of the
+  // router's top-k; gate weights still come from the current router scores.
+  Tensor forced_experts;
+};
+
+struct GpuLoss {
+  double loss_sum = 0;  // summed token cross-entropy (nats) over positions with a target
+  int64_t tokens = 0;   // positions with a target
+};
+
+class GpuModel {
+ public:
+  // Uploads `host` (an f32 Model) to the device. Fails with one line when no CUDA device is
+  // visible, when an allocation fails (the bytes asked for), or for a config the GPU path does not
+  // implement yet.
+  static StatusOr<std::unique_ptr<GpuModel>> FromHost(Model& host,
+                                                      const GpuModelOptions& options);
+  ~GpuModel();
+
+  const ModelConfig& config() const;
+  DType compute_dtype() const;
+  Device device() const;
+  // In the host model's order and names.
+  std::vector<GpuParameter>& parameters();
+  // f32 [E] per MoE layer on the host: selection-only biases, updated by UpdateBalancing.
+  std::vector<Tensor>& balancing_biases();
+
+  // Loss over batch.targets; with `backward`, adds grad_scale * d loss_sum / d theta to every
+  // GpuParameter::grad and keeps the router scores for the next UpdateBalancing.
+  StatusOr<GpuLoss> ForwardBackward(const GpuBatch& batch, double grad_scale, bool backward);
+  // One Quantile-Balancing step per MoE layer from the scores kept since the last call.
+  Status UpdateBalancing(BalancingMetrics* metrics);
+  Status ZeroGrad();
+  // Re-derives the compute copies from the masters (after the masters were written directly,
+  // e.g. by a checkpoint restore). The optimizer writes them itself (kernels/adamw_op.h).
+  Status RefreshComputeCopies();
+  // Copies the master weights and the balancing biases into `host` (same config), e.g. to save
+  // with Model::Save or to run the host model on the GPU model's weights.
+  Status CopyToHost(Model* host) const;
+
+  class Impl;
+
+ private:
+  explicit GpuModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace orrery::model

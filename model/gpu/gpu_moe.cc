@@ -1,0 +1,149 @@
+// The GPU model's Stable LatentMoE layer (spec §5), step for step the host MoeLayer
+// (model/layers/moe.cc): an fp32 router (sigmoid scores, selection-only bias, renormalised top-k
+// weights), the latent down-projection, the routed experts (stacked, kernels::MoeExperts), the
+// latent RMSNorm, the up-projection and the full-width shared expert.
+#include "kernels/gates.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "model/gpu/gpu_layers.h"
+#include "model/layers.h"
+
+namespace orrery::model::gpu {
+
+Status GpuMoe::StackExperts(const std::vector<std::pair<std::string, Tensor>>& host,
+                            const ModelConfig& c, const std::string& prefix, DType compute,
+                            Device device, WeightTable* t, std::vector<Weight>* roots) {
+  const int64_t e = c.moe.num_experts, f = c.moe.expert_intermediate, l = c.expert_width();
+  const std::pair<const char*, Shape> kinds[] = {{".w1", {f, l}}, {".w3", {f, l}}, {".w2", {l, f}}};
+  for (const auto& [suffix, shape] : kinds) {
+    Weight stacked;
+    const Shape full{e, shape[0], shape[1]};
+    ORRERY_ASSIGN_OR_RETURN(stacked.master, Tensor::Allocate(full, DType::kF32, device));
+    ORRERY_ASSIGN_OR_RETURN(stacked.grad, ZerosOn(full, DType::kF32, device));
+    for (int64_t i = 0; i < e; ++i) {
+      const std::string name = prefix + ".experts." + std::to_string(i) + suffix;
+      const Tensor* src = nullptr;
+      for (const auto& [n, v] : host) {
+        if (n == name) src = &v;
+      }
+      if (src == nullptr) return NotFoundError("gpu model: the host model has no " + name);
+      ORRERY_ASSIGN_OR_RETURN(Tensor dst, stacked.master.Slice(i, i + 1));
+      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(*src));
+    }
+    if (compute == DType::kF32) {
+      stacked.compute = stacked.master;
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(stacked.compute, As(stacked.master, compute));
+    }
+    for (int64_t i = 0; i < e; ++i) {
+      ORRERY_ASSIGN_OR_RETURN(Weight one, stacked.Rows(i, i + 1));
+      ORRERY_ASSIGN_OR_RETURN(one.master, one.master.Reshape(shape));
+      ORRERY_ASSIGN_OR_RETURN(one.grad, one.grad.Reshape(shape));
+      ORRERY_ASSIGN_OR_RETURN(one.compute, one.compute.Reshape(shape));
+      t->Put(prefix + ".experts." + std::to_string(i) + suffix, one);
+    }
+    t->Put(prefix + ".experts" + suffix, stacked);
+    roots->push_back(stacked);
+  }
+  return Status::OK();
+}
+
+Status GpuMoe::Init(const WeightTable& t, const ModelConfig& c, const std::string& p) {
+  c_ = &c;
+  ORRERY_ASSIGN_OR_RETURN(router_, t.Get(p + ".router"));
+  if (c.moe.latent_dim > 0) {
+    ORRERY_ASSIGN_OR_RETURN(down_, t.Get(p + ".down"));
+    ORRERY_ASSIGN_OR_RETURN(up_, t.Get(p + ".up"));
+  }
+  if (c.moe.latent_norm) {
+    ORRERY_ASSIGN_OR_RETURN(lnorm_, t.Get(p + ".latent_norm"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(w1_, t.Get(p + ".experts.w1"));
+  ORRERY_ASSIGN_OR_RETURN(w3_, t.Get(p + ".experts.w3"));
+  ORRERY_ASSIGN_OR_RETURN(w2_, t.Get(p + ".experts.w2"));
+  has_shared_ = c.moe.num_shared_experts > 0;
+  if (has_shared_) ORRERY_RETURN_IF_ERROR(shared_.Init(t, c, p + ".shared"));
+  return Status::OK();
+}
+
+Status GpuMoe::Forward(const Tensor& x, const Tensor& bias, const Tensor& forced, Tensor* y,
+                       Cache* c) const {
+  c->x = x;
+  // The router in fp32 (K3's router precision): scores = sigmoid(x W_r^T).
+  ORRERY_ASSIGN_OR_RETURN(c->x32, As(x, DType::kF32));
+  Tensor logits;
+  kernels::MatmulOptions o;
+  o.trans_b = true;
+  ORRERY_RETURN_IF_ERROR(kernels::Matmul(c->x32, router_.master, o, &logits));
+  ORRERY_RETURN_IF_ERROR(kernels::Sigmoid(logits, &c->scores));
+  ORRERY_RETURN_IF_ERROR(kernels::RouteTopK(c->scores, bias, forced, c_->moe.top_k,
+                                            c_->moe.routed_scaling_factor, &c->ids, &c->weights));
+  c->xl = x;
+  if (c_->moe.latent_dim > 0) {
+    c->xl = Tensor();
+    ORRERY_RETURN_IF_ERROR(Linear(x, down_, &c->xl));
+  }
+  ORRERY_RETURN_IF_ERROR(kernels::MoeExperts(c->xl, c->ids, c->weights, w1_.compute, w3_.compute,
+                                             w2_.compute, ActivationOf(*c_), &c->yl,
+                                             &c->experts));
+  Tensor yn = c->yl;
+  if (c_->moe.latent_norm) {
+    ORRERY_RETURN_IF_ERROR(
+        kernels::RmsNorm(c->yl, lnorm_.compute, c_->rms_norm_eps, &c->yln, &c->yl_rstd));
+    yn = c->yln;
+  }
+  if (c_->moe.latent_dim > 0) {
+    ORRERY_RETURN_IF_ERROR(Linear(yn, up_, y));
+  } else {
+    *y = yn.Clone();
+  }
+  if (!has_shared_) return Status::OK();
+  Tensor ys;
+  ORRERY_RETURN_IF_ERROR(shared_.Forward(x, &ys, &c->shared));
+  return kernels::AddInto(ys, 1.0f, y);
+}
+
+Status GpuMoe::Backward(const Cache& c, const Tensor& dy, Tensor* dx) const {
+  if (has_shared_) ORRERY_RETURN_IF_ERROR(shared_.Backward(c.shared, dy, dx));
+  Tensor dyn = dy;
+  if (c_->moe.latent_dim > 0) {
+    dyn = Tensor();
+    ORRERY_RETURN_IF_ERROR(
+        LinearGradChain(c_->moe.latent_norm ? c.yln : c.yl, up_, dy, &dyn));
+  }
+  Tensor dyl = dyn;
+  if (c_->moe.latent_norm) {
+    dyl = Tensor();
+    Tensor lnorm_grad = lnorm_.grad;
+    ORRERY_RETURN_IF_ERROR(
+        kernels::RmsNormGrad(c.yl, lnorm_.compute, c.yl_rstd, dyn, &dyl, &lnorm_grad));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor dxl, ZerosOn(c.xl.shape(), DType::kF32, c.xl.device()));
+  Tensor dweights, dw1 = w1_.grad, dw3 = w3_.grad, dw2 = w2_.grad;
+  ORRERY_RETURN_IF_ERROR(kernels::MoeExpertsGrad(c.xl, c.ids, c.weights, w1_.compute, w3_.compute,
+                                                 w2_.compute, ActivationOf(*c_), c.experts, dyl,
+                                                 &dxl, &dweights, &dw1, &dw3, &dw2));
+  if (c_->moe.latent_dim > 0) {
+    ORRERY_ASSIGN_OR_RETURN(Tensor dxl_c, As(dxl, c.xl.dtype()));
+    ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, down_, dxl_c, dx));
+  } else {
+    ORRERY_RETURN_IF_ERROR(Accumulate(dxl, dx));
+  }
+  // Router: d logits from the weights' gradient, then W_r (fp32 operands, fp32 accumulation).
+  Tensor dlogits;
+  ORRERY_RETURN_IF_ERROR(kernels::RouteTopKGrad(c.scores, c.ids, dweights,
+                                                c_->moe.routed_scaling_factor, &dlogits));
+  kernels::MatmulOptions gw;
+  gw.trans_a = true;
+  gw.beta = 1.0f;
+  Tensor rg = router_.grad;
+  ORRERY_RETURN_IF_ERROR(kernels::Matmul(dlogits, c.x32, gw, &rg));
+  if (!dx->defined()) {
+    ORRERY_ASSIGN_OR_RETURN(*dx, ZerosOn(c.x.shape(), DType::kF32, c.x.device()));
+  }
+  kernels::MatmulOptions gx;
+  gx.beta = 1.0f;
+  return kernels::Matmul(dlogits, router_.master, gx, dx);
+}
+
+}  // namespace orrery::model::gpu

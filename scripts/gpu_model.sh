@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Every GPU check of the GPU model in one device call (issue 22): each GPU test binary BIN_DIR
+# holds (ops against their CPU twins, the whole GPU model against the host model, KDA), the CLI
+# checks (`orrery ops run --device cuda` against cpu), the op benchmarks with their PyTorch
+# anchors, and, when BIN_DIR holds orrery and DATA_DIR is given, `orrery pretrain` of
+# configs/pretrain/gpu.toml stopped part-way and resumed. Logs under $OUT (or ./gpu-model-out).
+#
+#   scripts/gpu_model.sh BIN_DIR [DATA_DIR]
+#
+# BIN_DIR is a directory of binaries built here with CUDA (build/tests, build/bin/orrery) and their
+# shared libraries in BIN_DIR/lib, or all of that packed by scripts/gpu_bundle.sh as
+# BIN_DIR/bundle.tar.xz. DATA_DIR is a prepared data directory (`orrery data prepare`).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-model-out}"
+mkdir -p "$out"
+bin="${1:?usage: scripts/gpu_model.sh BIN_DIR [DATA_DIR]}"
+data="${2:-}"
+if [[ -f "$bin/bundle.tar.xz" ]]; then
+  unpacked="$(mktemp -d)"
+  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
+  bin="$unpacked"
+fi
+bin="$(cd "$bin" && pwd)"
+source scripts/env.sh
+export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+pylibs="$(python3 -c 'import glob, site; print(":".join(d for p in site.getsitepackages()
+  for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"
+export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$pylibs"
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+status=0
+run() {  # NAME TIMEOUT COMMAND...: logs to $out/NAME.log, a failure fails the script
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+  [[ $rc -eq 0 ]] || status=1
+}
+for t in ops_gpu_tests seq_ops_gpu_tests attention_gpu_tests moe_gpu_tests gpu_model_tests \
+         kda_gpu_tests model_gpu_tests; do
+  [[ -x "$bin/$t" ]] && run "$t" "${TEST_TIMEOUT:-300}" "$bin/$t"
+done
+if [[ -x "$bin/orrery" ]]; then
+  run ops_cli 300 python3 scripts/gpu_ops_cli.py "$bin/orrery"
+fi
+for b in ops_gpu_bench attention_gpu_bench moe_gpu_bench; do
+  [[ -x "$bin/$b" ]] && run "$b" "${BENCH_TIMEOUT:-200}" "$bin/$b"
+done
+[[ -x "$bin/ops_gpu_bench" ]] && run ops_torch 200 python3 scripts/gpu_ops_torch.py
+# Whole-model training throughput (tokens/s, MFU, peak memory): small at 8 x 4K and 1 x 32K,
+# bench-1b at 4 x 4K. MODEL_BENCH="" skips them.
+if [[ -x "$bin/gpu_model_bench" ]]; then
+  for spec in ${MODEL_BENCH-small:4096:8 small:32768:1 bench-1b:4096:4}; do
+    IFS=: read -r name seq rows <<< "$spec"
+    run "model_bench_${name}_${seq}x${rows}" "${BENCH_TIMEOUT:-200}" \
+      "$bin/gpu_model_bench" "configs/model/$name.toml" "$seq" "$rows" 5
+  done
+fi
+if [[ -x "$bin/orrery" && -n "$data" ]]; then
+  # Part-way (a checkpoint at step 20), then resumed to the end of the last stage.
+  rm -rf "$out/pretrain"
+  run pretrain_part "${PRETRAIN_TIMEOUT:-400}" "$bin/orrery" pretrain \
+    --config configs/pretrain/gpu.toml --data "$data" --out "$out/pretrain" --max-steps 20
+  run pretrain_resume "${PRETRAIN_TIMEOUT:-400}" "$bin/orrery" pretrain \
+    --config configs/pretrain/gpu.toml --data "$data" --out "$out/pretrain" --resume
+  rm -rf "$out/pretrain/checkpoints"/*/optimizer.safetensors  # keep $OUT small
+fi
+cat "$out/summary.txt"
+grep -hE '^\[  (PASSED|FAILED) ' "$out"/*.log || true
+exit $status
