@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The orrery CLI: help lists subcommands, version prints, config check reports bad files in one
-# line with a non-zero exit and prints resolved values for good ones.
+# line with a non-zero exit and prints resolved values for good ones; bad option values and paths
+# that do not exist are one line and a non-zero exit too.
 set -uo pipefail
 orrery="$1"
 src="$2"
@@ -28,4 +29,20 @@ out="$("$orrery" config check "$tmp/missing.toml" 2>&1)"; rc=$?
 
 out="$("$orrery" config check "$src/configs/run.toml")" || fail "configs/run.toml rejected"
 printf '%s\n' "$out" | grep -q '^run.seed = 1234$' || fail "resolved values not printed: $out"
+
+# expect_one_line WHAT PATTERN CMD...: CMD exits non-zero with one line matching PATTERN.
+expect_one_line() {
+  local what="$1" pattern="$2"
+  shift 2
+  local out rc
+  out="$("$@" 2>&1)"; rc=$?
+  [ $rc -ne 0 ] || fail "$what: exited 0: $out"
+  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "$what: more than one line: $out"
+  printf '%s\n' "$out" | grep -qE -- "$pattern" || fail "$what: unexpected message: $out"
+}
+
+# Paths that do not exist say so.
+expect_one_line "missing run" "^orrery: $tmp/none: does not exist " \
+  "$orrery" export --run "$tmp/none" --format csv
+
 echo "cli_test: all checks passed"
