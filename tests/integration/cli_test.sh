@@ -44,5 +44,7 @@ expect_one_line() {
 # Paths that do not exist say so.
 expect_one_line "missing run" "^orrery: $tmp/none: does not exist " \
   "$orrery" export --run "$tmp/none" --format csv
+expect_one_line "missing checkpoint" "^orrery: checkpoint $tmp/none does not exist$" \
+  "$orrery" generate --checkpoint "$tmp/none" --prompt hi
 
 echo "cli_test: all checks passed"
