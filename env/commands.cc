@@ -180,6 +180,8 @@ void RegisterEnvCommands(CliRegistry& registry) {
        {"--timeout", "deadline in seconds for each call", CliKind::kFloat, false, "60"}},
       RunTry});
   registry.config_sections().Add("env", [](ConfigTable& root) {
+    // With [rl], the [rl] validator creates it, for the rollouts' episodes in flight.
+    if (root.Has("rl")) return;
     env::EnvRegistry envs;
     env::RegisterBuiltinEnvs(envs);
     StatusOr<std::unique_ptr<env::Env>> made = env::CreateEnvFromConfig(root, envs);

@@ -1,5 +1,6 @@
 #include "actors/rl/rl_config.h"
 
+#include "env/registry.h"
 #include "learner/comm/nccl_communicator.h"
 
 namespace orrery::rl_actors {
@@ -63,6 +64,19 @@ RlConfig ReadRlConfig(ConfigTable& root) {
   if (o.loss.kl_coef > 0)
     l.Fail("kl_coef", "needs a reference policy, which the RL phase does not keep yet: expected 0");
   return c;
+}
+
+env::EnvDemand RolloutEnvDemand(const RlConfig& config) {
+  return env::EnvDemand{config.slots, "rl.rollout.slots"};
+}
+
+void ValidateRlSection(ConfigTable& root) {
+  const RlConfig c = ReadRlConfig(root);
+  env::EnvRegistry registry;
+  env::RegisterBuiltinEnvs(registry);
+  StatusOr<std::unique_ptr<env::Env>> made =
+      env::CreateEnvFromConfig(root, registry, RolloutEnvDemand(c));
+  if (!made.ok()) root.Table("env").Fail("name", made.status().message());
 }
 
 }  // namespace orrery::rl_actors

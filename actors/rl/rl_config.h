@@ -18,7 +18,8 @@
 //   gloo_timeout_ms = 60000       # learner-rank rendezvous and collectives
 //
 //   [rl.rollout]
-//   slots = 16                    # episodes decoded together (continuous batching)
+//   slots = 16                    # episodes decoded together (continuous batching); also the
+//                                 #   default size of the environment's sandbox pools
 //   temperature = 1.0  top_p = 1.0
 //   max_turns = 3  max_turn_tokens = 64  max_episode_tokens = 320
 //   env_timeout_s = 30
@@ -46,6 +47,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "env/env.h"
 #include "learner/rl/rl_trainer.h"
 #include "rollout/agent_loop.h"
 
@@ -75,5 +77,12 @@ struct RlConfig {
 
 // Reads root.[rl]; problems are recorded in the document (see ConfigDocument::Finish).
 RlConfig ReadRlConfig(ConfigTable& root);
+
+// What a rollout actor asks of its environment: `slots` episodes in flight.
+env::EnvDemand RolloutEnvDemand(const RlConfig& config);
+
+// The `orrery config check` (and launch) validator of [rl]: ReadRlConfig, then the environment of
+// [env], created for the rollout's demand (so a sandbox pool smaller than the slots is refused).
+void ValidateRlSection(ConfigTable& root);
 
 }  // namespace orrery::rl_actors

@@ -47,4 +47,15 @@ expect_one_line "missing run" "^orrery: $tmp/none: does not exist " \
 expect_one_line "missing checkpoint" "^orrery: checkpoint $tmp/none does not exist$" \
   "$orrery" generate --checkpoint "$tmp/none" --prompt hi
 
+# Sandbox pools: sized from [rl.rollout] slots by default; a smaller explicit pool is refused.
+mkdir -p "$tmp/ckpt" && echo '{}' > "$tmp/ckpt/trainer.json"
+printf '[rl]\ninit = "ckpt"\n[rl.rollout]\nslots = 32\n[env]\nname = "python"\n' > "$tmp/pool.toml"
+out="$("$orrery" config check "$tmp/pool.toml")" || fail "pool sized from slots rejected: $out"
+printf '%s\n' "$out" | grep -q '^env.python.pool_size = 32  # default$' ||
+  fail "pool not sized from the slots: $out"
+printf '%s\n[env.python]\npool_size = 16\n' "$(cat "$tmp/pool.toml")" > "$tmp/small_pool.toml"
+expect_one_line "pool below the slots" \
+  "^orrery: $tmp/small_pool.toml:8: env.python.pool_size: expected at least 32 " \
+  "$orrery" config check "$tmp/small_pool.toml"
+
 echo "cli_test: all checks passed"
