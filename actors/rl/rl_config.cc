@@ -1,6 +1,7 @@
 #include "actors/rl/rl_config.h"
 
 #include "env/registry.h"
+#include "learner/checkpoint.h"
 #include "learner/comm/nccl_communicator.h"
 
 namespace orrery::rl_actors {
@@ -72,6 +73,17 @@ env::EnvDemand RolloutEnvDemand(const RlConfig& config) {
 
 void ValidateRlSection(ConfigTable& root) {
   const RlConfig c = ReadRlConfig(root);
+  ConfigTable t = root.Table("rl");
+  // With [pretrain], rl.init (default RUN/pretrain) may be what the pretraining phase writes.
+  if (!root.Has("pretrain")) {
+    if (c.init.empty()) {
+      t.Fail("init",
+             "not set and the config does not pretrain: expected the initial policy's checkpoint "
+             "or run directory");
+    } else if (StatusOr<std::string> dir = ResolveCheckpointDir(c.init); !dir.ok()) {
+      t.Fail("init", dir.status().message());
+    }
+  }
   env::EnvRegistry registry;
   env::RegisterBuiltinEnvs(registry);
   StatusOr<std::unique_ptr<env::Env>> made =

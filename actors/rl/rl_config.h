@@ -2,7 +2,8 @@
 //
 //   [rl]
 //   init = "runs/demo/pretrain"   # the policy to start from: a checkpoint, checkpoints or run
-//                                 #   directory (relative to the config file)
+//                                 #   directory (relative to the config file); default, when
+//                                 #   the config pretrains: RUN/pretrain
 //   steps = 120                   # learner updates (policy versions) of the phase
 //   groups_per_step = 8           # groups per update, over all learner ranks
 //   group_size = 8                # G: episodes per task
@@ -81,8 +82,9 @@ RlConfig ReadRlConfig(ConfigTable& root);
 // What a rollout actor asks of its environment: `slots` episodes in flight.
 env::EnvDemand RolloutEnvDemand(const RlConfig& config);
 
-// The `orrery config check` (and launch) validator of [rl]: ReadRlConfig, then the environment of
-// [env], created for the rollout's demand (so a sandbox pool smaller than the slots is refused).
+// The `orrery config check` (and launch) validator of [rl]: ReadRlConfig, then what involves the
+// rest of the file: without [pretrain], rl.init must name a checkpoint; the environment of [env]
+// is created for the rollout's demand (so a sandbox pool smaller than the slots is refused).
 void ValidateRlSection(ConfigTable& root);
 
 }  // namespace orrery::rl_actors

@@ -58,4 +58,16 @@ expect_one_line "pool below the slots" \
   "^orrery: $tmp/small_pool.toml:8: env.python.pool_size: expected at least 32 " \
   "$orrery" config check "$tmp/small_pool.toml"
 
+# [rl] init: unset without [pretrain], or not a checkpoint, is refused by config check (and so
+# by launch, before a dashboard or a run directory).
+printf '[rl]\nsteps = 2\n' > "$tmp/rl_noinit.toml"
+expect_one_line "rl without init" "^orrery: $tmp/rl_noinit.toml:1: rl.init: not set " \
+  "$orrery" config check "$tmp/rl_noinit.toml"
+printf '[rl]\ninit = "none"\n' > "$tmp/rl_missing.toml"
+expect_one_line "rl.init missing" \
+  "^orrery: $tmp/rl_missing.toml:2: rl.init: checkpoint $tmp/none does not exist$" \
+  "$orrery" config check "$tmp/rl_missing.toml"
+expect_one_line "launch with rl.init missing" "rl.init: checkpoint $tmp/none does not exist" \
+  "$orrery" launch "$tmp/rl_missing.toml" --dry-run
+
 echo "cli_test: all checks passed"
