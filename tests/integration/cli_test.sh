@@ -70,4 +70,8 @@ expect_one_line "rl.init missing" \
 expect_one_line "launch with rl.init missing" "rl.init: checkpoint $tmp/none does not exist" \
   "$orrery" launch "$tmp/rl_missing.toml" --dry-run
 
+# Option values: not a number, out of range.
+expect_one_line "--max-tokens abc" "^orrery: --max-tokens: expected an integer, got 'abc' " \
+  "$orrery" generate --checkpoint "$tmp/none" --prompt hi --max-tokens abc
+
 echo "cli_test: all checks passed"
