@@ -73,5 +73,7 @@ expect_one_line "launch with rl.init missing" "rl.init: checkpoint $tmp/none doe
 # Option values: not a number, out of range.
 expect_one_line "--max-tokens abc" "^orrery: --max-tokens: expected an integer, got 'abc' " \
   "$orrery" generate --checkpoint "$tmp/none" --prompt hi --max-tokens abc
+expect_one_line "--max-tokens -5" "^orrery: generate: --max-tokens -5 is outside \[1, " \
+  "$orrery" generate --checkpoint "$tmp/none" --prompt hi --max-tokens -5
 
 echo "cli_test: all checks passed"
