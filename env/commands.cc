@@ -73,6 +73,11 @@ void PrintMessage(const ChatMessage& m) {
 
 // One episode in the terminal: the person plays the model.
 int RunTry(const CliArgs& args) {
+  const int64_t task_seed = args.Int("task-seed");
+  if (task_seed < 0) {
+    return ReportError(InvalidArgumentError("env try: --task-seed " + std::to_string(task_seed) +
+                                            " is negative: expected a task index >= 0"));
+  }
   env::EnvRegistry registry;
   env::RegisterBuiltinEnvs(registry);
   StatusOr<std::unique_ptr<env::Env>> made = MakeEnv(args, registry);
@@ -80,7 +85,7 @@ int RunTry(const CliArgs& args) {
   env::Env& e = **made;
   StatusOr<env::Split> split = env::ParseSplit(args.Get("split", "train"));
   if (!split.ok()) return ReportError(split.status().WithContext("env try: --split"));
-  StatusOr<env::TaskRef> task = e.Task(*split, static_cast<uint64_t>(args.Int("task-seed")));
+  StatusOr<env::TaskRef> task = e.Task(*split, static_cast<uint64_t>(task_seed));
   if (!task.ok()) return ReportError(task.status().WithContext("env try"));
   const double timeout = args.Float("timeout", 60);
   StatusOr<std::unique_ptr<env::Episode>> ep = e.Reset(*task, env::DeadlineIn(timeout));
@@ -180,6 +185,8 @@ void RegisterEnvCommands(CliRegistry& registry) {
        {"--timeout", "deadline in seconds for each call", CliKind::kFloat, false, "60"}},
       RunTry});
   registry.config_sections().Add("env", [](ConfigTable& root) {
+    // With [rl], the [rl] validator creates it, for the rollouts' episodes in flight.
+    if (root.Has("rl")) return;
     env::EnvRegistry envs;
     env::RegisterBuiltinEnvs(envs);
     StatusOr<std::unique_ptr<env::Env>> made = env::CreateEnvFromConfig(root, envs);

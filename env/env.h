@@ -77,6 +77,15 @@ class Episode {
                                        Deadline deadline) = 0;
 };
 
+// What the caller will ask of an environment at once, known when it is created.
+struct EnvDemand {
+  // Episodes open at the same time (a rollout actor's [rl.rollout] slots); 0 when unknown.
+  // Sandbox pools default to this many sandboxes, and a pool_size below it is a config error:
+  // an episode without a sandbox would wait for its deadline.
+  int episodes_in_flight = 0;
+  std::string source;  // where the number comes from, for messages: "rl.rollout.slots"
+};
+
 class Env {
  public:
   virtual ~Env() = default;

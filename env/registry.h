@@ -22,20 +22,25 @@
 namespace orrery::env {
 
 using EnvFactory = std::function<StatusOr<std::unique_ptr<Env>>(ConfigTable& options)>;
+// A factory that sizes what it keeps per episode (sandbox pools) from the caller's demand.
+using SizedEnvFactory =
+    std::function<StatusOr<std::unique_ptr<Env>>(ConfigTable& options, const EnvDemand& demand)>;
 
 class EnvRegistry {
  public:
   // AlreadyExists when `name` is taken.
   Status Register(std::string name, std::string description, EnvFactory factory);
+  Status RegisterSized(std::string name, std::string description, SizedEnvFactory factory);
   // NotFound (listing the registered names) for an unknown name.
-  StatusOr<std::unique_ptr<Env>> Create(const std::string& name, ConfigTable& options) const;
+  StatusOr<std::unique_ptr<Env>> Create(const std::string& name, ConfigTable& options,
+                                        const EnvDemand& demand = {}) const;
   // (name, description), sorted by name.
   std::vector<std::pair<std::string, std::string>> List() const;
 
  private:
   struct Entry {
     std::string description;
-    EnvFactory factory;
+    SizedEnvFactory factory;
   };
   std::map<std::string, Entry> entries_;
 };
@@ -44,7 +49,9 @@ class EnvRegistry {
 void RegisterBuiltinEnvs(EnvRegistry& registry);
 
 // Reads [env] from `root`: loads `plugins`, then creates the environment `name` with the options
-// of [env.<name>]. Config errors are recorded in the document (call Finish()).
-StatusOr<std::unique_ptr<Env>> CreateEnvFromConfig(ConfigTable& root, EnvRegistry& registry);
+// of [env.<name>], its sandbox pools sized for `demand`. Config errors are recorded in the
+// document (call Finish()).
+StatusOr<std::unique_ptr<Env>> CreateEnvFromConfig(ConfigTable& root, EnvRegistry& registry,
+                                                   const EnvDemand& demand = {});
 
 }  // namespace orrery::env

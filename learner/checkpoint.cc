@@ -131,8 +131,11 @@ StatusOr<std::string> LatestCheckpoint(const std::string& checkpoints_dir) {
 
 StatusOr<std::string> ResolveCheckpointDir(const std::string& path) {
   std::error_code ec;
-  if (!fs::is_directory(path, ec))
-    return NotFoundError("checkpoint " + path + " is not a directory");
+  const fs::file_status status = fs::status(path, ec);
+  if (status.type() == fs::file_type::not_found) {
+    return NotFoundError("checkpoint " + path + " does not exist");
+  }
+  if (!fs::is_directory(status)) return NotFoundError("checkpoint " + path + " is not a directory");
   if (fs::exists(path + "/trainer.json", ec)) return path;
   // A step directory without trainer.json is a damaged checkpoint, not a run directory.
   if (IsCheckpointName(fs::path(path).lexically_normal().filename().string())) return path;

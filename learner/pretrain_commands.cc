@@ -66,6 +66,11 @@ StatusOr<std::vector<int32_t>> Generate(model::Model& model, model::InferenceSta
 }
 
 int GenerateCommand(const CliArgs& args) {
+  const int64_t max_tokens = args.Int("max-tokens", 64);
+  if (max_tokens < 1 || max_tokens > (1 << 20)) {
+    return ReportError(InvalidArgumentError("generate: --max-tokens " + std::to_string(max_tokens) +
+                                            " is outside [1, 1048576]"));
+  }
   StatusOr<PolicyCheckpoint> m = LoadPolicyCheckpoint(args.Get("checkpoint"));
   if (!m.ok()) return ReportError(m.status());
   SamplingOptions sampling{args.Float("temperature", 0.0), args.Float("top-p", 1.0)};
@@ -73,7 +78,6 @@ int GenerateCommand(const CliArgs& args) {
     return ReportError(InvalidArgumentError("--temperature must be >= 0 and --top-p in (0, 1]"));
   }
   PhiloxGenerator rng(static_cast<uint64_t>(args.Int("seed", 0)), 0);
-  const int64_t max_tokens = args.Int("max-tokens", 64);
   StatusOr<std::unique_ptr<model::InferenceState>> state =
       model::InferenceState::Create(*m->model, model::InferenceOptions{1, 0});
   if (!state.ok()) return ReportError(state.status());

@@ -1,7 +1,10 @@
 // The `orrery` command line: builds a CLI11 parser from the commands every module registers.
 // This is the only translation unit that includes CLI11 (it is slow to compile).
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +23,33 @@ std::string LowerKey(const std::string& name) {
   while (!key.empty() && key[0] == '-') key.erase(0, 1);
   for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return key;
+}
+
+// "--max-tokens: expected an integer, got 'abc'" (CLI11 puts the option's name first).
+CLI::Validator IntValidator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        if (ec == std::errc::result_out_of_range) return "'" + text + "' is out of range";
+        if (ec != std::errc() || ptr != end) return "expected an integer, got '" + text + "'";
+        return "";
+      },
+      "INT");
+}
+
+CLI::Validator FloatValidator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(value)) {
+          return "expected a number, got '" + text + "'";
+        }
+        return "";
+      },
+      "NUMBER");
 }
 
 struct OptionSlot {
@@ -79,8 +109,8 @@ int Main(int argc, char** argv) {
       }
       slot.option = sub->add_option(o.name, slot.values, help);
       if (o.kind != CliKind::kStringList) slot.option->expected(1);
-      if (o.kind == CliKind::kInt) slot.option->check(CLI::TypeValidator<int64_t>("INT"));
-      if (o.kind == CliKind::kFloat) slot.option->check(CLI::Number);
+      if (o.kind == CliKind::kInt) slot.option->check(IntValidator());
+      if (o.kind == CliKind::kFloat) slot.option->check(FloatValidator());
       if (o.required) slot.option->required();
       if (!o.default_value.empty()) slot.option->default_str(o.default_value);
     }
@@ -110,7 +140,10 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // A bad command line is bad input like any other: one line, exit code 2 (see ReportError).
+    std::fprintf(stderr, "orrery: %s (run with --help for more information)\n", e.what());
+    return 2;
   }
   return exit_code;
 }

@@ -143,7 +143,9 @@ StatusOr<rl_actors::PolicyEvalResult> RunPhases::Evaluate(const std::string& che
   const rl_actors::RlConfig& rl = rl_config_;
   env::EnvRegistry registry;
   env::RegisterBuiltinEnvs(registry);
-  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Env> env, env::CreateEnvFromConfig(root, registry));
+  ORRERY_ASSIGN_OR_RETURN(
+      std::unique_ptr<env::Env> env,
+      env::CreateEnvFromConfig(root, registry, rl_actors::RolloutEnvDemand(rl)));
   ORRERY_ASSIGN_OR_RETURN(PolicyCheckpoint policy, LoadPolicyCheckpoint(checkpoint));
   rl_actors::PolicyEvalOptions o;
   o.tasks = rl.eval_tasks;

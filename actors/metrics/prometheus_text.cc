@@ -60,7 +60,11 @@ StatusOr<PrometheusSeriesName> ToPrometheusName(const std::string& metric) {
     if (IsLayerSegment(parts[i]) && !has_label("layer")) {
       out.labels.push_back({"layer", parts[i].substr(5)});
     } else if (IsKeyedSegment(parts[i]) && i + 1 < parts.size() && !has_label(parts[i])) {
+      // The key stays in the name, so that reward/env/calc/mean and reward/mean are two
+      // families (one family with and without the label would be counted twice by a sum()).
       out.labels.push_back({parts[i], parts[i + 1]});
+      if (!body.empty()) body.push_back('_');
+      body += parts[i];
       ++i;
     } else if (!parts[i].empty()) {
       if (!body.empty()) body.push_back('_');

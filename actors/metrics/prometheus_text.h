@@ -4,7 +4,9 @@
 // docs/dashboard.md):
 //   - `orrery_` prefix; the '/'-separated Orrery name joined with '_', other characters -> '_';
 //   - a segment `layer<N>` becomes the label layer="N"; the segment pairs `env/<X>`,
-//     `table/<X>` and `phase/<X>` become the labels env, table and phase;
+//     `table/<X>` and `phase/<X>` become the labels env, table and phase, their key staying in
+//     the name (reward/env/calc/mean -> orrery_reward_env_mean{env="calc"}, a family apart from
+//     reward/mean's orrery_reward_mean);
 //   - the record's source becomes the label actor; array metrics get one sample per element with
 //     the label index;
 //   - names ending in `_total` are counters, every other one a gauge (Orrery names carry base

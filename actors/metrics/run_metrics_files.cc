@@ -10,17 +10,28 @@ namespace orrery {
 StatusOr<std::vector<std::string>> FindRunMetricsFiles(const std::string& run_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) {
+  const fs::file_status status = fs::status(run_dir, ec);
+  if (status.type() == fs::file_type::not_found) {
     return NotFoundError(run_dir +
-                         ": not a run directory (expected a directory with metrics.jsonl)");
+                         ": does not exist (expected a run directory with metrics.jsonl)");
+  }
+  if (ec) return IoError(run_dir + ": " + ec.message());
+  if (!fs::is_directory(status)) {
+    return NotFoundError(run_dir +
+                         ": is not a directory (expected a run directory with metrics.jsonl)");
   }
   std::vector<std::string> files;
-  const fs::path top = fs::path(run_dir) / "metrics.jsonl";
-  if (fs::is_regular_file(top, ec)) files.push_back(top.string());
-  for (const fs::directory_entry& e : fs::directory_iterator(run_dir, ec)) {
-    if (!e.is_directory(ec)) continue;
-    const fs::path f = e.path() / "metrics.jsonl";
-    if (fs::is_regular_file(f, ec)) files.push_back(f.string());
+  // A missing file is no error: each check has its own error code, apart from the listing's.
+  auto add_if_file = [&files](const fs::path& path) {
+    std::error_code file_ec;
+    if (fs::is_regular_file(path, file_ec)) files.push_back(path.string());
+  };
+  add_if_file(fs::path(run_dir) / "metrics.jsonl");
+  add_if_file(fs::path(run_dir) / "fleet_metrics.jsonl");  // the launcher's (actors' states)
+  for (fs::directory_iterator it(run_dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    std::error_code entry_ec;
+    if (it->is_directory(entry_ec)) add_if_file(it->path() / "metrics.jsonl");
   }
   if (ec) return IoError(run_dir + ": cannot list directory: " + ec.message());
   std::sort(files.begin(), files.end());

@@ -1,7 +1,8 @@
 // Reading the metrics.jsonl files of a run directory, whole or as they grow.
 //
 // Every actor appends MetricRecord JSON lines to `metrics.jsonl` in the run directory, or in its
-// own sub-directory of it (`DIR/<actor>/metrics.jsonl`); both places are read. A line is taken only
+// own sub-directory of it (`DIR/<actor>/metrics.jsonl`); both places are read, and the launcher's
+// `DIR/fleet_metrics.jsonl` (each actor's state and restarts). A line is taken only
 // once it ends in '\n', so a record being written is never read half; malformed complete lines are
 // skipped and counted.
 #pragma once
@@ -16,7 +17,8 @@
 
 namespace orrery {
 
-// DIR/metrics.jsonl and DIR/*/metrics.jsonl that exist, sorted. Fails when DIR is not a directory.
+// DIR/metrics.jsonl, DIR/fleet_metrics.jsonl and DIR/*/metrics.jsonl that exist, sorted. Fails
+// when DIR does not exist or is not a directory.
 StatusOr<std::vector<std::string>> FindRunMetricsFiles(const std::string& run_dir);
 
 // Follows the metric files of a run directory: each Poll returns the records appended since the

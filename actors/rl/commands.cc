@@ -23,7 +23,8 @@ int EvalCommand(const ConfigSections* sections, const CliArgs& args) {
   const RlConfig rl = ReadRlConfig(root);
   env::EnvRegistry registry;
   env::RegisterBuiltinEnvs(registry);
-  StatusOr<std::unique_ptr<env::Env>> env = env::CreateEnvFromConfig(root, registry);
+  StatusOr<std::unique_ptr<env::Env>> env =
+      env::CreateEnvFromConfig(root, registry, RolloutEnvDemand(rl));
   if (!env.ok()) return ReportError(env.status().WithContext(config_path));
 
   const std::string checkpoint = args.Has("checkpoint") ? args.Get("checkpoint") : rl.init;
@@ -65,7 +66,7 @@ int EvalCommand(const ConfigSections* sections, const CliArgs& args) {
 }  // namespace
 
 void RegisterRlCommands(CliRegistry& registry) {
-  registry.config_sections().Add("rl", [](ConfigTable& root) { ReadRlConfig(root); });
+  registry.config_sections().Add("rl", ValidateRlSection);
   RegisterActorRole({"rollout",
                      "RL rollouts: the agent loop on the newest policy, into the replay store",
                      RolloutMain});

@@ -1,5 +1,7 @@
 #include "actors/rl/rl_config.h"
 
+#include "env/registry.h"
+#include "learner/checkpoint.h"
 #include "learner/comm/nccl_communicator.h"
 
 namespace orrery::rl_actors {
@@ -63,6 +65,30 @@ RlConfig ReadRlConfig(ConfigTable& root) {
   if (o.loss.kl_coef > 0)
     l.Fail("kl_coef", "needs a reference policy, which the RL phase does not keep yet: expected 0");
   return c;
+}
+
+env::EnvDemand RolloutEnvDemand(const RlConfig& config) {
+  return env::EnvDemand{config.slots, "rl.rollout.slots"};
+}
+
+void ValidateRlSection(ConfigTable& root) {
+  const RlConfig c = ReadRlConfig(root);
+  ConfigTable t = root.Table("rl");
+  // With [pretrain], rl.init (default RUN/pretrain) may be what the pretraining phase writes.
+  if (!root.Has("pretrain")) {
+    if (c.init.empty()) {
+      t.Fail("init",
+             "not set and the config does not pretrain: expected the initial policy's checkpoint "
+             "or run directory");
+    } else if (StatusOr<std::string> dir = ResolveCheckpointDir(c.init); !dir.ok()) {
+      t.Fail("init", dir.status().message());
+    }
+  }
+  env::EnvRegistry registry;
+  env::RegisterBuiltinEnvs(registry);
+  StatusOr<std::unique_ptr<env::Env>> made =
+      env::CreateEnvFromConfig(root, registry, RolloutEnvDemand(c));
+  if (!made.ok()) root.Table("env").Fail("name", made.status().message());
 }
 
 }  // namespace orrery::rl_actors

@@ -2,7 +2,8 @@
 //
 //   [rl]
 //   init = "runs/demo/pretrain"   # the policy to start from: a checkpoint, checkpoints or run
-//                                 #   directory (relative to the config file)
+//                                 #   directory (relative to the config file); default, when
+//                                 #   the config pretrains: RUN/pretrain
 //   steps = 120                   # learner updates (policy versions) of the phase
 //   groups_per_step = 8           # groups per update, over all learner ranks
 //   group_size = 8                # G: episodes per task
@@ -18,7 +19,8 @@
 //   gloo_timeout_ms = 60000       # learner-rank rendezvous and collectives
 //
 //   [rl.rollout]
-//   slots = 16                    # episodes decoded together (continuous batching)
+//   slots = 16                    # episodes decoded together (continuous batching); also the
+//                                 #   default size of the environment's sandbox pools
 //   temperature = 1.0  top_p = 1.0
 //   max_turns = 3  max_turn_tokens = 64  max_episode_tokens = 320
 //   env_timeout_s = 30
@@ -46,6 +48,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "env/env.h"
 #include "learner/rl/rl_trainer.h"
 #include "rollout/agent_loop.h"
 
@@ -75,5 +78,13 @@ struct RlConfig {
 
 // Reads root.[rl]; problems are recorded in the document (see ConfigDocument::Finish).
 RlConfig ReadRlConfig(ConfigTable& root);
+
+// What a rollout actor asks of its environment: `slots` episodes in flight.
+env::EnvDemand RolloutEnvDemand(const RlConfig& config);
+
+// The `orrery config check` (and launch) validator of [rl]: ReadRlConfig, then what involves the
+// rest of the file: without [pretrain], rl.init must name a checkpoint; the environment of [env]
+// is created for the rollout's demand (so a sandbox pool smaller than the slots is refused).
+void ValidateRlSection(ConfigTable& root);
 
 }  // namespace orrery::rl_actors

@@ -258,7 +258,8 @@ Status RolloutMain(ActorContext& ctx) {
                           ResolveRlConfig(ReadRlConfig(root), RlRunPaths(ctx.run_dir())));
   env::EnvRegistry registry;
   env::RegisterBuiltinEnvs(registry);
-  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Env> env, env::CreateEnvFromConfig(root, registry));
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Env> env,
+                          env::CreateEnvFromConfig(root, registry, RolloutEnvDemand(config)));
   ORRERY_ASSIGN_OR_RETURN(PolicyCheckpoint policy, LoadPolicyCheckpoint(config.init));
   const int count = FleetRoleCount(root, "rollout");
   const std::string metrics_endpoint = root.Table("fleet").String("metrics_endpoint", "");

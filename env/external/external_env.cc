@@ -153,14 +153,14 @@ class ExternalEnv : public Env {
 
 }  // namespace
 
-ExternalEnvOptions ReadExternalEnvOptions(ConfigTable& table) {
+ExternalEnvOptions ReadExternalEnvOptions(ConfigTable& table, const EnvDemand& demand) {
   ExternalEnvOptions o;
   o.dir = table.Path("dir", "");
   o.command = table.StringList("command", {});
   if (o.command.empty()) table.Fail("command", "expected a non-empty list of strings (argv)");
   o.seed = static_cast<uint64_t>(table.Int("seed", 0, 0));
   o.call_seconds = table.Float("wall_seconds", 30, 0.1, 3600);
-  o.pool_size = static_cast<int>(table.Int("pool_size", 16, 1, 4096));
+  o.pool_size = ReadPoolSize(table, demand, 1024);
   o.sandbox.limits.address_space_bytes = table.Int("memory_mb", 1024, 64, 1 << 20) << 20;
   o.sandbox.limits.wall_seconds = o.call_seconds;
   return o;

@@ -10,7 +10,8 @@
 // Options ([env.external]):
 //   dir = "env/examples"                               host directory mounted at /env
 //   command = ["/usr/bin/python3", "/env/guess_env.py"]
-//   seed = 0, wall_seconds = 30 (per call), pool_size = 16, memory_mb = 1024
+//   seed = 0, wall_seconds = 30 (per call), memory_mb = 1024
+//   pool_size = the episodes in flight (EnvDemand; 16 when unknown), at most 2048
 #pragma once
 
 #include <memory>
@@ -34,7 +35,7 @@ struct ExternalEnvOptions {
   SandboxOptions sandbox;
 };
 
-ExternalEnvOptions ReadExternalEnvOptions(ConfigTable& table);
+ExternalEnvOptions ReadExternalEnvOptions(ConfigTable& table, const EnvDemand& demand);
 // Starts the program once for `describe`; fails with a clear message when it does not answer.
 StatusOr<std::unique_ptr<Env>> MakeExternalEnv(const ExternalEnvOptions& options);
 

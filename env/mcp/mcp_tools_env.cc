@@ -89,7 +89,7 @@ class McpToolsEnv : public Env {
 
 }  // namespace
 
-std::vector<McpAttachment> ReadMcpAttachments(ConfigTable& env_table) {
+std::vector<McpAttachment> ReadMcpAttachments(ConfigTable& env_table, const EnvDemand& demand) {
   std::vector<McpAttachment> out;
   for (ConfigTable& t : env_table.TableArray("mcp")) {
     McpAttachment a;
@@ -98,7 +98,7 @@ std::vector<McpAttachment> ReadMcpAttachments(ConfigTable& env_table) {
     if (a.server.command.empty()) t.Fail("command", "expected a non-empty list of strings (argv)");
     a.server.call_seconds = t.Float("wall_seconds", 30, 0.1, 3600);
     a.dir = t.Path("dir", "");
-    a.pool_size = static_cast<int>(t.Int("pool_size", 16, 1, 1024));
+    a.pool_size = ReadPoolSize(t, demand, 1024);
     a.sandbox.limits.wall_seconds = 3600;  // servers live for the episode
     a.sandbox.limits.address_space_bytes = t.Int("memory_mb", 16384, 64, 1 << 20) << 20;
     a.sandbox.limits.open_files = t.Int("open_files", 1024, 16, 1 << 20);

@@ -15,6 +15,7 @@
 //   wall_seconds = 30                # deadline of each request
 //   memory_mb = 16384                # RLIMIT_AS: V8 reserves large virtual ranges up front
 //   open_files = 1024                # node opens every module file at start-up
+//   pool_size = 32                   # sandboxes; default: the episodes in flight (EnvDemand)
 #pragma once
 
 #include <memory>
@@ -34,7 +35,8 @@ struct McpAttachment {
   int pool_size = 16;
 };
 
-std::vector<McpAttachment> ReadMcpAttachments(ConfigTable& env_table);
+// [[env.mcp]] of `env_table`; each server's pool_size defaults to the demand (ReadPoolSize).
+std::vector<McpAttachment> ReadMcpAttachments(ConfigTable& env_table, const EnvDemand& demand);
 std::unique_ptr<Env> WithMcpTools(std::unique_ptr<Env> inner, std::vector<McpAttachment> servers);
 
 }  // namespace orrery::env

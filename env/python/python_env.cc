@@ -217,13 +217,13 @@ std::optional<std::string> LastPythonBlock(const std::string& text) {
   return found;
 }
 
-PythonEnvOptions ReadPythonEnvOptions(ConfigTable& table) {
+PythonEnvOptions ReadPythonEnvOptions(ConfigTable& table, const EnvDemand& demand) {
   PythonEnvOptions o;
   o.seed = static_cast<uint64_t>(table.Int("seed", 0, 0));
   o.sandbox.limits.wall_seconds = table.Float("wall_seconds", 20, 0.1, 3600);
   o.sandbox.limits.cpu_seconds = table.Int("cpu_seconds", 10, 1, 3600);
   o.sandbox.limits.address_space_bytes = table.Int("memory_mb", 1024, 64, 1 << 20) << 20;
-  o.pool_size = static_cast<int>(table.Int("pool_size", 16, 1, 4096));
+  o.pool_size = ReadPoolSize(table, demand, 2047);
   return o;
 }
 

@@ -11,7 +11,8 @@
 // Reward = fraction of hidden tests passed. Components: "tests_passed", "tests_total",
 // "tampered", "run_python_calls".
 //
-// Options ([env.python]): seed, wall_seconds, cpu_seconds, memory_mb, pool_size.
+// Options ([env.python]): seed, wall_seconds, cpu_seconds, memory_mb, pool_size (default: the
+// episodes in flight, see EnvDemand).
 #pragma once
 
 #include <memory>
@@ -28,7 +29,7 @@ struct PythonEnvOptions {
   int pool_size = 16;      // sandboxes kept for reuse (episodes in flight at most)
 };
 
-PythonEnvOptions ReadPythonEnvOptions(ConfigTable& table);
+PythonEnvOptions ReadPythonEnvOptions(ConfigTable& table, const EnvDemand& demand);
 std::unique_ptr<Env> MakePythonEnv(const PythonEnvOptions& options);
 
 // The source of the last ```python (or plain ```) fenced block in `text`, if any.

@@ -1,6 +1,19 @@
 #include "env/sandbox/sandbox_pool.h"
 
+#include <algorithm>
+
 namespace orrery::env {
+
+int ReadPoolSize(ConfigTable& table, const EnvDemand& demand, int max) {
+  const int wanted = demand.episodes_in_flight > 0 ? demand.episodes_in_flight : 16;
+  const int size = static_cast<int>(table.Int("pool_size", std::min(wanted, max), 1, max));
+  if (size < demand.episodes_in_flight) {
+    table.Fail("pool_size", "expected at least " + std::to_string(demand.episodes_in_flight) +
+                                " (one sandbox per episode in flight: " + demand.source +
+                                "), got " + std::to_string(size));
+  }
+  return size;
+}
 
 PooledSandbox::~PooledSandbox() {
   if (sandbox_) pool_->Release(std::move(sandbox_));

@@ -11,9 +11,15 @@
 #include <mutex>
 #include <vector>
 
+#include "core/config.h"
+#include "env/env.h"
 #include "env/sandbox/sandbox.h"
 
 namespace orrery::env {
+
+// The `pool_size` key of an environment's options, in [1, max]: by default the demand's episodes
+// in flight (16 when unknown); a value below them is recorded as the table's error.
+int ReadPoolSize(ConfigTable& table, const EnvDemand& demand, int max);
 
 class SandboxPool;
 

@@ -4,7 +4,7 @@
 //   - every chart of every panel (Pretraining, Reward, Rollout, Learner, Routing, Fleet) has data and draws
 //     non-blank pixels,
 //   - the routing heatmap has layers x experts cells,
-//   - the fleet table lists every actor,
+//   - the fleet table lists every actor, and the status line calls the recorded run finished,
 //   - switching the x axis to wall time redraws every chart.
 // A full-page screenshot is kept in --out (a CTest artifact under the build directory).
 //
@@ -118,6 +118,10 @@ async function main() {
     check(status.biasCells === layers * experts, `QB bias heatmap has ${layers * experts} cells (got ${status.biasCells})`);
     check(status.actors === Number(args.actors), `fleet table lists ${args.actors} actors (got ${status.actors})`);
     check(status.replayTables > 0, `replay tables listed (${status.replayTables})`);
+    // The recorded run ended long ago: the status line says so rather than "live".
+    const statusText = await page.textContent("#status");
+    check(statusText.includes("finished") && !statusText.includes("live"),
+      `a finished run is not shown as live ("${statusText}")`);
     await page.screenshot({ path: path.join(args.out, "dashboard.png"), fullPage: true });
 
     // Wall-time axis: every chart is redrawn with data.

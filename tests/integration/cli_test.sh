@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The orrery CLI: help lists subcommands, version prints, config check reports bad files in one
-# line with a non-zero exit and prints resolved values for good ones.
+# line with a non-zero exit and prints resolved values for good ones; bad option values and paths
+# that do not exist are one line and a non-zero exit too.
 set -uo pipefail
 orrery="$1"
 src="$2"
@@ -28,4 +29,51 @@ out="$("$orrery" config check "$tmp/missing.toml" 2>&1)"; rc=$?
 
 out="$("$orrery" config check "$src/configs/run.toml")" || fail "configs/run.toml rejected"
 printf '%s\n' "$out" | grep -q '^run.seed = 1234$' || fail "resolved values not printed: $out"
+
+# expect_one_line WHAT PATTERN CMD...: CMD exits non-zero with one line matching PATTERN.
+expect_one_line() {
+  local what="$1" pattern="$2"
+  shift 2
+  local out rc
+  out="$("$@" 2>&1)"; rc=$?
+  [ $rc -ne 0 ] || fail "$what: exited 0: $out"
+  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "$what: more than one line: $out"
+  printf '%s\n' "$out" | grep -qE -- "$pattern" || fail "$what: unexpected message: $out"
+}
+
+# Paths that do not exist say so.
+expect_one_line "missing run" "^orrery: $tmp/none: does not exist " \
+  "$orrery" export --run "$tmp/none" --format csv
+expect_one_line "missing checkpoint" "^orrery: checkpoint $tmp/none does not exist$" \
+  "$orrery" generate --checkpoint "$tmp/none" --prompt hi
+
+# Sandbox pools: sized from [rl.rollout] slots by default; a smaller explicit pool is refused.
+mkdir -p "$tmp/ckpt" && echo '{}' > "$tmp/ckpt/trainer.json"
+printf '[rl]\ninit = "ckpt"\n[rl.rollout]\nslots = 32\n[env]\nname = "python"\n' > "$tmp/pool.toml"
+out="$("$orrery" config check "$tmp/pool.toml")" || fail "pool sized from slots rejected: $out"
+printf '%s\n' "$out" | grep -q '^env.python.pool_size = 32  # default$' ||
+  fail "pool not sized from the slots: $out"
+printf '%s\n[env.python]\npool_size = 16\n' "$(cat "$tmp/pool.toml")" > "$tmp/small_pool.toml"
+expect_one_line "pool below the slots" \
+  "^orrery: $tmp/small_pool.toml:8: env.python.pool_size: expected at least 32 " \
+  "$orrery" config check "$tmp/small_pool.toml"
+
+# [rl] init: unset without [pretrain], or not a checkpoint, is refused by config check (and so
+# by launch, before a dashboard or a run directory).
+printf '[rl]\nsteps = 2\n' > "$tmp/rl_noinit.toml"
+expect_one_line "rl without init" "^orrery: $tmp/rl_noinit.toml:1: rl.init: not set " \
+  "$orrery" config check "$tmp/rl_noinit.toml"
+printf '[rl]\ninit = "none"\n' > "$tmp/rl_missing.toml"
+expect_one_line "rl.init missing" \
+  "^orrery: $tmp/rl_missing.toml:2: rl.init: checkpoint $tmp/none does not exist$" \
+  "$orrery" config check "$tmp/rl_missing.toml"
+expect_one_line "launch with rl.init missing" "rl.init: checkpoint $tmp/none does not exist" \
+  "$orrery" launch "$tmp/rl_missing.toml" --dry-run
+
+# Option values: not a number, out of range.
+expect_one_line "--max-tokens abc" "^orrery: --max-tokens: expected an integer, got 'abc' " \
+  "$orrery" generate --checkpoint "$tmp/none" --prompt hi --max-tokens abc
+expect_one_line "--max-tokens -5" "^orrery: generate: --max-tokens -5 is outside \[1, " \
+  "$orrery" generate --checkpoint "$tmp/none" --prompt hi --max-tokens -5
+
 echo "cli_test: all checks passed"

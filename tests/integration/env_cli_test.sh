@@ -45,6 +45,12 @@ printf 'calculate {"expression": "%s"}\nanswer Answer: %s\n' "$expr" "$value" |
 grep -q "^> reward 1$" "$tmp/t2.txt" || fail "right answer not rewarded: $(cat "$tmp/t2.txt")"
 printf 'answer Answer: 0.000001\n' | "$orrery" env try --env calc --task-seed 2 > "$tmp/t3.txt" 2>&1
 grep -q "^> reward 0$" "$tmp/t3.txt" || fail "wrong answer rewarded: $(cat "$tmp/t3.txt")"
+if "$orrery" env try --env calc --task-seed -3 </dev/null >"$tmp/out" 2>"$tmp/err"; then
+  fail "--task-seed -3 accepted"
+fi
+[ "$(wc -l < "$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] ||
+  fail "not one line: $(cat "$tmp/out" "$tmp/err")"
+grep -q -- "--task-seed -3 is negative" "$tmp/err" || fail "unclear error: $(cat "$tmp/err")"
 if "$orrery" env try --env nope 2>"$tmp/err"; then fail "unknown env accepted"; fi
 grep -q "unknown environment 'nope'" "$tmp/err" || fail "unclear error: $(cat "$tmp/err")"
 # config check validates [env] strictly.

@@ -329,10 +329,16 @@ function ageText(seconds) {
   return `${(seconds / 3600).toFixed(1)} h ago`;
 }
 
-function drawFleet() {
+// The server's clock and the time of the run's last record; a run silent for a minute has
+// finished (a recorded run, or a launch that stopped).
+function runTimes() {
   const now = state.info ? state.info.now : Date.now() / 1000;
   const runEnd = Math.max(0, ...state.actors.map((a) => a.last_time));
-  const finished = now - runEnd > 60;
+  return { now, runEnd, finished: now - runEnd > 60 };
+}
+
+function drawFleet() {
+  const { now, runEnd, finished } = runTimes();
   const rows = state.actors.map((a) => {
     const code = latestOf("fleet/state", a.source);
     const restarts = latestOf("fleet/restarts_total", a.source);
@@ -367,9 +373,12 @@ function render() {
   document.getElementById("run-title").textContent = info && info.title ? `— ${info.title}` : "";
   const status = document.getElementById("status");
   const live = document.getElementById("live").checked;
+  const { now, runEnd, finished } = runTimes();
+  const mode = finished ? `finished (last record ${ageText(now - runEnd)})`
+    : (live ? "live" : "paused");
   status.textContent = `${info.records} records, ${info.series} series, ${info.actors} actors` +
-    (live ? " · live" : " · paused") + (state.lastError ? ` · ${state.lastError}` : "");
-  status.className = live && !state.lastError ? "status live" : "status";
+    ` · ${mode}` + (state.lastError ? ` · ${state.lastError}` : "");
+  status.className = live && !finished && !state.lastError ? "status live" : "status";
   window.orreryDashboard.ready = true;
 }
 

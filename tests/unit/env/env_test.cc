@@ -133,5 +133,52 @@ TEST(EnvRegistryTest, CreateFromConfigAndErrors) {
             std::string::npos);
 }
 
+// Sandbox pools follow the caller's demand: by default one sandbox per episode in flight, and a
+// config asking for fewer is refused in one line (episodes beyond the pool would stall).
+TEST(EnvRegistryTest, SandboxPoolsAreSizedFromTheEpisodesInFlight) {
+  EnvRegistry registry;
+  RegisterBuiltinEnvs(registry);
+  const EnvDemand slots{32, "rl.rollout.slots"};
+  const std::string mcp = "[[env.mcp]]\nname = \"fs\"\ncommand = [\"/bin/true\"]\n";
+  StatusOr<ConfigDocument> doc =
+      ConfigDocument::ParseString("[env]\nname = \"python\"\n" + mcp, "t.toml");
+  ASSERT_TRUE(doc.ok());
+  ConfigTable root = doc->root();
+  ASSERT_TRUE(CreateEnvFromConfig(root, registry, slots).ok());
+  ASSERT_TRUE(doc->Finish().ok()) << doc->Finish().ToString();
+  EXPECT_NE(doc->ResolvedText().find("env.python.pool_size = 32  # default\n"), std::string::npos)
+      << doc->ResolvedText();
+  EXPECT_NE(doc->ResolvedText().find("env.mcp[0].pool_size = 32  # default\n"), std::string::npos)
+      << doc->ResolvedText();
+
+  doc = ConfigDocument::ParseString(
+      "[env]\nname = \"external\"\n[env.external]\ncommand = [\"/bin/true\"]\npool_size = 16\n",
+      "t.toml");
+  root = doc->root();
+  (void)CreateEnvFromConfig(root, registry, slots);
+  EXPECT_EQ(doc->Finish().message(),
+            "t.toml:5: env.external.pool_size: expected at least 32 (one sandbox per episode in "
+            "flight: rl.rollout.slots), got 16");
+
+  doc = ConfigDocument::ParseString("[env]\nname = \"calc\"\n" + mcp + "pool_size = 8\n", "t.toml");
+  root = doc->root();
+  ASSERT_TRUE(CreateEnvFromConfig(root, registry, slots).ok());
+  EXPECT_EQ(doc->Finish().message(),
+            "t.toml:6: env.mcp[0].pool_size: expected at least 32 (one sandbox per episode in "
+            "flight: rl.rollout.slots), got 8");
+
+  // Without a known demand (env try, env serve): 16 by default, any size accepted.
+  doc = ConfigDocument::ParseString("[env]\nname = \"python\"\n[env.python]\npool_size = 2\n",
+                                    "t.toml");
+  root = doc->root();
+  ASSERT_TRUE(CreateEnvFromConfig(root, registry).ok());
+  EXPECT_TRUE(doc->Finish().ok()) << doc->Finish().ToString();
+  doc = ConfigDocument::ParseString("[env]\nname = \"python\"\n", "t.toml");
+  root = doc->root();
+  ASSERT_TRUE(CreateEnvFromConfig(root, registry).ok());
+  EXPECT_NE(doc->ResolvedText().find("env.python.pool_size = 16  # default\n"), std::string::npos)
+      << doc->ResolvedText();
+}
+
 }  // namespace
 }  // namespace orrery::env

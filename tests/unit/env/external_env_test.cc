@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/config.h"
+#include "env/registry.h"
+
 namespace orrery::env {
 namespace {
 
@@ -61,6 +64,30 @@ TEST(ExternalEnvTest, PythonExampleEpisodeBinarySearch) {
   EXPECT_EQ(e.Step(ToolCall{"x", "guess", "{\"n\": \"five\"}"}, DeadlineIn(5))->content,
             "error: argument 'n': expected an integer, got string");
   EXPECT_TRUE(e.Step(ToolCall{"x", "shell", "{}"}, DeadlineIn(5))->is_error);
+}
+
+// A rollout with more slots than the old fixed pool of 16 holds all its episodes open at once:
+// the pool is sized from the demand, so no Reset waits for a sandbox.
+TEST(ExternalEnvTest, PoolServesEveryEpisodeInFlight) {
+  const std::string text = "[env]\nname = \"external\"\n[env.external]\ndir = \"" + SourceDir() +
+                           "/env/examples\"\ncommand = [\"/usr/bin/python3\", \"-u\", " +
+                           "\"/env/guess_env.py\"]\n";
+  StatusOr<ConfigDocument> doc = ConfigDocument::ParseString(text, "t.toml");
+  ASSERT_TRUE(doc.ok());
+  ConfigTable root = doc->root();
+  EnvRegistry registry;
+  RegisterBuiltinEnvs(registry);
+  StatusOr<std::unique_ptr<Env>> env =
+      CreateEnvFromConfig(root, registry, EnvDemand{20, "rl.rollout.slots"});
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  ASSERT_TRUE(doc->Finish().ok()) << doc->Finish().ToString();
+  std::vector<std::unique_ptr<Episode>> open;
+  for (uint64_t i = 0; i < 20; ++i) {
+    StatusOr<std::unique_ptr<Episode>> ep =
+        (*env)->Reset(*(*env)->Task(Split::kTrain, i), DeadlineIn(5));
+    ASSERT_TRUE(ep.ok()) << "episode " << i << ": " << ep.status().ToString();
+    open.push_back(std::move(ep).value());
+  }
 }
 
 TEST(ExternalEnvTest, BadProgramsFailWithOneClearLine) {

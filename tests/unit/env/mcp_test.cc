@@ -89,7 +89,7 @@ TEST_F(McpTest, AttachedToTheCalcEnvironmentByConfig) {
     ConfigTable root = doc->root();
     ConfigTable env = root.Table("env");
     (void)env.String("name", "");
-    servers = ReadMcpAttachments(env);
+    servers = ReadMcpAttachments(env, EnvDemand{});
     ASSERT_TRUE(doc->Finish().ok()) << doc->Finish().ToString();
   }
   ASSERT_EQ(servers.size(), 1u);

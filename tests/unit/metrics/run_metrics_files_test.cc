@@ -60,6 +60,55 @@ TEST(RunMetricsFilesTest, MissingRunIsAClearError) {
   EXPECT_NE(records.status().message().find("no metrics.jsonl"), std::string::npos);
 }
 
+// An RL-only run: no RUN/metrics.jsonl, sub-directories without one (rl/, replay/), the actors'
+// files and the launcher's fleet_metrics.jsonl. Whatever the listing order, every file is found.
+TEST(RunMetricsFilesTest, ReadsAnRlOnlyRunAndTheFleetMetrics) {
+  TestDir dir;
+  for (const char* d : {"rl/weights", "replay/db", "fleet", "learner-0", "rollout-0", "zz"}) {
+    std::filesystem::create_directories(dir / d);
+  }
+  Append(dir / "learner-0/metrics.jsonl",
+         R"({"time":2,"source":"learner:0","step":1,"metrics":{"learner/loss":2}})"
+         "\n");
+  Append(dir / "rollout-0/metrics.jsonl",
+         R"({"time":1,"source":"rollout:0","step":1,"metrics":{"reward/mean":0.5}})"
+         "\n");
+  Append(dir / "fleet_metrics.jsonl",
+         R"({"time":3,"source":"coordinator","step":0,"metrics":{"fleet/restarts_total":1}})"
+         "\n");
+  auto files = FindRunMetricsFiles(dir.path());
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_EQ(*files,
+            (std::vector<std::string>{dir / "fleet_metrics.jsonl", dir / "learner-0/metrics.jsonl",
+                                      dir / "rollout-0/metrics.jsonl"}));
+  auto records = ReadRunMetrics(dir.path());
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), 3u);
+  EXPECT_EQ((*records)[2].source, "coordinator");
+
+  // A sub-directory without metrics.jsonl listed last does not fail the listing either.
+  TestDir one;
+  Append(one / "metrics.jsonl", R"({"time":1,"source":"a","step":1,"metrics":{"x":1}})"
+                                "\n");
+  std::filesystem::create_directories(one / "rl");
+  auto single = FindRunMetricsFiles(one.path());
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  EXPECT_EQ(single->size(), 1u);
+}
+
+TEST(RunMetricsFilesTest, SaysWhetherThePathDoesNotExistOrIsNotADirectory) {
+  auto missing = FindRunMetricsFiles("/nonexistent/run");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "/nonexistent/run: does not exist (expected a run directory with metrics.jsonl)");
+  TestDir dir;
+  Append(dir / "file", "x");
+  auto file = FindRunMetricsFiles(dir / "file");
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().message(),
+            dir / "file" + ": is not a directory (expected a run directory with metrics.jsonl)");
+}
+
 TEST(MetricsExportTest, CsvHasOneRowPerValueAndJsonlRoundTrips) {
   MetricRecord r;
   r.time = 12.5;
