@@ -26,6 +26,10 @@ PretrainConfig ReadPretrainConfig(ConfigTable& root) {
   c.eval_tokens = p.Int("eval_tokens", c.eval_tokens, 0, int64_t{1} << 40);
   c.checkpoint_every = p.Int("checkpoint_every", c.checkpoint_every, 0, int64_t{1} << 40);
   c.keep_checkpoints = p.Int("keep_checkpoints", c.keep_checkpoints, 1, 1000);
+  c.recompute_layers = p.Bool("recompute_layers", false);
+  if (c.recompute_layers && c.run.device != RunDevice::kCuda) {
+    p.Fail("recompute_layers", "applies to the GPU model only: set [run] device = \"cuda\"");
+  }
   if (c.micro_batch_tokens > c.tokens_per_step) {
     p.Fail("micro_batch_tokens",
            "must not exceed pretrain.tokens_per_step (" + std::to_string(c.tokens_per_step) + ")");

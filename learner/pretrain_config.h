@@ -59,6 +59,9 @@ struct PretrainConfig {
   int64_t eval_tokens = 16384;
   int64_t checkpoint_every = 50;
   int64_t keep_checkpoints = 3;
+  // [run] device = "cuda" only: re-run each layer's forward in the backward instead of keeping its
+  // activations (model/gpu/gpu_model.h GpuModelOptions::recompute_layers).
+  bool recompute_layers = false;
   AdamWOptions adamw;
   double clip_grad_norm = 1.0;
   LrScheduleOptions schedule;  // total_steps is the sum over stages

@@ -17,6 +17,13 @@ StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options) {
   const PretrainConfig* config = &options.config;
   const int threads = ApplyRunConfig(config->run);
   const std::string& run_dir = options.run_dir;
+  // Before anything else is read or written: a GPU run on a machine without one stops here.
+  if (config->run.device == RunDevice::kCuda && CudaDeviceCount() == 0) {
+    return FailedPreconditionError(
+        "run.device = \"cuda\": no CUDA device is visible to this process" +
+        std::string(CudaCompiledIn() ? "" : " (this build has no CUDA support)") +
+        "; set device = \"cpu\" to pretrain on the CPU");
+  }
 
   StatusOr<TokenDataset> data = TokenDataset::Open(config->data_dir);
   if (!data.ok()) return data.status().WithContext("pretrain.data");
@@ -38,6 +45,7 @@ StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options) {
   if (config->run.device == RunDevice::kCuda) {
     model::GpuModelOptions go;
     go.compute_dtype = config->run.dtype;
+    go.recompute_layers = config->recompute_layers;
     StatusOr<std::unique_ptr<model::GpuModel>> g = model::GpuModel::FromHost(**model, go);
     if (!g.ok()) return g.status().WithContext("run.device = \"cuda\"");
     gpu_model = std::move(g).value();

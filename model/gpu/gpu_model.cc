@@ -35,6 +35,8 @@ struct Mix {
 };
 
 struct LayerCache {
+  bool dropped = false;  // recompute_layers: the sublayers' caches below were released
+  Tensor ids;            // MoE layers: the routing of the forward, replayed by a recompute
   Mix attn_mix, mlp_mix;
   ValuePtr p_start, attn_in, a, p_mid, mlp_in, f, p_end;
   Tensor n1, r1, n2, r2;
@@ -235,6 +237,39 @@ class GpuModel::Impl {
     return dx;
   }
 
+  // The sequence mixer of layer l from lc.attn_in: lc.n1, lc.r1 and the mixer's cache; *a.
+  Status MixerForward(int64_t l, const gpu::Sequences& seq, bool training, LayerCache& lc,
+                      Tensor* a) {
+    Layer& layer = layers[l];
+    ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(lc.attn_in->v, layer.norm1.compute,
+                                            config.rms_norm_eps, &lc.n1, &lc.r1));
+    if (layer.kda) return layer.kda->Forward(lc.n1, seq, training, a, &lc.kda);
+    return layer.mla->Forward(lc.n1, seq, a, &lc.mla);
+  }
+
+  // The MLP or MoE of layer l from lc.mlp_in: lc.n2, lc.r2 and its cache; *f. `forced` replays a
+  // routing (undefined: the router's top-k under `bias`).
+  Status FeedForward(int64_t l, const Tensor& bias, const Tensor& forced, LayerCache& lc,
+                     Tensor* f) {
+    Layer& layer = layers[l];
+    ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(lc.mlp_in->v, layer.norm2.compute,
+                                            config.rms_norm_eps, &lc.n2, &lc.r2));
+    if (!layer.moe) return layer.mlp->Forward(lc.n2, f, &lc.mlp);
+    ORRERY_RETURN_IF_ERROR(layer.moe->Forward(lc.n2, bias, forced, f, &lc.moe));
+    lc.ids = lc.moe.ids;
+    return Status::OK();
+  }
+
+  // recompute_layers: releases what layer l's backward can rebuild from its inputs.
+  static void Drop(LayerCache& lc) {
+    lc.n1 = lc.r1 = lc.n2 = lc.r2 = Tensor();
+    lc.kda = gpu::GpuKda::Cache();
+    lc.mla = gpu::GpuMla::Cache();
+    lc.moe = gpu::GpuMoe::Cache();
+    lc.mlp = gpu::GpuMlp::Cache();
+    lc.dropped = true;
+  }
+
   StatusOr<GpuLoss> Run(const GpuBatch& batch, double grad_scale, bool backward) {
     const ModelConfig& c = config;
     ORRERY_RETURN_IF_ERROR(CheckBatch(batch, c));
@@ -283,14 +318,8 @@ class GpuModel::Impl {
         blocks.push_back(p);
         p = nullptr;
       }
-      ORRERY_RETURN_IF_ERROR(
-          kernels::RmsNorm(lc.attn_in->v, layer.norm1.compute, c.rms_norm_eps, &lc.n1, &lc.r1));
       Tensor a;
-      if (layer.kda) {
-        ORRERY_RETURN_IF_ERROR(layer.kda->Forward(lc.n1, seq, backward, &a, &lc.kda));
-      } else {
-        ORRERY_RETURN_IF_ERROR(layer.mla->Forward(lc.n1, seq, &a, &lc.mla));
-      }
+      ORRERY_RETURN_IF_ERROR(MixerForward(l, seq, backward, lc, &a));
       ORRERY_ASSIGN_OR_RETURN(lc.a, NewValue(a));
       if (p) {
         ORRERY_ASSIGN_OR_RETURN(lc.p_mid, Sum(p, lc.a));
@@ -305,11 +334,9 @@ class GpuModel::Impl {
         lc.mlp_in = p;
         lc.mlp_mix.identity = true;
       }
-      ORRERY_RETURN_IF_ERROR(
-          kernels::RmsNorm(lc.mlp_in->v, layer.norm2.compute, c.rms_norm_eps, &lc.n2, &lc.r2));
-      Tensor f;
+      Tensor f, bias;
       if (layer.moe) {
-        ORRERY_ASSIGN_OR_RETURN(Tensor bias, biases[moe_index].To(device));
+        ORRERY_ASSIGN_OR_RETURN(bias, biases[moe_index].To(device));
         Tensor forced;
         if (batch.forced_experts.defined()) {
           ORRERY_ASSIGN_OR_RETURN(Tensor fl,
@@ -317,18 +344,19 @@ class GpuModel::Impl {
           ORRERY_ASSIGN_OR_RETURN(fl, fl.Reshape({n, c.moe.top_k}));
           ORRERY_ASSIGN_OR_RETURN(forced, fl.To(device));
         }
-        ORRERY_RETURN_IF_ERROR(layer.moe->Forward(lc.n2, bias, forced, &f, &lc.moe));
+        ORRERY_RETURN_IF_ERROR(FeedForward(l, bias, forced, lc, &f));
         if (backward) {
           ORRERY_ASSIGN_OR_RETURN(Tensor host_scores, lc.moe.scores.To(Device::Cpu()));
           kept_scores[moe_index].push_back(host_scores);
         }
         ++moe_index;
       } else {
-        ORRERY_RETURN_IF_ERROR(layer.mlp->Forward(lc.n2, &f, &lc.mlp));
+        ORRERY_RETURN_IF_ERROR(FeedForward(l, bias, Tensor(), lc, &f));
       }
       ORRERY_ASSIGN_OR_RETURN(lc.f, NewValue(f));
       ORRERY_ASSIGN_OR_RETURN(lc.p_end, Sum(p, lc.f));
       p = lc.p_end;
+      if (!backward || options.recompute_layers) Drop(lc);
     }
     Mix out_mix;
     ValuePtr h;
@@ -357,6 +385,11 @@ class GpuModel::Impl {
     for (int64_t l = c.num_layers - 1; l >= 0; --l) {
       Layer& layer = layers[l];
       LayerCache& lc = lcs[l];
+      if (lc.dropped) {  // re-run the layer from its inputs, with the forward's routing
+        Tensor a, f;
+        ORRERY_RETURN_IF_ERROR(MixerForward(l, seq, true, lc, &a));
+        ORRERY_RETURN_IF_ERROR(FeedForward(l, Tensor(), lc.ids, lc, &f));
+      }
       // p_end = p_mid + f.
       ORRERY_ASSIGN_OR_RETURN(Tensor * g_end, Grad(lc.p_end));
       ORRERY_ASSIGN_OR_RETURN(Tensor * g_mid, Grad(lc.p_mid));

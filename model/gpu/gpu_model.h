@@ -12,8 +12,9 @@
 // master weights and gradients, an fp32 router; or f32 throughout (the debug mode, which matches
 // the host model to rounding: no TF32 anywhere).
 //
-// Memory: every layer's activations are kept from the forward to the backward (per-layer
-// recomputation is not implemented yet). Quantile Balancing: the router scores of each MoE layer
+// Memory: every layer's activations are kept from the forward to the backward, or, with
+// GpuModelOptions::recompute_layers, only its inputs (the layer is re-run, with the routing the
+// forward chose, just before its backward). Quantile Balancing: the router scores of each MoE layer
 // are copied to the host once per micro-batch and the host QuantileBalancingStep updates the
 // biases (the device histogram is the MoE issue's).
 #pragma once
@@ -36,6 +37,10 @@ struct GpuModelOptions {
   // model's own orchestration (this file's layers, caches and gradient flow) against the host
   // model on a machine without a GPU (tests/unit/model/gpu_model_cpu_test.cc).
   Device device = Device::Cuda(0);
+  // Per-layer recomputation: the forward keeps only each layer's inputs (the residual graph's
+  // nodes and its MoE routing) and the backward re-runs the layer's forward before its own
+  // backward: about one more forward of compute for a peak activation memory of one layer.
+  bool recompute_layers = false;
 };
 
 // One trainable parameter as the optimizer sees it: fp32 master weights and gradient on the

@@ -76,4 +76,13 @@ expect_one_line "--max-tokens abc" "^orrery: --max-tokens: expected an integer, 
 expect_one_line "--max-tokens -5" "^orrery: generate: --max-tokens -5 is outside \[1, " \
   "$orrery" generate --checkpoint "$tmp/none" --prompt hi --max-tokens -5
 
+# A GPU pretraining config on a machine without a GPU: one line before any data is read. (On a
+# GPU machine scripts/gpu_model.sh runs the config itself.)
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
+  expect_one_line "gpu pretrain without a gpu" \
+    "^orrery: run.device = \"cuda\": no CUDA device is visible to this process" \
+    "$orrery" pretrain --config "$src/configs/pretrain/gpu.toml" --out "$tmp/gpu_run"
+  [ ! -e "$tmp/gpu_run" ] || fail "gpu pretrain without a gpu made its run directory"
+fi
+
 echo "cli_test: all checks passed"

@@ -20,6 +20,35 @@ TEST(GpuModelCpuTest, OrchestrationOnCpuTwinsMatchesHostModel) {
   gpu_check::CompareWithHost(Device::Cpu(), DType::kF32, 1e-5, 1e-4);
 }
 
+// Recomputing each layer in the backward (with the forward's routing) runs the same ops on the
+// same inputs: on the CPU twins the gradients are bit-identical to keeping the activations.
+TEST(GpuModelCpuTest, RecomputedLayersGiveTheSameGradients) {
+  auto config = gpu_check::EveryLayerKind();
+  ASSERT_TRUE(config.ok());
+  auto host = Model::Create(*config, 31, DType::kF32);
+  ASSERT_TRUE(host.ok());
+  std::vector<std::vector<float>> grads[2];
+  double losses[2] = {0, 0};
+  for (int recompute = 0; recompute < 2; ++recompute) {
+    GpuModelOptions o;
+    o.device = Device::Cpu();
+    o.compute_dtype = DType::kF32;
+    o.recompute_layers = recompute == 1;
+    auto gpu = GpuModel::FromHost(**host, o);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    auto loss = (*gpu)->ForwardBackward(gpu_check::RandomBatch(3), 1e-3, true);
+    ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+    losses[recompute] = loss->loss_sum;
+    for (const GpuParameter& p : (*gpu)->parameters()) {
+      const float* g = p.grad.data<float>();
+      grads[recompute].emplace_back(g, g + p.grad.numel());
+    }
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[0][i], grads[1][i]) << i;
+}
+
 TEST(GpuModelCpuTest, Bf16OnTheCpuIsRefused) {
   auto config = gpu_check::EveryLayerKind();
   ASSERT_TRUE(config.ok());
