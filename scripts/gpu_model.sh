@@ -53,21 +53,23 @@ done
 # Whole-model training throughput (tokens/s, MFU, peak memory): small at 8 x 4K and 1 x 32K,
 # bench-1b at 4 x 4K. MODEL_BENCH="" skips them.
 if [[ -x "$bin/gpu_model_bench" ]]; then
+  # NAME:SEQ:ROWS[:recompute]
   for spec in ${MODEL_BENCH-small:4096:8 small:32768:1 bench-1b:4096:4}; do
-    IFS=: read -r name seq rows <<< "$spec"
-    run "model_bench_${name}_${seq}x${rows}" "${BENCH_TIMEOUT:-200}" \
-      "$bin/gpu_model_bench" "configs/model/$name.toml" "$seq" "$rows" 5
+    IFS=: read -r name seq rows mode <<< "$spec"
+    run "model_bench_${name}_${seq}x${rows}${mode:+_$mode}" "${BENCH_TIMEOUT:-200}" \
+      "$bin/gpu_model_bench" "configs/model/$name.toml" "$seq" "$rows" 5 bf16 "${mode:-keep}"
   done
 fi
 if [[ -x "$bin/orrery" && -n "$data" ]]; then
-  # Part-way (a checkpoint at step 20), then resumed to the end of the last stage.
+  # Part-way (a checkpoint at step 12, inside the first stage), then resumed to the end.
   rm -rf "$out/pretrain"
   run pretrain_part "${PRETRAIN_TIMEOUT:-400}" "$bin/orrery" pretrain \
-    --config configs/pretrain/gpu.toml --data "$data" --out "$out/pretrain" --max-steps 20
+    --config configs/pretrain/gpu.toml --data "$data" --out "$out/pretrain" --max-steps 12
   run pretrain_resume "${PRETRAIN_TIMEOUT:-400}" "$bin/orrery" pretrain \
     --config configs/pretrain/gpu.toml --data "$data" --out "$out/pretrain" --resume
   rm -rf "$out/pretrain/checkpoints"/*/optimizer.safetensors  # keep $OUT small
 fi
 cat "$out/summary.txt"
+tar -czf "$out/logs.tar.gz" -C "$out" --exclude logs.tar.gz --exclude pretrain/checkpoints . || true
 grep -hE '^\[  (PASSED|FAILED) ' "$out"/*.log || true
 exit $status

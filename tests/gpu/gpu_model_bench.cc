@@ -1,7 +1,7 @@
 // Training throughput of the GPU model (model/gpu/gpu_model.h): forward + backward + AdamW on the
 // device for a model config at one sequence length, on fresh random tokens (never zeros).
 //
-//   gpu_model_bench CONFIG SEQ_LEN ROWS [STEPS] [bf16|f32]
+//   gpu_model_bench CONFIG SEQ_LEN ROWS [STEPS] [bf16|f32] [recompute]
 //
 // Prints one line: tokens per step, ms per step, tokens/s, model TFLOP/s and MFU against the
 // H200's 989 dense bf16 TFLOP/s, and the peak device memory of the caching allocator. FLOPs per
@@ -34,7 +34,8 @@ int Fail(const Status& s) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: gpu_model_bench CONFIG SEQ_LEN ROWS [STEPS] [bf16|f32]\n");
+    std::fprintf(stderr,
+                 "usage: gpu_model_bench CONFIG SEQ_LEN ROWS [STEPS] [bf16|f32] [recompute]\n");
     return 2;
   }
   if (CudaDeviceCount() == 0) {
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   if (!host.ok()) return Fail(host.status());
   model::GpuModelOptions o;
   o.compute_dtype = dtype;
+  o.recompute_layers = argc > 6 && std::string(argv[6]) == "recompute";
   auto gpu = model::GpuModel::FromHost(**host, o);
   if (!gpu.ok()) return Fail(gpu.status());
   host->reset();  // the host copy is not needed any more
@@ -93,9 +95,10 @@ int main(int argc, char** argv) {
       3.0 * model::ComputeParamBreakdown(*config, seq).forward_flops_per_token * tokens;
   const CachingAllocatorStats mem = GetCachingAllocatorStats(0);
   std::printf(
-      "gpu_model %s %s seq %lld x %lld: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%%, "
+      "gpu_model %s %s%s seq %lld x %lld: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%%, "
       "peak %.1f GiB\n",
-      config->name.c_str(), std::string(DTypeName(dtype)).c_str(), static_cast<long long>(rows),
+      config->name.c_str(), std::string(DTypeName(dtype)).c_str(),
+      o.recompute_layers ? " recompute" : "", static_cast<long long>(rows),
       static_cast<long long>(seq), sec * 1e3, tokens / sec, flops / sec / 1e12,
       100.0 * flops / sec / 989e12, static_cast<double>(mem.peak_bytes_in_use) / (1 << 30));
   return 0;
