@@ -8,12 +8,18 @@
 #include <utility>
 
 #include "core/safetensors.h"
+#include "kernels/attention.h"
 #include "kernels/attn_res.h"
+#include "kernels/embedding.h"
+#include "kernels/gates.h"
 #include "kernels/kda.h"
+#include "kernels/lm_head_loss.h"
 #include "kernels/matmul.h"
-#include "kernels/mla_attention.h"
+#include "kernels/mla_keys.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/short_conv.h"
 #include "kernels/situ.h"
+#include "model/gpu/gpu_layers.h"
 #include "model/layers.h"
 
 namespace orrery::model {
@@ -292,9 +298,48 @@ StatusOr<std::vector<int64_t>> Documents(OpIo& io, const Tensor& cu, int64_t b, 
   return out;
 }
 
-// ---- mla: causal softmax attention with LSE ----
-template <typename T>
-Status RunMlaTyped(OpIo& io) {
+// ---- The ops on either device run the Tensor-level ops (kernels/*.h) on device copies of their
+// ---- inputs, the outputs copied back. On the cpu they compute in the inputs' dtype (the ops' CPU
+// twins); on cuda inputs stored as bf16 run in bf16 (the GPU model's activations), others in f32,
+// f64 inputs are refused, and outputs come back as f32 (rounded from bf16 where computed in bf16).
+
+Status RefuseF64OnCuda(OpIo& io) {
+  if (io.compute() == DType::kF64) {
+    return io.Error("f64 inputs run on the cpu only; give f32 or bf16 tensors for --device cuda");
+  }
+  return Status::OK();
+}
+
+// The dtype an op computes in on `device`, `lead` naming the input whose storage decides on cuda.
+StatusOr<DType> ComputeDType(OpIo& io, Device device, const std::string& lead) {
+  if (device.is_cpu()) return io.compute();
+  ORRERY_RETURN_IF_ERROR(RefuseF64OnCuda(io));
+  return io.StoredAsBf16(lead) ? DType::kBF16 : DType::kF32;
+}
+
+StatusOr<Tensor> Upload(const Tensor& t, DType dt, Device device) {
+  if (!t.defined()) return Tensor();
+  if (t.dtype() == dt) return t.To(device);
+  ORRERY_ASSIGN_OR_RETURN(Tensor c, t.Cast(dt));
+  return c.To(device);
+}
+
+// t back on the host as `shape`, bf16 widened to f32.
+StatusOr<Tensor> Download(const Tensor& t, const Shape& shape) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor h, t.To(Device::Cpu()));
+  if (h.dtype() == DType::kBF16) {
+    ORRERY_ASSIGN_OR_RETURN(h, h.Cast(DType::kF32));
+  }
+  return h.Reshape(shape);
+}
+
+// Document offsets as the ops take them: i64 [docs + 1] on `device`.
+StatusOr<Tensor> OffsetsOn(const std::vector<int64_t>& cu, Device device) {
+  return Tensor::FromVector<int64_t>({static_cast<int64_t>(cu.size())}, cu).To(device);
+}
+
+// ---- mla: causal softmax attention with LSE (kernels/attention.h) ----
+Status RunMla(OpIo& io, Device device) {
   ORRERY_ASSIGN_OR_RETURN(Tensor q, io.Float("q", 4, "[B, T, H, Dqk]"));
   ORRERY_ASSIGN_OR_RETURN(Tensor k, io.Float("k", 4, "[B, T, H, Dqk]"));
   ORRERY_ASSIGN_OR_RETURN(Tensor v, io.Float("v", 4, "[B, T, H, Dv]"));
@@ -311,19 +356,34 @@ Status RunMlaTyped(OpIo& io) {
   }
   ORRERY_RETURN_IF_ERROR(io.Finish());
   ORRERY_ASSIGN_OR_RETURN(std::vector<int64_t> cu, Documents(io, cu_t, b, t));
-  const kernels::AttentionShape shape{b * t, h, dqk, dv};
-  Tensor o = NewTensor<T>({b, t, h, dv}), lse = NewTensor<T>({b, t, h});
-  kernels::CausalAttentionForward(shape, cu, scale, Ptr<T>(q), Ptr<T>(k), Ptr<T>(v), Ptr<T>(o),
-                                  Ptr<T>(lse));
-  io.Out("o", o);
-  io.Out("lse", lse);
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "q"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor cug, OffsetsOn(cu, device));
+  // The op's layout: the B * T tokens packed, [N, H, D].
+  auto packed = [&](const Tensor& x) -> StatusOr<Tensor> {
+    ORRERY_ASSIGN_OR_RETURN(Tensor r, x.Reshape({b * t, h, x.dim(3)}));
+    return Upload(r, dt, device);
+  };
+  ORRERY_ASSIGN_OR_RETURN(Tensor qg, packed(q));
+  ORRERY_ASSIGN_OR_RETURN(Tensor kg, packed(k));
+  ORRERY_ASSIGN_OR_RETURN(Tensor vg, packed(v));
+  Tensor o, lse;
+  Status st = kernels::CausalAttention(qg, kg, vg, cug, scale, &o, &lse);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor oh, Download(o, v.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor lh, Download(lse, {b, t, h}));
+  io.Out("o", oh);
+  io.Out("lse", lh);
   if (!io.backward()) return Status::OK();
-  Tensor dq = NewTensor<T>(q.shape()), dk = NewTensor<T>(k.shape()), dvt = NewTensor<T>(v.shape());
-  kernels::CausalAttentionBackward(shape, cu, scale, Ptr<T>(q), Ptr<T>(k), Ptr<T>(v), Ptr<T>(o),
-                                   Ptr<T>(lse), Ptr<T>(d_o), Ptr<T>(dq), Ptr<T>(dk), Ptr<T>(dvt));
-  io.Out("dq", dq);
-  io.Out("dk", dk);
-  io.Out("dv", dvt);
+  ORRERY_ASSIGN_OR_RETURN(Tensor dog, packed(d_o));
+  Tensor dq, dk, dvg;
+  st = kernels::CausalAttentionGrad(qg, kg, vg, o, lse, dog, cug, scale, &dq, &dk, &dvg);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor dqh, Download(dq, q.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dkh, Download(dk, k.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dvh, Download(dvg, v.shape()));
+  io.Out("dq", dqh);
+  io.Out("dk", dkh);
+  io.Out("dv", dvh);
   return Status::OK();
 }
 
@@ -425,9 +485,8 @@ Status RunGluTyped(OpIo& io) {
   return Status::OK();
 }
 
-// ---- attn_res ----
-template <typename T>
-Status RunAttnResTyped(OpIo& io) {
+// ---- attn_res (kernels/attn_res.h) ----
+Status RunAttnRes(OpIo& io, Device device) {
   ORRERY_ASSIGN_OR_RETURN(Tensor src, io.Float("sources", 0, "[S, ..., D]"));
   if (src.ndim() < 2) return io.Error("tensor 'sources' must be [S, ..., D]");
   const int64_t s = src.dim(0), d = src.dim(src.ndim() - 1), rows = src.numel() / (s * d);
@@ -437,8 +496,7 @@ Status RunAttnResTyped(OpIo& io) {
   if (gamma.defined()) {
     ORRERY_RETURN_IF_ERROR(io.ExpectShape("gamma", gamma, {d}, "[D]"));
   } else {
-    gamma = NewTensor<T>({d});
-    for (int64_t i = 0; i < d; ++i) Ptr<T>(gamma)[i] = T(1);
+    gamma = Tensor::FromVector<float>({d}, std::vector<float>(d, 1.0f));
   }
   ORRERY_ASSIGN_OR_RETURN(double eps, io.Attr("eps", 1e-5));
   Shape hshape(src.shape().begin() + 1, src.shape().end());
@@ -448,69 +506,101 @@ Status RunAttnResTyped(OpIo& io) {
     ORRERY_RETURN_IF_ERROR(io.ExpectShape("dh", dh, hshape, "the sources without S"));
   }
   ORRERY_RETURN_IF_ERROR(io.Finish());
-  std::vector<const T*> ptrs;
-  for (int64_t i = 0; i < s; ++i) ptrs.push_back(Ptr<T>(src) + i * rows * d);
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "sources"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor src3, src.Reshape({s, rows, d}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor srcg, Upload(src3, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor wg, Upload(w, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor gg, Upload(gamma, dt, device));
+  // The op's sources: views [rows, D] of the uploaded stack.
+  auto rows_of = [&](const Tensor& stack) -> StatusOr<std::vector<Tensor>> {
+    std::vector<Tensor> out;
+    for (int64_t i = 0; i < s; ++i) {
+      ORRERY_ASSIGN_OR_RETURN(Tensor one, stack.Slice(i, i + 1));
+      ORRERY_ASSIGN_OR_RETURN(one, one.Reshape({rows, d}));
+      out.push_back(one);
+    }
+    return out;
+  };
+  ORRERY_ASSIGN_OR_RETURN(std::vector<Tensor> sources, rows_of(srcg));
+  Tensor hg, p;
+  Status st = kernels::AttnResMix(sources, wg, gg, eps, &hg, &p);
+  if (!st.ok()) return io.Error(st.message());
   Shape pshape(hshape.begin(), hshape.end() - 1);
   pshape.push_back(s);
-  Tensor h = NewTensor<T>(hshape), p = NewTensor<T>(pshape);
-  kernels::AttnResForward(ptrs, rows, d, Ptr<T>(w), Ptr<T>(gamma), eps, Ptr<T>(h), Ptr<T>(p));
-  io.Out("h", h);
-  io.Out("p", p);
+  ORRERY_ASSIGN_OR_RETURN(Tensor hh, Download(hg, hshape));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ph, Download(p, pshape));
+  io.Out("h", hh);
+  io.Out("p", ph);
   if (!io.backward()) return Status::OK();
-  Tensor dsrc = NewTensor<T>(src.shape()), dw = NewTensor<T>({d}), dgamma = NewTensor<T>({d});
-  std::vector<T*> dptrs;
-  for (int64_t i = 0; i < s; ++i) dptrs.push_back(Ptr<T>(dsrc) + i * rows * d);
-  kernels::AttnResBackward(ptrs, rows, d, Ptr<T>(w), Ptr<T>(gamma), eps, Ptr<T>(p), Ptr<T>(dh),
-                           dptrs, Ptr<T>(dw), Ptr<T>(dgamma));
-  io.Out("dsources", dsrc);
-  io.Out("dw", dw);
-  io.Out("dgamma", dgamma);
+  ORRERY_ASSIGN_OR_RETURN(Tensor dh2, dh.Reshape({rows, d}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dhg, Upload(dh2, dt, device));
+  // The op accumulates into the sources' gradients: zeros, in its gradient dtype.
+  const DType grad_dt = device.is_cpu() ? dt : DType::kF32;
+  ORRERY_ASSIGN_OR_RETURN(Tensor dsrc, gpu::ZerosOn({s, rows, d}, grad_dt, device));
+  ORRERY_ASSIGN_OR_RETURN(std::vector<Tensor> dsources, rows_of(dsrc));
+  Tensor dw, dgamma;
+  st = kernels::AttnResMixGrad(sources, wg, gg, eps, p, dhg, &dsources, &dw, &dgamma);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor dsh, Download(dsrc, src.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dwh, Download(dw, {d}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dgh, Download(dgamma, {d}));
+  io.Out("dsources", dsh);
+  io.Out("dw", dwh);
+  io.Out("dgamma", dgh);
   return Status::OK();
 }
 
 // ---- moe: one Stable LatentMoE layer ----
-template <typename T>
-Status RunMoeTyped(OpIo& io) {
-  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 2, "[N, D]"));
-  const int64_t n = x.dim(0), d = x.dim(1);
-  ORRERY_ASSIGN_OR_RETURN(Tensor router, io.Float("router", 2, "[E, D]"));
-  const int64_t e = router.dim(0);
-  ORRERY_RETURN_IF_ERROR(io.ExpectShape("router", router, {e, d}, "[E, D], D = x's width"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor down, io.Optional("down", 2, "[L, D]"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor up, io.Optional("up", 2, "[D, L]"));
-  if (down.defined() != up.defined()) {
+// The inputs of moe, on either device, and the layer's config.
+struct MoeArgs {
+  Tensor x, router, down, up, w1, w3, w2, lnorm, s1, s3, s2, bias, forced, dy;
+  ModelConfig c;
+};
+
+StatusOr<MoeArgs> ReadMoe(OpIo& io) {
+  MoeArgs r;
+  ORRERY_ASSIGN_OR_RETURN(r.x, io.Float("x", 2, "[N, D]"));
+  const int64_t n = r.x.dim(0), d = r.x.dim(1);
+  ORRERY_ASSIGN_OR_RETURN(r.router, io.Float("router", 2, "[E, D]"));
+  const int64_t e = r.router.dim(0);
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("router", r.router, {e, d}, "[E, D], D = x's width"));
+  ORRERY_ASSIGN_OR_RETURN(r.down, io.Optional("down", 2, "[L, D]"));
+  ORRERY_ASSIGN_OR_RETURN(r.up, io.Optional("up", 2, "[D, L]"));
+  if (r.down.defined() != r.up.defined()) {
     return io.Error("give both 'down' [L, D] and 'up' [D, L] (latent experts) or neither");
   }
-  const int64_t l = down.defined() ? down.dim(0) : d;
-  if (down.defined()) {
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("down", down, {l, d}, "[L, D]"));
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("up", up, {d, l}, "[D, L]"));
+  const int64_t l = r.down.defined() ? r.down.dim(0) : d;
+  if (r.down.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("down", r.down, {l, d}, "[L, D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("up", r.up, {d, l}, "[D, L]"));
   }
-  ORRERY_ASSIGN_OR_RETURN(Tensor w1, io.Float("experts.w1", 3, "[E, F, L]"));
-  const int64_t f = w1.dim(1);
-  ORRERY_RETURN_IF_ERROR(io.ExpectShape("experts.w1", w1, {e, f, l}, "[E, F, L]"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor w3, io.Float("experts.w3", 3, "[E, F, L]"));
-  ORRERY_RETURN_IF_ERROR(io.ExpectShape("experts.w3", w3, {e, f, l}, "[E, F, L]"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor w2, io.Float("experts.w2", 3, "[E, L, F]"));
-  ORRERY_RETURN_IF_ERROR(io.ExpectShape("experts.w2", w2, {e, l, f}, "[E, L, F]"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor lnorm, io.Optional("latent_norm", 1, "[L]"));
-  if (lnorm.defined()) ORRERY_RETURN_IF_ERROR(io.ExpectShape("latent_norm", lnorm, {l}, "[L]"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor s1, io.Optional("shared.w1", 2, "[Fs, D]"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor s3, io.Optional("shared.w3", 2, "[Fs, D]"));
-  ORRERY_ASSIGN_OR_RETURN(Tensor s2, io.Optional("shared.w2", 2, "[D, Fs]"));
-  const int64_t fs = s1.defined() ? s1.dim(0) : 0;
-  if (s1.defined() || s3.defined() || s2.defined()) {
-    if (!s1.defined() || !s3.defined() || !s2.defined()) {
+  ORRERY_ASSIGN_OR_RETURN(r.w1, io.Float("experts.w1", 3, "[E, F, L]"));
+  const int64_t f = r.w1.dim(1);
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("experts.w1", r.w1, {e, f, l}, "[E, F, L]"));
+  ORRERY_ASSIGN_OR_RETURN(r.w3, io.Float("experts.w3", 3, "[E, F, L]"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("experts.w3", r.w3, {e, f, l}, "[E, F, L]"));
+  ORRERY_ASSIGN_OR_RETURN(r.w2, io.Float("experts.w2", 3, "[E, L, F]"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("experts.w2", r.w2, {e, l, f}, "[E, L, F]"));
+  ORRERY_ASSIGN_OR_RETURN(r.lnorm, io.Optional("latent_norm", 1, "[L]"));
+  if (r.lnorm.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("latent_norm", r.lnorm, {l}, "[L]"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(r.s1, io.Optional("shared.w1", 2, "[Fs, D]"));
+  ORRERY_ASSIGN_OR_RETURN(r.s3, io.Optional("shared.w3", 2, "[Fs, D]"));
+  ORRERY_ASSIGN_OR_RETURN(r.s2, io.Optional("shared.w2", 2, "[D, Fs]"));
+  const int64_t fs = r.s1.defined() ? r.s1.dim(0) : 0;
+  if (r.s1.defined() || r.s3.defined() || r.s2.defined()) {
+    if (!r.s1.defined() || !r.s3.defined() || !r.s2.defined()) {
       return io.Error("the shared expert needs all of shared.w1, shared.w3 and shared.w2");
     }
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("shared.w1", s1, {fs, d}, "[Fs, D]"));
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("shared.w3", s3, {fs, d}, "[Fs, D]"));
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("shared.w2", s2, {d, fs}, "[D, Fs]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("shared.w1", r.s1, {fs, d}, "[Fs, D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("shared.w3", r.s3, {fs, d}, "[Fs, D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("shared.w2", r.s2, {d, fs}, "[D, Fs]"));
   }
-  ORRERY_ASSIGN_OR_RETURN(Tensor bias, io.Optional("bias", 1, "[E]"));
-  if (bias.defined()) {
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("bias", bias, {e}, "[E]"));
-    ORRERY_ASSIGN_OR_RETURN(bias, bias.Cast(DType::kF32));
+  ORRERY_ASSIGN_OR_RETURN(r.bias, io.Optional("bias", 1, "[E]"));
+  if (r.bias.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("bias", r.bias, {e}, "[E]"));
+    ORRERY_ASSIGN_OR_RETURN(r.bias, r.bias.Cast(DType::kF32));
   }
   ORRERY_ASSIGN_OR_RETURN(double top_k, io.Attr("top_k", 0));
   const int64_t k = static_cast<int64_t>(top_k);
@@ -518,19 +608,19 @@ Status RunMoeTyped(OpIo& io) {
     return InvalidArgumentError("--attr top_k: expected an integer in [1, E = " +
                                 std::to_string(e) + "], got " + std::to_string(top_k));
   }
-  ORRERY_ASSIGN_OR_RETURN(Tensor forced, io.Index("expert_ids", DType::kI32, "[N, top_k]"));
-  if (forced.defined()) {
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("expert_ids", forced, {n, k}, "[N, top_k]"));
+  ORRERY_ASSIGN_OR_RETURN(r.forced, io.Index("expert_ids", DType::kI32, "[N, top_k]"));
+  if (r.forced.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("expert_ids", r.forced, {n, k}, "[N, top_k]"));
   }
   ORRERY_ASSIGN_OR_RETURN(kernels::GluActivation act, ReadActivation(io));
-  ModelConfig c;
+  ModelConfig& c = r.c;
   c.hidden_size = d;
   c.num_layers = 1;
   c.moe.num_experts = e;
   c.moe.top_k = k;
   c.moe.expert_intermediate = f;
-  c.moe.latent_dim = down.defined() ? l : 0;
-  c.moe.latent_norm = lnorm.defined();
+  c.moe.latent_dim = r.down.defined() ? l : 0;
+  c.moe.latent_norm = r.lnorm.defined();
   c.moe.num_shared_experts = fs > 0 ? 1 : 0;
   c.moe.shared_intermediate = fs;
   ORRERY_ASSIGN_OR_RETURN(c.moe.routed_scaling_factor, io.Attr("routed_scale", 1.0));
@@ -538,12 +628,20 @@ Status RunMoeTyped(OpIo& io) {
   c.activation = act.situ ? Activation::kSitu : Activation::kSilu;
   c.situ_beta = act.beta;
   c.situ_linear_beta = act.beta_lin;
-  Tensor dy;
   if (io.backward()) {
-    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 2, "[N, D]"));
-    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, x.shape(), "as x"));
+    ORRERY_ASSIGN_OR_RETURN(r.dy, io.Float("dy", 2, "[N, D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", r.dy, r.x.shape(), "as x"));
   }
   ORRERY_RETURN_IF_ERROR(io.Finish());
+  return r;
+}
+
+// The host layer (model::MoeLayer) in the inputs' dtype.
+template <typename T>
+Status RunMoeTyped(OpIo& io) {
+  ORRERY_ASSIGN_OR_RETURN(MoeArgs a, ReadMoe(io));
+  const ModelConfig& c = a.c;
+  const int64_t n = a.x.dim(0), d = a.x.dim(1);
   std::vector<Parameter> params;
   ParamStore store(&params, 0, DTypeOf<T>::value, &c);
   MoeLayer<T> layer(store, c, "moe");
@@ -551,17 +649,17 @@ Status RunMoeTyped(OpIo& io) {
   auto source = [&](const std::string& name, int64_t* index) -> const Tensor* {
     *index = -1;
     const std::string rest = name.substr(4);  // after "moe."
-    if (rest == "router") return &router;
-    if (rest == "down") return &down;
-    if (rest == "up") return &up;
-    if (rest == "latent_norm") return &lnorm;
-    if (rest == "shared.w1") return &s1;
-    if (rest == "shared.w3") return &s3;
-    if (rest == "shared.w2") return &s2;
+    if (rest == "router") return &a.router;
+    if (rest == "down") return &a.down;
+    if (rest == "up") return &a.up;
+    if (rest == "latent_norm") return &a.lnorm;
+    if (rest == "shared.w1") return &a.s1;
+    if (rest == "shared.w3") return &a.s3;
+    if (rest == "shared.w2") return &a.s2;
     const size_t dot = rest.rfind('.');
     *index = std::stoll(rest.substr(8, dot - 8));  // "experts.<e>.wN"
     const std::string which = rest.substr(dot + 1);
-    return which == "w1" ? &w1 : which == "w3" ? &w3 : &w2;
+    return which == "w1" ? &a.w1 : which == "w3" ? &a.w3 : &a.w2;
   };
   for (Parameter& p : params) {
     int64_t index;
@@ -572,14 +670,14 @@ Status RunMoeTyped(OpIo& io) {
   typename MoeLayer<T>::Cache cache;
   Tensor y = NewTensor<T>({n, d});
   ORRERY_RETURN_IF_ERROR(
-      layer.Forward(Ptr<T>(x), n, forced.defined() ? forced.data<int32_t>() : nullptr,
-                    bias.defined() ? bias.data<float>() : nullptr, Ptr<T>(y), &cache));
+      layer.Forward(Ptr<T>(a.x), n, a.forced.defined() ? a.forced.data<int32_t>() : nullptr,
+                    a.bias.defined() ? a.bias.data<float>() : nullptr, Ptr<T>(y), &cache));
   io.Out("y", y);
   io.Out("expert_ids", cache.ids);
   io.Out("scores", cache.scores);
   if (!io.backward()) return Status::OK();
   Tensor dx = NewTensor<T>({n, d});
-  layer.Backward(Ptr<T>(x), n, cache, Ptr<T>(dy), Ptr<T>(dx));
+  layer.Backward(Ptr<T>(a.x), n, cache, Ptr<T>(a.dy), Ptr<T>(dx));
   io.Out("dx", dx);
   // Gradients in the file's layout: "d" + tensor name, experts stacked again.
   std::map<std::string, Tensor> grads;
@@ -597,47 +695,69 @@ Status RunMoeTyped(OpIo& io) {
   return Status::OK();
 }
 
-// ---- rmsnorm, situ_glu and matmul on cuda: the Tensor-level ops (kernels/*.h) on device copies
-// ---- Inputs stored as bf16 run in bf16 (the GPU model's activations), others in f32; f64 inputs
-// run on the cpu only. Outputs come back as f32 (rounded from bf16 where computed in bf16).
-
-Status RefuseF64OnCuda(OpIo& io) {
-  if (io.compute() == DType::kF64) {
-    return io.Error("f64 inputs run on the cpu only; give f32 or bf16 tensors for --device cuda");
+// The GPU model's layer (model::gpu::GpuMoe over kernels/moe.h): f32 masters and gradients, the
+// compute copies in bf16 when x is stored as bf16 (else f32), the router in f32.
+Status RunMoeCuda(OpIo& io, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(MoeArgs a, ReadMoe(io));
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "x"));
+  const std::pair<const char*, const Tensor*> weights[] = {
+      {"router", &a.router},     {"down", &a.down},     {"up", &a.up},
+      {"latent_norm", &a.lnorm}, {"experts.w1", &a.w1}, {"experts.w3", &a.w3},
+      {"experts.w2", &a.w2},     {"shared.w1", &a.s1},  {"shared.w3", &a.s3},
+      {"shared.w2", &a.s2}};
+  gpu::WeightTable table;
+  std::vector<std::pair<std::string, gpu::Weight>> given;
+  for (const auto& [name, t] : weights) {
+    if (!t->defined()) continue;
+    gpu::Weight w;
+    ORRERY_ASSIGN_OR_RETURN(w.master, Upload(*t, DType::kF32, device));
+    ORRERY_ASSIGN_OR_RETURN(w.grad, gpu::ZerosOn(t->shape(), DType::kF32, device));
+    ORRERY_ASSIGN_OR_RETURN(w.compute, gpu::As(w.master, dt));
+    table.Put(std::string("moe.") + name, w);
+    given.emplace_back(name, w);
+  }
+  gpu::GpuMoe layer;
+  ORRERY_RETURN_IF_ERROR(layer.Init(table, a.c, "moe"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor xg, Upload(a.x, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor bias, Upload(a.bias, DType::kF32, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor forced, Upload(a.forced, DType::kI32, device));
+  Tensor y;
+  gpu::GpuMoe::Cache cache;
+  ORRERY_RETURN_IF_ERROR(layer.Forward(xg, bias, forced, &y, &cache));
+  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, a.x.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ids, Download(cache.ids, cache.ids.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor scores, Download(cache.scores, cache.scores.shape()));
+  io.Out("y", yh);
+  io.Out("expert_ids", ids);
+  io.Out("scores", scores);
+  if (!io.backward()) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(a.dy, dt, device));
+  Tensor dx;
+  ORRERY_RETURN_IF_ERROR(layer.Backward(cache, dyg, &dx));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, a.x.shape()));
+  io.Out("dx", dxh);
+  for (const auto& [name, w] : given) {
+    ORRERY_ASSIGN_OR_RETURN(Tensor g, Download(w.grad, w.grad.shape()));
+    io.Out("d" + name, g);
   }
   return Status::OK();
 }
 
-StatusOr<Tensor> Upload(const Tensor& t, DType dt, Device device) {
-  if (!t.defined()) return Tensor();
-  if (t.dtype() == dt) return t.To(device);
-  ORRERY_ASSIGN_OR_RETURN(Tensor c, t.Cast(dt));
-  return c.To(device);
-}
-
-StatusOr<Tensor> DownloadF32(const Tensor& t, const Shape& shape) {
-  ORRERY_ASSIGN_OR_RETURN(Tensor h, t.To(Device::Cpu()));
-  if (h.dtype() != DType::kF32) {
-    ORRERY_ASSIGN_OR_RETURN(h, h.Cast(DType::kF32));
-  }
-  return h.Reshape(shape);
-}
-
+// ---- rmsnorm and situ_glu on cuda ----
 Status RunRmsNormCuda(OpIo& io, Device device) {
   ORRERY_ASSIGN_OR_RETURN(RmsNormArgs args, ReadRmsNorm(io));
   const Tensor &x = args.x, &w = args.w, &dy = args.dy;
   const int64_t d = args.d, rows = args.rows;
   const double eps = args.eps;
-  ORRERY_RETURN_IF_ERROR(RefuseF64OnCuda(io));
-  const DType dt = io.StoredAsBf16("x") ? DType::kBF16 : DType::kF32;
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "x"));
   ORRERY_ASSIGN_OR_RETURN(Tensor x2, x.Reshape({rows, d}));
   ORRERY_ASSIGN_OR_RETURN(Tensor xg, Upload(x2, dt, device));
   ORRERY_ASSIGN_OR_RETURN(Tensor wg, Upload(w, dt, device));
   Tensor y, rstd;
   ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(xg, wg, eps, &y, &rstd));
   const Shape rshape(x.shape().begin(), x.shape().end() - 1);
-  ORRERY_ASSIGN_OR_RETURN(Tensor yh, DownloadF32(y, x.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor rh, DownloadF32(rstd, rshape));
+  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, x.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor rh, Download(rstd, rshape));
   io.Out("y", yh);
   io.Out("rstd", rh);
   if (!io.backward()) return Status::OK();
@@ -645,10 +765,10 @@ Status RunRmsNormCuda(OpIo& io, Device device) {
   ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy2, dt, device));
   Tensor dx, dw;
   ORRERY_RETURN_IF_ERROR(kernels::RmsNormGrad(xg, wg, rstd, dyg, &dx, w.defined() ? &dw : nullptr));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, DownloadF32(dx, x.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, x.shape()));
   io.Out("dx", dxh);
   if (w.defined()) {
-    ORRERY_ASSIGN_OR_RETURN(Tensor dwh, DownloadF32(dw, {d}));
+    ORRERY_ASSIGN_OR_RETURN(Tensor dwh, Download(dw, {d}));
     io.Out("dw", dwh);
   }
   return Status::OK();
@@ -658,20 +778,19 @@ Status RunGluCuda(OpIo& io, Device device) {
   ORRERY_ASSIGN_OR_RETURN(GluArgs args, ReadGlu(io));
   const Tensor &a = args.a, &u = args.u, &dh = args.dh;
   const kernels::GluActivation& act = args.act;
-  ORRERY_RETURN_IF_ERROR(RefuseF64OnCuda(io));
-  const DType dt = io.StoredAsBf16("a") ? DType::kBF16 : DType::kF32;
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "a"));
   ORRERY_ASSIGN_OR_RETURN(Tensor ag, Upload(a, dt, device));
   ORRERY_ASSIGN_OR_RETURN(Tensor ug, Upload(u, dt, device));
   Tensor h;
   ORRERY_RETURN_IF_ERROR(kernels::Glu(act, ag, ug, &h));
-  ORRERY_ASSIGN_OR_RETURN(Tensor hh, DownloadF32(h, a.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor hh, Download(h, a.shape()));
   io.Out("h", hh);
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dhg, Upload(dh, dt, device));
   Tensor da, du;
   ORRERY_RETURN_IF_ERROR(kernels::GluGrad(act, ag, ug, dhg, &da, &du));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dah, DownloadF32(da, a.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor duh, DownloadF32(du, a.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dah, Download(da, a.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor duh, Download(du, a.shape()));
   io.Out("da", dah);
   io.Out("du", duh);
   return Status::OK();
@@ -722,8 +841,206 @@ Status RunMatmul(OpIo& io, Device device) {
   }
   Status st = kernels::Matmul(ag, bg, o, &cg);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor ch, DownloadF32(cg, cg.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ch, Download(cg, cg.shape()));
   io.Out("c", ch);
+  return Status::OK();
+}
+
+// ---- mla_keys: gated MLA's per-head keys and values (kernels/mla_keys.h) ----
+Status RunMlaKeys(OpIo& io, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor kv, io.Float("kv", 3, "[N, H, Dn + Dv]"));
+  const int64_t n = kv.dim(0), h = kv.dim(1);
+  ORRERY_ASSIGN_OR_RETURN(Tensor kr, io.Float("kr", 2, "[N, Dr]"));
+  const int64_t dr = kr.dim(1);
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("kr", kr, {n, dr}, "[N, Dr], N = kv's tokens"));
+  ORRERY_ASSIGN_OR_RETURN(double nope, io.Attr("nope_dim", 0));
+  const int64_t dn = static_cast<int64_t>(nope);
+  if (dn < 1 || dn >= kv.dim(2)) {
+    return InvalidArgumentError("--attr nope_dim: expected an integer in [1, Dn + Dv = " +
+                                std::to_string(kv.dim(2)) + "), got " + std::to_string(nope));
+  }
+  const int64_t dv = kv.dim(2) - dn;
+  Tensor dk, dvh;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dk, io.Float("dk", 3, "[N, H, Dn + Dr]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dk", dk, {n, h, dn + dr}, "as k"));
+    ORRERY_ASSIGN_OR_RETURN(dvh, io.Float("dv", 3, "[N, H, Dv]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dv", dvh, {n, h, dv}, "as v"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "kv"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor kvg, Upload(kv, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor krg, Upload(kr, dt, device));
+  Tensor k, v;
+  Status st = kernels::MlaKeysValues(kvg, krg, dn, &k, &v);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor kh, Download(k, k.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor vh, Download(v, v.shape()));
+  io.Out("k", kh);
+  io.Out("v", vh);
+  if (!io.backward()) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(Tensor dkg, Upload(dk, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dvg, Upload(dvh, dt, device));
+  Tensor dkv, dkr;
+  st = kernels::MlaKeysValuesGrad(dkg, dvg, dn, &dkv, &dkr);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor dkvh, Download(dkv, kv.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dkrh, Download(dkr, kr.shape()));
+  io.Out("dkv", dkvh);
+  io.Out("dkr", dkrh);
+  return Status::OK();
+}
+
+// ---- sigmoid_gate: y = x sigmoid(z), the KDA and gated-MLA output gates (kernels/gates.h) ----
+Status RunSigmoidGate(OpIo& io, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 0, "[...]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor z, io.Float("z", 0, "as x"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("z", z, x.shape(), "as x"));
+  Tensor dy;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 0, "as x"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, x.shape(), "as x"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "x"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor xg, Upload(x, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor zg, Upload(z, dt, device));
+  Tensor y;
+  Status st = kernels::SigmoidGate(xg, zg, &y);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, x.shape()));
+  io.Out("y", yh);
+  if (!io.backward()) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy, dt, device));
+  Tensor dx, dz;
+  st = kernels::SigmoidGateGrad(xg, zg, dyg, &dx, &dz);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, x.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dzh, Download(dz, x.shape()));
+  io.Out("dx", dxh);
+  io.Out("dz", dzh);
+  return Status::OK();
+}
+
+// ---- short_conv: the KDA layer's causal depthwise convolution + SiLU (kernels/short_conv.h) ----
+Status RunShortConv(OpIo& io, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 2, "[N, C]"));
+  const int64_t n = x.dim(0), c = x.dim(1);
+  ORRERY_ASSIGN_OR_RETURN(Tensor w, io.Float("w", 2, "[C, W]"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("w", w, {c, w.dim(1)}, "[C, W], C = x's channels"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor cu_t, io.Index("cu_seqlens", DType::kI64, "[docs + 1]"));
+  Tensor dy;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 2, "[N, C]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, x.shape(), "as x"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_ASSIGN_OR_RETURN(std::vector<int64_t> cu, Documents(io, cu_t, 1, n));
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "x"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor cug, OffsetsOn(cu, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor xg, Upload(x, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor wg, Upload(w, dt, device));
+  Tensor y;
+  Status st = kernels::ShortConvSilu(xg, wg, cug, &y);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, x.shape()));
+  io.Out("y", yh);
+  if (!io.backward()) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy, dt, device));
+  Tensor dx, dw;
+  st = kernels::ShortConvSiluGrad(xg, wg, cug, dyg, &dx, &dw);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, x.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dwh, Download(dw, w.shape()));
+  io.Out("dx", dxh);
+  io.Out("dw", dwh);
+  return Status::OK();
+}
+
+// Integer ids [n] (targets, token ids) as i32 on `device`, undefined when absent.
+StatusOr<Tensor> Ids(OpIo& io, const std::string& name, int64_t n, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor t, io.Index(name, DType::kI32, "[N]"));
+  if (!t.defined()) return io.Error("tensor '" + name + "' [N] is missing (integers)");
+  if (t.ndim() != 1) return io.Error("tensor '" + name + "' is " + t.ToString() + ", expected [N]");
+  if (n >= 0) ORRERY_RETURN_IF_ERROR(io.ExpectShape(name, t, {n}, "[N], N = x's rows"));
+  return t.To(device);
+}
+
+// ---- embedding: the token embedding's gather and scatter-add (kernels/embedding.h) ----
+Status RunEmbedding(OpIo& io, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor table, io.Float("table", 2, "[V, D]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ids, Ids(io, "ids", -1, device));
+  const int64_t n = ids.dim(0), d = table.dim(1);
+  Tensor dy;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 2, "[N, D]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, {n, d}, "[N, D], N = the ids"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "table"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor tg, Upload(table, dt, device));
+  Tensor y;
+  Status st = kernels::EmbeddingGather(tg, ids, &y);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, {n, d}));
+  io.Out("y", yh);
+  if (!io.backward()) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dtable,
+                          gpu::ZerosOn(table.shape(), device.is_cpu() ? dt : DType::kF32, device));
+  st = kernels::EmbeddingScatterAdd(ids, dyg, &dtable);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor dth, Download(dtable, table.shape()));
+  io.Out("dtable", dth);
+  return Status::OK();
+}
+
+// ---- lm_head_loss: the LM head fused with the masked cross-entropy (kernels/lm_head_loss.h) ----
+Status RunLmHeadLoss(OpIo& io, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 2, "[N, D]"));
+  const int64_t n = x.dim(0), d = x.dim(1);
+  ORRERY_ASSIGN_OR_RETURN(Tensor w, io.Float("w", 2, "[V, D]"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("w", w, {w.dim(0), d}, "[V, D], D = x's width"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor targets, Ids(io, "targets", n, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor mask, io.Optional("mask", 1, "[N]"));
+  if (mask.defined()) {
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("mask", mask, {n}, "[N]"));
+  }
+  ORRERY_ASSIGN_OR_RETURN(double chunk, io.Attr("chunk_rows", 4096));
+  if (chunk < 1) {
+    return InvalidArgumentError("--attr chunk_rows=" + std::to_string(chunk) +
+                                ": expected a positive integer");
+  }
+  kernels::LmHeadLossOptions o;
+  o.chunk_rows = static_cast<int64_t>(chunk);
+  Tensor dloss;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dloss, io.Float("dloss_sum", 1, "[1]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dloss_sum", dloss, {1}, "[1]"));
+    ORRERY_ASSIGN_OR_RETURN(Tensor s, dloss.Cast(DType::kF64));
+    o.grad_scale = s.data<double>()[0];
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "x"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor xg, Upload(x, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor wg, Upload(w, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor mg, Upload(mask, DType::kF32, device));
+  double loss = 0;
+  Tensor dx, dw;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dw,
+                            gpu::ZerosOn(w.shape(), device.is_cpu() ? dt : DType::kF32, device));
+  }
+  Status st = kernels::LmHeadCrossEntropy(
+      xg, wg, targets, mg, o, &loss, io.backward() ? &dx : nullptr, io.backward() ? &dw : nullptr);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_ASSIGN_OR_RETURN(Tensor lh, Tensor::FromVector<double>({1}, {loss}).Cast(io.compute()));
+  io.Out("loss_sum", lh);
+  if (!io.backward()) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, x.shape()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dwh, Download(dw, w.shape()));
+  io.Out("dx", dxh);
+  io.Out("dw", dwh);
   return Status::OK();
 }
 
@@ -735,8 +1052,9 @@ Status ByDType(OpIo& io, Fn32 f32, Fn64 f64) {
 }  // namespace
 
 const std::vector<std::string>& OpNames() {
-  static const std::vector<std::string> names = {"kda",      "kda_recurrent", "mla",     "moe",
-                                                 "attn_res", "situ_glu",      "rmsnorm", "matmul"};
+  static const std::vector<std::string> names = {
+      "kda",    "kda_recurrent", "mla",      "moe",          "attn_res",  "situ_glu",    "rmsnorm",
+      "matmul", "short_conv",    "mla_keys", "sigmoid_gate", "embedding", "lm_head_loss"};
   return names;
 }
 
@@ -752,14 +1070,6 @@ Status RunOp(const OpRunOptions& options) {
                                 ")");
   }
   ORRERY_ASSIGN_OR_RETURN(Device device, ParseDevice(options.device));
-  const bool takes_cuda = options.op == "kda" || options.op == "kda_recurrent" ||
-                          options.op == "rmsnorm" || options.op == "situ_glu" ||
-                          options.op == "matmul";
-  if (device.is_cuda() && !takes_cuda) {
-    return InvalidArgumentError("--device " + options.device + ": op " + options.op +
-                                " runs on the cpu only (kda, kda_recurrent, rmsnorm, situ_glu and "
-                                "matmul take cuda)");
-  }
   if (device.is_cuda() && CudaDeviceCount() == 0) {
     return FailedPreconditionError("--device " + options.device + ": " +
                                    (CudaCompiledIn() ? "no CUDA device is visible on this machine"
@@ -771,16 +1081,27 @@ Status RunOp(const OpRunOptions& options) {
   if (options.op == "kda" || options.op == "kda_recurrent") {
     st = RunKda(io, options, options.op == "kda_recurrent");
   } else if (options.op == "mla") {
-    st = ByDType(io, RunMlaTyped<float>, RunMlaTyped<double>);
+    st = RunMla(io, device);
   } else if (options.op == "moe") {
-    st = ByDType(io, RunMoeTyped<float>, RunMoeTyped<double>);
+    st = device.is_cuda() ? RunMoeCuda(io, device)
+                          : ByDType(io, RunMoeTyped<float>, RunMoeTyped<double>);
   } else if (options.op == "attn_res") {
-    st = ByDType(io, RunAttnResTyped<float>, RunAttnResTyped<double>);
+    st = RunAttnRes(io, device);
   } else if (options.op == "situ_glu") {
     st = device.is_cuda() ? RunGluCuda(io, device)
                           : ByDType(io, RunGluTyped<float>, RunGluTyped<double>);
   } else if (options.op == "matmul") {
     st = RunMatmul(io, device);
+  } else if (options.op == "short_conv") {
+    st = RunShortConv(io, device);
+  } else if (options.op == "mla_keys") {
+    st = RunMlaKeys(io, device);
+  } else if (options.op == "sigmoid_gate") {
+    st = RunSigmoidGate(io, device);
+  } else if (options.op == "embedding") {
+    st = RunEmbedding(io, device);
+  } else if (options.op == "lm_head_loss") {
+    st = RunLmHeadLoss(io, device);
   } else {
     st = device.is_cuda() ? RunRmsNormCuda(io, device)
                           : ByDType(io, RunRmsNormTyped<float>, RunRmsNormTyped<double>);

@@ -6,7 +6,9 @@
 // Ops: kda, kda_recurrent (fla chunk_kda / naive_recurrent_kda layouts), mla (the causal softmax
 // attention core of gated MLA's training form, with its log-sum-exp), moe (a Stable LatentMoE
 // layer), attn_res (one Block AttnRes mix), situ_glu (the GLU activation), rmsnorm, matmul (the
-// GPU model's dense product).
+// GPU model's dense product), short_conv (the KDA layer's causal conv + SiLU), mla_keys (MLA's
+// per-head keys and values), sigmoid_gate (the output gates), embedding (the token gather and its
+// scatter-add), lm_head_loss (the LM head fused with the cross-entropy).
 // Inputs are f32 or f64 (computed in that dtype; bf16/f16 are widened to f32). With `backward`
 // the upstream gradients (named "d" + output) are read too and every input's gradient is written
 // ("d" + input) beside the forward outputs.
@@ -28,7 +30,7 @@ struct OpRunOptions {
   std::string in_path;
   std::string out_path;
   bool backward = false;
-  std::string device = "cpu";  // "cpu"; "cuda" for kda, rmsnorm, situ_glu, matmul (CUDA builds)
+  std::string device = "cpu";  // "cpu" or "cuda" (CUDA builds with a visible GPU)
   std::map<std::string, std::string> attrs;  // op attributes (docs/ops.md)
 };
 

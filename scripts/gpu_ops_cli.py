@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""`orrery ops run --device cuda` for rmsnorm, situ_glu and matmul on a GPU machine, through the CLI.
+"""`orrery ops run --device cuda` against --device cpu on a GPU machine, through the CLI.
 
-Writes bf16 problems with the standard-library writer of tests/integration/ops_kda_test.py, runs
-each op on --device cuda (bf16 in, as the GPU model computes) and on --device cpu (f32 on the same
-bf16 values), and compares every output by relative RMS error: 5e-3 for outputs rounded to bf16
-on the GPU (bf16 rounding alone is ~1.7e-3 on Gaussian data), 2e-5 for f32 outputs (sums in
-another order). Prints one line per tensor; exits non-zero on a failed run or an error past its
+For rmsnorm, situ_glu, matmul, short_conv, attn_res, mla, mla_keys, sigmoid_gate, moe, embedding
+and lm_head_loss: writes bf16 problems with the standard-library writer of
+tests/integration/ops_kda_test.py (integer inputs as i64), runs each op on --device cuda (bf16 in,
+as the GPU model computes) and on --device cpu (f32 on the same bf16 values), and compares every
+output by relative RMS error: 5e-3 for outputs rounded to bf16 on the GPU (bf16 rounding alone is
+~1.7e-3 on Gaussian data) or computed from such (lm_head_loss dw), 2e-5 for f32 outputs (sums in
+another order), 2e-2 for the MoE layer's outputs and gradients (a chain of bf16 roundings, as
+tests/gpu/moe_gpu_test.cc bounds its experts), and 0 for the chosen experts (the mismatching
+fraction). Prints one line per tensor; exits non-zero on a failed run or an error past its
 tolerance.
 
 Usage: gpu_ops_cli.py PATH/TO/orrery
@@ -20,7 +24,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "integration"))
 import ops_kda_test as io  # noqa: E402  (the safetensors writer, reader and the runner)
 
-BF16_TOL, F32_TOL = 5e-3, 2e-5
+BF16_TOL, F32_TOL, MOE_TOL, EXACT = 5e-3, 2e-5, 2e-2, 0.0
+INTEGERS = ("cu_seqlens", "ids", "targets")  # stored as i64; "c" stays f32; the rest is bf16
 
 
 def rel_rms(got, want):
@@ -34,6 +39,14 @@ def gauss(rng, shape, scale=1.0):
     for d in shape:
         n *= d
     return (shape, [scale * rng.gauss(0, 1) for _ in range(n)])
+
+
+def mismatch(got, want):
+    return sum(a != b for a, b in zip(got, want)) / max(len(want), 1)
+
+
+def ints(rng, n, high):
+    return ([n], [rng.randrange(high) for _ in range(n)])
 
 
 def main():
@@ -51,24 +64,71 @@ def main():
         ("matmul", ["--attr", "trans_a=1", "--attr", "beta=1"],
          {"a": gauss(rng, [70, 130]), "b": gauss(rng, [70, 50]), "c": gauss(rng, [130, 50])},
          {"c": F32_TOL}),
+        ("short_conv", ["--backward"],
+         {"x": gauss(rng, [200, 96]), "w": gauss(rng, [96, 4], 0.5), "dy": gauss(rng, [200, 96]),
+          "cu_seqlens": ([4], [0, 50, 130, 200])},
+         {"y": BF16_TOL, "dx": BF16_TOL, "dw": F32_TOL}),
+        ("attn_res", ["--backward"],
+         {"sources": gauss(rng, [5, 128, 96]), "w": gauss(rng, [96]),
+          "gamma": gauss(rng, [96], 0.2), "dh": gauss(rng, [128, 96])},
+         {"h": BF16_TOL, "p": F32_TOL, "dsources": F32_TOL, "dw": F32_TOL, "dgamma": F32_TOL}),
+        # MLA's training attention at full head size (qk 192, v 128), two documents.
+        ("mla", ["--backward"],
+         {"q": gauss(rng, [1, 96, 2, 192]), "k": gauss(rng, [1, 96, 2, 192]),
+          "v": gauss(rng, [1, 96, 2, 128]), "do": gauss(rng, [1, 96, 2, 128]),
+          "cu_seqlens": ([3], [0, 40, 96])},
+         {"o": BF16_TOL, "lse": F32_TOL, "dq": BF16_TOL, "dk": BF16_TOL, "dv": BF16_TOL}),
+        # MLA's keys and values at full size: Dn 128, Dv 128, Dr 64.
+        ("mla_keys", ["--backward", "--attr", "nope_dim=128"],
+         {"kv": gauss(rng, [64, 4, 256]), "kr": gauss(rng, [64, 64]),
+          "dk": gauss(rng, [64, 4, 192]), "dv": gauss(rng, [64, 4, 128])},
+         {"k": F32_TOL, "v": F32_TOL, "dkv": F32_TOL, "dkr": BF16_TOL}),
+        ("sigmoid_gate", ["--backward"],
+         {"x": gauss(rng, [4096]), "z": gauss(rng, [4096], 3.0), "dy": gauss(rng, [4096])},
+         {"y": BF16_TOL, "dx": BF16_TOL, "dz": BF16_TOL}),
+        # One Stable LatentMoE layer: N 64, D 48, E 8, top-2, L 24, F 32, a shared expert (Fs 32).
+        ("moe", ["--backward", "--attr", "top_k=2", "--attr", "routed_scale=2.5"],
+         {"x": gauss(rng, [64, 48]), "router": gauss(rng, [8, 48], 0.3),
+          "down": gauss(rng, [24, 48], 0.2), "up": gauss(rng, [48, 24], 0.2),
+          "experts.w1": gauss(rng, [8, 32, 24], 0.3), "experts.w3": gauss(rng, [8, 32, 24], 0.3),
+          "experts.w2": gauss(rng, [8, 24, 32], 0.3), "latent_norm": gauss(rng, [24], 0.2),
+          "shared.w1": gauss(rng, [32, 48], 0.2), "shared.w3": gauss(rng, [32, 48], 0.2),
+          "shared.w2": gauss(rng, [48, 32], 0.2), "bias": gauss(rng, [8], 0.1),
+          "dy": gauss(rng, [64, 48])},
+         dict({"expert_ids": EXACT, "scores": F32_TOL},
+              **{n: MOE_TOL for n in ["y", "dx", "drouter", "ddown", "dup", "dlatent_norm",
+                                      "dexperts.w1", "dexperts.w3", "dexperts.w2", "dshared.w1",
+                                      "dshared.w3", "dshared.w2"]})),
+        ("embedding", ["--backward"],
+         {"table": gauss(rng, [50, 64]), "ids": ints(rng, 200, 50), "dy": gauss(rng, [200, 64])},
+         {"y": F32_TOL, "dtable": F32_TOL}),
+        ("lm_head_loss", ["--backward", "--attr", "chunk_rows=32"],
+         {"x": gauss(rng, [70, 64]), "w": gauss(rng, [300, 64], 0.3),
+          "targets": ints(rng, 70, 300), "mask": ([70], [float(i % 5 != 0) for i in range(70)]),
+          "dloss_sum": ([1], [1.0 / 64])},
+         {"loss_sum": F32_TOL, "dx": BF16_TOL, "dw": BF16_TOL}),
     ]
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for i, (op, args, tensors, tolerances) in enumerate(cases):
             src = os.path.join(tmp, "in%d.safetensors" % i)
-            # c (the f32 accumulator of the weight-gradient form) stays f32; the rest is bf16.
-            io.write_safetensors(src, tensors, "F32", {n: "BF16" for n in tensors if n != "c"})
+            # c (the f32 accumulator of the weight-gradient form) stays f32.
+            io.write_safetensors(src, tensors, "F32",
+                                 {n: "I64" if n in INTEGERS else "BF16" for n in tensors
+                                  if n != "c"})
             got = {}
             for device in ("cuda", "cpu"):
                 out = os.path.join(tmp, "%s%d.safetensors" % (device, i))
                 io.run(orrery, ["--op", op, "--in", src, "--out", out, "--device", device] + args)
                 got[device] = io.read_safetensors(out)
             for name, tol in tolerances.items():
-                err = rel_rms(got["cuda"][name][1], got["cpu"][name][1])
-                ok = err < tol
+                compare = mismatch if tol == EXACT else rel_rms
+                err = compare(got["cuda"][name][1], got["cpu"][name][1])
+                ok = err <= tol
                 failed += not ok
-                print("ops run %-8s %s cuda vs cpu: %-5s rel RMS %.2e (tolerance %.0e) %s"
-                      % (op, " ".join(args), name, err, tol, "ok" if ok else "FAILED"))
+                print("ops run %-12s %s cuda vs cpu: %-12s %s %.2e (tolerance %.0e) %s"
+                      % (op, " ".join(args), name, "mismatch" if tol == EXACT else "rel RMS",
+                         err, tol, "ok" if ok else "FAILED"))
     return 1 if failed else 0
 
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-FORMATS = {"F32": ("f", 4), "F64": ("d", 8), "I64": ("q", 8), "BF16": ("H", 2)}
+FORMATS = {"F32": ("f", 4), "F64": ("d", 8), "I64": ("q", 8), "I32": ("i", 4), "BF16": ("H", 2)}
 
 
 def bf16_bits(x):

@@ -176,6 +176,50 @@ TEST(OpsRunTest, MoeGradientsMatchFiniteDifferences) {
   }
 }
 
+TEST(OpsRunTest, TensorLevelOpsGradientsMatchFiniteDifferences) {
+  PhiloxGenerator gen(6, 1);
+  Tensors conv{{"x", Random({9, 4}, gen)},
+               {"w", Random({4, 3}, gen, 0.5)},
+               {"cu_seqlens", Tensor::FromVector<int64_t>({3}, {0, 4, 9})}};
+  CheckGradients("short_conv", conv, {"y"}, {});
+  // kv [N, H, Dn + Dv] with Dn 3, Dv 2; kr [N, Dr] shared by the heads.
+  Tensors keys{{"kv", Random({5, 2, 5}, gen)}, {"kr", Random({5, 2}, gen)}};
+  CheckGradients("mla_keys", keys, {"k", "v"}, {{"nope_dim", "3"}});
+  Tensors gate{{"x", Random({4, 5}, gen)}, {"z", Random({4, 5}, gen, 2.0)}};
+  CheckGradients("sigmoid_gate", gate, {"y"}, {});
+  // Repeated ids accumulate into one row of dtable.
+  Tensors emb{{"table", Random({5, 3}, gen)},
+              {"ids", Tensor::FromVector<int32_t>({6}, {4, 0, 2, 4, 1, 4})}};
+  CheckGradients("embedding", emb, {"y"}, {});
+  StatusOr<Tensors> r = RunOpFile("embedding", emb, false, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (int64_t j = 0; j < 3; ++j) {
+    EXPECT_EQ(r->at("y").data<double>()[1 * 3 + j], emb.at("table").data<double>()[0 * 3 + j]);
+  }
+  // Chunks of 2 rows over 5; the zero mask weight drops row 3 whatever its target.
+  Tensors head{{"x", Random({5, 4}, gen)},
+               {"w", Random({7, 4}, gen)},
+               {"targets", Tensor::FromVector<int32_t>({5}, {6, 0, 3, 3, 1})},
+               {"mask", Tensor::FromVector<double>({5}, {1, 0.5, 1, 0, 2})}};
+  CheckGradients("lm_head_loss", head, {"loss_sum"}, {{"chunk_rows", "2"}}, {"mask"});
+  r = RunOpFile("lm_head_loss", head, false, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  double want = 0;
+  for (int64_t n = 0; n < 5; ++n) {
+    std::vector<double> z(7);
+    for (int64_t v = 0; v < 7; ++v) {
+      for (int64_t j = 0; j < 4; ++j) {
+        z[v] += head.at("x").data<double>()[n * 4 + j] * head.at("w").data<double>()[v * 4 + j];
+      }
+    }
+    double sum = 0;
+    for (double zv : z) sum += std::exp(zv);
+    want += head.at("mask").data<double>()[n] *
+            (std::log(sum) - z[head.at("targets").data<int32_t>()[n]]);
+  }
+  EXPECT_NEAR(r->at("loss_sum").data<double>()[0], want, 1e-12);
+}
+
 TEST(OpsRunTest, BadInputIsOneClearError) {
   PhiloxGenerator gen(4, 1);
   Tensors in{{"x", Random({3, 7}, gen)}, {"w", Random({6}, gen)}};
@@ -223,6 +267,66 @@ TEST(OpsRunTest, BadInputIsOneClearError) {
   r = RunOpFile("moe", moe, false, {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("top_k"), std::string::npos);
+  // The ops on the Tensor-level kernels: their own checks and the kernels' come back as one line.
+  struct Bad {
+    const char* op;
+    std::string error;
+    Tensors in;
+  };
+  const Bad bad[] = {
+      {"short_conv",
+       "tensor 'w' has shape [3, 2], expected [4, 2]",
+       {{"x", Random({5, 4}, gen)}, {"w", Random({3, 2}, gen)}}},
+      {"short_conv", "W <= 16", {{"x", Random({5, 4}, gen)}, {"w", Random({4, 17}, gen)}}},
+      {"short_conv",
+       "cu_seqlens must run from 0 to T = 5",
+       {{"x", Random({5, 4}, gen)},
+        {"w", Random({4, 2}, gen)},
+        {"cu_seqlens", Tensor::FromVector<int64_t>({2}, {0, 4})}}},
+      {"embedding",
+       "ids[1] = 5",
+       {{"table", Random({5, 3}, gen)}, {"ids", Tensor::FromVector<int32_t>({2}, {0, 5})}}},
+      {"embedding", "tensor 'ids' [N] is missing", {{"table", Random({5, 3}, gen)}}},
+      {"lm_head_loss",
+       "tensor 'targets' has shape [2], expected [3]",
+       {{"x", Random({3, 4}, gen)},
+        {"w", Random({7, 4}, gen)},
+        {"targets", Tensor::FromVector<int32_t>({2}, {0, 1})}}},
+      {"lm_head_loss",
+       "targets[1] = 7",
+       {{"x", Random({3, 4}, gen)},
+        {"w", Random({7, 4}, gen)},
+        {"targets", Tensor::FromVector<int32_t>({3}, {0, 7, 1})}}},
+      {"mla_keys",
+       "--attr nope_dim: expected an integer in [1, Dn + Dv = 5), got 0",
+       {{"kv", Random({3, 2, 5}, gen)}, {"kr", Random({3, 2}, gen)}}},
+      {"sigmoid_gate",
+       "tensor 'z' has shape [4], expected [3]",
+       {{"x", Random({3}, gen)}, {"z", Random({4}, gen)}}},
+      {"attn_res",
+       "tensor 'w' has shape [5], expected [6]",
+       {{"sources", Random({3, 4, 6}, gen)}, {"w", Random({5}, gen)}}},
+      {"mla",
+       "tensor 'v' has shape [1, 4, 2, 3], expected [1, 4, 1, 3]",
+       {{"q", Random({1, 4, 1, 2}, gen)},
+        {"k", Random({1, 4, 1, 2}, gen)},
+        {"v", Random({1, 4, 2, 3}, gen)}}},
+  };
+  for (const Bad& c : bad) {
+    r = RunOpFile(c.op, c.in, false, {});
+    ASSERT_FALSE(r.ok()) << c.op;
+    EXPECT_NE(r.status().message().find(c.error), std::string::npos)
+        << c.op << ": " << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+  }
+  const Tensors head{{"x", Random({3, 4}, gen)},
+                     {"w", Random({7, 4}, gen)},
+                     {"targets", Tensor::FromVector<int32_t>({3}, {0, 6, 1})}};
+  r = RunOpFile("lm_head_loss", head, false, {{"chunk_rows", "0"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("chunk_rows=0.000000: expected a positive integer"),
+            std::string::npos)
+      << r.status().message();
 }
 
 TEST(OpsRunTest, MatmulMatchesNaiveLoops) {
@@ -256,7 +360,7 @@ TEST(OpsRunTest, MatmulMatchesNaiveLoops) {
 
 TEST(OpsRunTest, CudaWithoutAGpuIsOneClearError) {
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible: tests/gpu covers --device cuda";
-  for (const char* op : {"rmsnorm", "matmul", "kda"}) {
+  for (const std::string& op : OpNames()) {
     OpRunOptions o;
     o.op = op;
     o.in_path = "/nonexistent/in.safetensors";
@@ -269,10 +373,6 @@ TEST(OpsRunTest, CudaWithoutAGpuIsOneClearError) {
                                 : "--device cuda: this build has no CUDA support")
         << op;
   }
-  OpRunOptions o;
-  o.op = "moe";
-  o.device = "cuda";
-  EXPECT_NE(RunOp(o).message().find("op moe runs on the cpu only"), std::string::npos);
 }
 
 }  // namespace
