@@ -1,5 +1,6 @@
 // Whole-model checks: fp64 finite differences for every parameter of a 2-layer model (KDA + MLA,
-// dense + LatentMoE, AttnRes), forced routing replay, packed documents == documents alone.
+// dense + LatentMoE, AttnRes) and of a 4-layer one with AttnRes blocks of 2 layers and documents
+// spanning several KDA chunks, forced routing replay, packed documents == documents alone.
 #include "model/model.h"
 
 #include <gtest/gtest.h>
@@ -13,13 +14,15 @@
 namespace orrery::model {
 namespace {
 
-StatusOr<ModelConfig> TinyConfig(int64_t gate_rank, bool recurrent) {
-  const std::string text = R"(
+// Two layers (KDA, MLA) with AttnRes blocks of one layer, or four (KDA, KDA, MLA, KDA) with
+// blocks of two: then the intra-block partial sums and the block boundaries inside the stack are
+// differentiated too.
+StatusOr<ModelConfig> TinyConfig(int64_t gate_rank, bool recurrent, bool deep = false) {
+  const std::string text = std::string(R"(
 [model]
 vocab_size = 11
 hidden_size = 8
-num_layers = 2
-full_attn_layers = [2]
+num_layers = )") + (deep ? "4\nfull_attn_layers = [3]" : "2\nfull_attn_layers = [2]") + R"(
 first_k_dense = 1
 dense_intermediate = 6
 [model.kda]
@@ -49,7 +52,7 @@ shared_intermediate = 5
 latent_dim = 6
 routed_scaling_factor = 1.5
 [model.attn_res]
-block_size = 1
+block_size = )" + (deep ? "2" : "1") + R"(
 )";
   ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseString(text, "test.toml"));
   ConfigTable root = doc.root();
@@ -82,16 +85,23 @@ double Loss(const Tensor& logits, const Tensor& r) {
   return s;
 }
 
-void CheckAllParameters(int64_t gate_rank, bool recurrent) {
-  StatusOr<ModelConfig> c = TinyConfig(gate_rank, recurrent);
+// `deep`: the 4-layer model on one row of 40 tokens whose first document (37 tokens) spans three
+// 16-token KDA chunks, so the chunked core's inter-chunk state passes are inside the check.
+void CheckAllParameters(int64_t gate_rank, bool recurrent, bool deep = false) {
+  StatusOr<ModelConfig> c = TinyConfig(gate_rank, recurrent, deep);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto model = Model::Create(*c, 5, DType::kF64);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   Model& m = **model;
   Perturb(m, 0.3);
   Batch batch;
-  batch.tokens = Tokens(2, 5, c->vocab_size, 3);
-  batch.cu_seqlens = Tensor::FromVector<int64_t>({4}, {0, 3, 5, 10});
+  if (deep) {
+    batch.tokens = Tokens(1, 40, c->vocab_size, 3);
+    batch.cu_seqlens = Tensor::FromVector<int64_t>({3}, {0, 37, 40});
+  } else {
+    batch.tokens = Tokens(2, 5, c->vocab_size, 3);
+    batch.cu_seqlens = Tensor::FromVector<int64_t>({4}, {0, 3, 5, 10});
+  }
   ForwardCache cache;
   StatusOr<Tensor> logits = m.Forward(batch, &cache);
   ASSERT_TRUE(logits.ok()) << logits.status().ToString();
@@ -132,6 +142,9 @@ void CheckAllParameters(int64_t gate_rank, bool recurrent) {
 
 TEST(ModelGradientTest, EveryParameterMatchesFiniteDifferences) { CheckAllParameters(0, false); }
 TEST(ModelGradientTest, LowRankGateAndRecurrentCore) { CheckAllParameters(3, true); }
+TEST(ModelGradientTest, AttnResBlocksOfTwoAndDocumentsOverSeveralChunks) {
+  CheckAllParameters(0, false, /*deep=*/true);
+}
 
 TEST(ModelTest, ForcedRoutingReproducesRecordedRouting) {
   StatusOr<ModelConfig> c = TinyConfig(0, false);
