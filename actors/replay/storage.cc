@@ -1,6 +1,7 @@
 #include "actors/replay/storage.h"
 
 #include <rocksdb/db.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
@@ -36,6 +37,18 @@ bool DirectoryEmptyOrMissing(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return true;
   return std::filesystem::is_directory(path, ec) && std::filesystem::is_empty(path, ec);
+}
+
+// Fsyncs the directory holding `path`, so that `path`'s own entry is durable.
+Status SyncParentDirectory(rocksdb::Env* env, const std::string& path) {
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  if (parent.empty()) return Status::OK();
+  std::unique_ptr<rocksdb::FSDirectory> dir;
+  const rocksdb::IOOptions io;
+  rocksdb::IOStatus s = env->GetFileSystem()->NewDirectory(parent, io, &dir, nullptr);
+  if (s.ok()) s = dir->Fsync(io, nullptr);
+  if (s.ok()) s = dir->Close(io, nullptr);
+  return FromRocks(s, "syncing directory " + parent);
 }
 
 }  // namespace
@@ -75,10 +88,12 @@ StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) 
   db_options.compression = compression;
   db_options.max_background_jobs = 2;
   db_options.write_buffer_size = 64 << 20;
+  if (options.env != nullptr) db_options.env = options.env;
   rocksdb::DB* db = nullptr;
   ORRERY_RETURN_IF_ERROR(
       FromRocks(rocksdb::DB::Open(db_options, options.path, &db), "opening " + options.path));
   storage->db_.reset(db);
+  ORRERY_RETURN_IF_ERROR(SyncParentDirectory(db_options.env, options.path));
   if (!options.sync_each_write)
     storage->syncer_ = std::thread([s = storage.get()] { s->SyncLoop(); });
   return storage;
@@ -92,7 +107,9 @@ Storage::~Storage() {
   sync_cv_.notify_all();
   if (syncer_.joinable()) syncer_.join();
   if (db_) {
-    if (!options_.sync_each_write) db_->SyncWAL().PermitUncheckedError();
+    // After a failed write or sync the WAL writer is in error: RocksDB must not be asked to sync
+    // it again (7.8 asserts on that).
+    if (!options_.sync_each_write && sync_error_.ok()) db_->SyncWAL().PermitUncheckedError();
     db_->Close().PermitUncheckedError();
   }
 }
@@ -102,22 +119,42 @@ StatusOr<uint64_t> Storage::Write(rocksdb::WriteBatch* batch) {
   wo.sync = options_.sync_each_write;
   if (options_.sync_each_write) {
     // Durable on return; concurrent writers share fsyncs through RocksDB's own write groups.
-    ORRERY_RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch), "replay storage write"));
+    Status s = FromRocks(db_->Write(wo, batch), "replay storage write");
+    if (!s.ok()) Fail(s);
+    ORRERY_RETURN_IF_ERROR(s);
     return uint64_t{0};
   }
-  uint64_t ticket;
+  uint64_t ticket = 0;
+  Status s;
   {
     std::lock_guard<std::mutex> lock(write_mu_);
-    ORRERY_RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch), "replay storage write"));
-    ticket = ++written_;
+    s = FromRocks(db_->Write(wo, batch), "replay storage write");
+    if (s.ok()) ticket = ++written_;
+  }
+  if (!s.ok()) {
+    Fail(s);  // not under write_mu_: the syncer takes sync_mu_ before write_mu_
+    return s;
   }
   sync_cv_.notify_all();
   return ticket;
 }
 
+void Storage::Fail(const Status& error) {
+  {
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    if (sync_error_.ok()) sync_error_ = error;
+  }
+  sync_cv_.notify_all();
+}
+
 void Storage::SyncLoop() {
   std::unique_lock<std::mutex> lock(sync_mu_);
   while (true) {
+    if (!sync_error_.ok()) {  // a failed write or sync: the WAL must not be synced again
+      if (on_durable_) on_durable_();
+      sync_cv_.wait(lock, [&] { return stopping_; });
+      return;
+    }
     uint64_t target;
     {
       std::lock_guard<std::mutex> wl(write_mu_);
@@ -198,9 +235,11 @@ Status Storage::Checkpoint(const std::string& directory) {
       FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "replay checkpoint"));
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
   // No memtable flush (log_size_for_flush = max): the live WAL is copied instead, so writers
-  // never wait for the checkpoint.
-  return FromRocks(checkpoint->CreateCheckpoint(directory, UINT64_MAX),
-                   "replay checkpoint to " + directory);
+  // never wait for the checkpoint. RocksDB fsyncs the checkpoint's files and directory but not
+  // its entry in the parent directory.
+  ORRERY_RETURN_IF_ERROR(FromRocks(checkpoint->CreateCheckpoint(directory, UINT64_MAX),
+                                   "replay checkpoint to " + directory));
+  return SyncParentDirectory(db_->GetEnv(), directory);
 }
 
 }  // namespace orrery::replay
