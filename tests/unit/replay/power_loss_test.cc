@@ -307,6 +307,8 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
     ExpectExactPayloads(*t);
 
     if (checkpoint) {
+      ASSERT_TRUE(std::filesystem::exists(checkpoint->dir + "/CURRENT"))
+          << "the acknowledged checkpoint " << checkpoint->dir << " did not survive the cut";
       ReplayConfig c = StoreConfig(checkpoint->dir, nullptr, true);
       StatusOr<std::unique_ptr<ReplayStore>> copy = ReplayStore::Open(c);
       ASSERT_TRUE(copy.ok()) << "an acknowledged checkpoint did not survive: "
