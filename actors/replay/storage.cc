@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 
 #include "core/logging.h"
 
@@ -53,6 +54,112 @@ Status SyncParentDirectory(rocksdb::Env* env, const std::string& path) {
 
 }  // namespace
 
+// RocksDB 7.8 asserts (Debian's build keeps its asserts) when SyncWAL syncs a WAL whose writer
+// saw a failed append, and an append can fail on the write path while the syncer is between its
+// last look at the error state and SyncWAL's own check. The gate makes that look and the start of
+// the sync one step: appends to the database's WAL files run under its mutex and record a
+// failure; the syncer takes the mutex (BeginSync), and the mutex is released when its fsync of
+// the WAL starts (or by EndSync when SyncWAL syncs nothing), so appends never wait for an fsync.
+class WalSyncGate : public rocksdb::FileSystemWrapper {
+ public:
+  WalSyncGate(const std::shared_ptr<rocksdb::FileSystem>& base, const std::string& db_path)
+      : FileSystemWrapper(base), db_dir_(Normal(db_path)) {}
+
+  const char* Name() const override { return "OrreryWalSyncGate"; }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& fname, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->NewWritableFile(fname, options, result, dbg);
+    const std::filesystem::path path = Normal(fname);
+    if (s.ok() && path.extension() == ".log" && path.parent_path() == db_dir_) {
+      *result = std::make_unique<Wal>(std::move(*result), this);
+    }
+    return s;
+  }
+
+  // True with the gate held: no WAL append has failed. False (not held) otherwise.
+  bool BeginSync() {
+    mu_.lock();
+    if (failed_) {
+      mu_.unlock();
+      return false;
+    }
+    holding_ = true;
+    return true;
+  }
+  void EndSync() { Release(); }
+
+ private:
+  class Wal : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    Wal(std::unique_ptr<rocksdb::FSWritableFile> file, WalSyncGate* gate)
+        : FSWritableFileOwnerWrapper(std::move(file)), gate_(gate) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* dbg) override {
+      return gate_->Appending([&] { return target()->Append(data, options, dbg); });
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info,
+                             rocksdb::IODebugContext* dbg) override {
+      return gate_->Appending([&] { return target()->Append(data, options, info, dbg); });
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
+                                       const rocksdb::IOOptions& options,
+                                       rocksdb::IODebugContext* dbg) override {
+      return gate_->Appending(
+          [&] { return target()->PositionedAppend(data, offset, options, dbg); });
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
+                                       const rocksdb::IOOptions& options,
+                                       const rocksdb::DataVerificationInfo& info,
+                                       rocksdb::IODebugContext* dbg) override {
+      return gate_->Appending(
+          [&] { return target()->PositionedAppend(data, offset, options, info, dbg); });
+    }
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* dbg) override {
+      gate_->Release();
+      return target()->Sync(options, dbg);
+    }
+    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
+                            rocksdb::IODebugContext* dbg) override {
+      gate_->Release();
+      return target()->Fsync(options, dbg);
+    }
+
+   private:
+    WalSyncGate* gate_;
+  };
+
+  static std::filesystem::path Normal(const std::string& path) {
+    const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+    return p.has_filename() ? p : p.parent_path();  // "db/" names "db"
+  }
+  template <typename Fn>
+  rocksdb::IOStatus Appending(Fn&& append) {
+    std::lock_guard<std::mutex> lock(mu_);
+    rocksdb::IOStatus s = append();
+    if (!s.ok()) failed_ = true;
+    return s;
+  }
+  // Releases the gate if this thread holds it.
+  void Release() {
+    if (!holding_) return;
+    holding_ = false;
+    mu_.unlock();
+  }
+
+  const std::filesystem::path db_dir_;
+  std::mutex mu_;
+  bool failed_ = false;  // guarded by mu_
+  static thread_local bool holding_;
+};
+
+thread_local bool WalSyncGate::holding_ = false;
+
+Storage::Storage(StorageOptions options) : options_(std::move(options)) {}
+
 void Storage::DbCloser::operator()(rocksdb::DB* db) const { delete db; }
 
 StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) {
@@ -88,7 +195,10 @@ StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) 
   db_options.compression = compression;
   db_options.max_background_jobs = 2;
   db_options.write_buffer_size = 64 << 20;
-  if (options.env != nullptr) db_options.env = options.env;
+  rocksdb::Env* base = options.env != nullptr ? options.env : rocksdb::Env::Default();
+  storage->gate_ = std::make_shared<WalSyncGate>(base->GetFileSystem(), options.path);
+  storage->env_ = rocksdb::NewCompositeEnv(storage->gate_);
+  db_options.env = storage->env_.get();
   rocksdb::DB* db = nullptr;
   ORRERY_RETURN_IF_ERROR(
       FromRocks(rocksdb::DB::Open(db_options, options.path, &db), "opening " + options.path));
@@ -109,7 +219,7 @@ Storage::~Storage() {
   if (db_) {
     // After a failed write or sync the WAL writer is in error: RocksDB must not be asked to sync
     // it again (7.8 asserts on that).
-    if (!options_.sync_each_write && sync_error_.ok()) db_->SyncWAL().PermitUncheckedError();
+    if (!options_.sync_each_write && sync_error_.ok()) (void)SyncWal();
     db_->Close().PermitUncheckedError();
   }
 }
@@ -147,6 +257,13 @@ void Storage::Fail(const Status& error) {
   sync_cv_.notify_all();
 }
 
+Status Storage::SyncWal() {
+  if (!gate_->BeginSync()) return IoError("replay storage WAL sync: a write to the WAL failed");
+  rocksdb::Status s = db_->SyncWAL();
+  gate_->EndSync();
+  return FromRocks(s, "replay storage WAL sync");
+}
+
 void Storage::SyncLoop() {
   std::unique_lock<std::mutex> lock(sync_mu_);
   while (true) {
@@ -166,10 +283,10 @@ void Storage::SyncLoop() {
       const auto next_sync =
           std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.group_commit_ms);
       lock.unlock();
-      rocksdb::Status s = db_->SyncWAL();
+      Status s = SyncWal();
       lock.lock();
       if (!s.ok()) {
-        sync_error_ = FromRocks(s, "replay storage WAL sync");
+        sync_error_ = s;
         ORRERY_LOG(ERROR) << sync_error_.message();
       } else {
         durable_.store(target, std::memory_order_release);

@@ -35,6 +35,8 @@ class WriteBatch;
 
 namespace orrery::replay {
 
+class WalSyncGate;
+
 struct StorageOptions {
   std::string path;                 // the database directory (created when missing)
   bool sync_each_write = true;      // false: group commit
@@ -74,12 +76,17 @@ class Storage {
   const StorageOptions& options() const { return options_; }
 
  private:
-  explicit Storage(StorageOptions options) : options_(std::move(options)) {}
+  explicit Storage(StorageOptions options);
   void SyncLoop();
   // Records the first write or sync error: waiters get it, and the WAL is not synced again.
   void Fail(const Status& error);
+  // SyncWAL, unless a WAL append has failed (RocksDB 7.8 asserts on syncing such a WAL).
+  Status SyncWal();
 
   StorageOptions options_;
+  // RocksDB's Env: options.env's (or the default) file system behind the WAL sync gate.
+  std::shared_ptr<WalSyncGate> gate_;
+  std::unique_ptr<rocksdb::Env> env_;
   struct DbCloser {
     void operator()(rocksdb::DB* db) const;
   };
