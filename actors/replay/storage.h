@@ -10,7 +10,9 @@
 //     before it.
 // (A write without fsync already survives kill -9 of the process; fsync makes it survive power
 // loss.) The database directory's and a checkpoint's entries in their parent directories are
-// fsynced too, so an acknowledged database or checkpoint survives power loss. Checkpoints
+// fsynced too, so an acknowledged database or checkpoint survives power loss. After a failed
+// write or WAL sync the WAL is never synced again (RocksDB 7.8 asserts on that); a gate on the
+// WAL's appends makes that hold even for a sync starting while an append fails. Checkpoints
 // hard-link SST files and copy the live WAL without flushing, so they never block writers.
 #pragma once
 
