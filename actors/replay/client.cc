@@ -128,6 +128,7 @@ StatusOr<InsertReply> ReplayClient::Insert(const std::string& table, const ItemI
         in.setPriority(item.priority);
         in.setTokens(item.tokens);
         in.setMinPolicyVersion(item.min_policy_version);
+        in.setIdempotencyKey(Bytes(item.idempotency_key));
         auto list = in.initTrajectories(static_cast<unsigned>(item.trajectories.size()));
         for (size_t i = 0; i < item.trajectories.size(); ++i) {
           // Orphan-free zero-copy is not possible for Data in a builder: the bytes are copied
@@ -139,6 +140,7 @@ StatusOr<InsertReply> ReplayClient::Insert(const std::string& table, const ItemI
         if (!reply.isInsert()) return InternalError("replay client: unexpected reply to insert");
         out.key = reply.getInsert().getKey();
         out.dropped_stale = reply.getInsert().getDroppedStale();
+        out.duplicate = reply.getInsert().getDuplicate();
       });
   return out;
 }

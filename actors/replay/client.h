@@ -28,6 +28,7 @@ struct ReplayClientOptions {
 struct InsertReply {
   uint64_t key = 0;
   bool dropped_stale = false;
+  bool duplicate = false;  // a retry: the first insert with this idempotency key stored the group
 };
 
 class ReplayClient {
@@ -38,6 +39,8 @@ class ReplayClient {
                                                          ReplayClientOptions options = {});
   ~ReplayClient();
 
+  // Give item.idempotency_key when the call may be retried (Unavailable, DeadlineExceeded): a
+  // retry with the same key is answered with the first insert's reply, never stored twice.
   StatusOr<InsertReply> Insert(const std::string& table, const ItemInput& item,
                                int64_t timeout_ms = -1);
   StatusOr<std::vector<SampledItem>> Sample(const std::string& table, const SampleOptions& options,

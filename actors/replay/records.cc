@@ -50,6 +50,11 @@ std::string BatchRecordKey(std::string_view table, uint64_t n) {
   return NumberedKey('b', table, n);
 }
 
+std::string IdempotencyRecordPrefix(std::string_view table) { return Prefix('k', table); }
+std::string IdempotencyRecordKey(std::string_view table, uint64_t seq) {
+  return NumberedKey('k', table, seq);
+}
+
 StatusOr<uint64_t> RecordKeyNumber(std::string_view record_key) {
   if (record_key.size() < 8) return DataLossError("replay record key too short");
   uint64_t v = 0;
@@ -71,6 +76,7 @@ std::string EncodeTableState(const TableState& s) {
   r.setNextTiebreak(s.next_tiebreak);
   r.setRngOffset(s.rng_offset);
   r.setBatchesLogged(s.batches_logged);
+  r.setNextIdempotencySeq(s.next_idempotency_seq);
   return CapnpToBytes(builder);
 }
 
@@ -86,6 +92,7 @@ StatusOr<TableState> DecodeTableState(std::string_view bytes) {
     s.next_tiebreak = r.getNextTiebreak();
     s.rng_offset = r.getRngOffset();
     s.batches_logged = r.getBatchesLogged();
+    s.next_idempotency_seq = r.getNextIdempotencySeq();
     return Status::OK();
   });
   if (!st.ok()) return DataLossError(st.message());
@@ -164,6 +171,31 @@ StatusOr<std::vector<std::string>> DecodePayload(std::string_view bytes) {
   });
   if (!st.ok()) return DataLossError(st.message());
   return out;
+}
+
+std::string EncodeIdempotencyRecord(const IdempotencyRecord& rec) {
+  capnp::MallocMessageBuilder builder;
+  auto r = builder.initRoot<schema::IdempotencyRecord>();
+  r.setIdempotencyKey(capnp::Data::Reader(
+      reinterpret_cast<const kj::byte*>(rec.idempotency_key.data()), rec.idempotency_key.size()));
+  r.setGroupId(rec.group_id);
+  r.setKey(rec.key);
+  r.setDroppedStale(rec.dropped_stale);
+  return CapnpToBytes(builder);
+}
+
+StatusOr<IdempotencyRecord> DecodeIdempotencyRecord(std::string_view bytes) {
+  IdempotencyRecord rec;
+  Status st = ReadCapnpMessage<schema::IdempotencyRecord>(bytes, "idempotency record", [&](auto r) {
+    auto k = r.getIdempotencyKey();
+    rec.idempotency_key.assign(reinterpret_cast<const char*>(k.begin()), k.size());
+    rec.group_id = r.getGroupId();
+    rec.key = r.getKey();
+    rec.dropped_stale = r.getDroppedStale();
+    return Status::OK();
+  });
+  if (!st.ok()) return DataLossError(st.message());
+  return rec;
 }
 
 std::string EncodeBatchLogEntry(const BatchLogEntry& e) {

@@ -4,7 +4,10 @@
 //   t/<table>              StoredTable: limiter counters, learner version, next key, RNG offset
 //   i/<table>/<key:be64>   StoredItem: priority, times sampled, tokens, policy version, tiebreak
 //   d/<table>/<key:be64>   StoredPayload: the item's trajectories (rewritten never; deleted with
-//   i/) b/<table>/<n:be64>     BatchRecord: which keys went into learner batch n, at which version
+//                          i/)
+//   b/<table>/<n:be64>     BatchRecord: which keys went into learner batch n, at which version
+//   k/<table>/<seq:be64>   IdempotencyRecord: the outcome of the seq-th insert with an
+//                          idempotency key (the last idempotency_window of them are kept)
 //
 // Table names are [A-Za-z0-9_.-]+, so '/' separates fields unambiguously and big-endian keys
 // iterate in key order.
@@ -30,6 +33,8 @@ std::string PayloadRecordPrefix(std::string_view table);
 std::string PayloadRecordKey(std::string_view table, uint64_t key);
 std::string BatchRecordPrefix(std::string_view table);
 std::string BatchRecordKey(std::string_view table, uint64_t n);
+std::string IdempotencyRecordPrefix(std::string_view table);
+std::string IdempotencyRecordKey(std::string_view table, uint64_t seq);
 // The trailing big-endian number of an item, payload or batch key.
 StatusOr<uint64_t> RecordKeyNumber(std::string_view record_key);
 
@@ -41,6 +46,7 @@ struct TableState {
   uint64_t next_tiebreak = 1;
   uint64_t rng_offset = 0;
   int64_t batches_logged = 0;
+  uint64_t next_idempotency_seq = 1;
 };
 
 struct ItemState {
@@ -60,6 +66,13 @@ struct BatchLogEntry {
   std::vector<uint64_t> keys;
 };
 
+struct IdempotencyRecord {
+  std::string idempotency_key;
+  uint64_t group_id = 0;
+  uint64_t key = 0;  // the item's key; 0 when it was dropped as stale
+  bool dropped_stale = false;
+};
+
 std::string EncodeTableState(const TableState& state);
 StatusOr<TableState> DecodeTableState(std::string_view bytes);
 std::string EncodeItemState(const ItemState& state);
@@ -70,6 +83,8 @@ StatusOr<ItemState> DecodeItemState(std::string_view bytes);
 void PutPayload(rocksdb::WriteBatch* batch, std::string_view key,
                 const std::vector<std::string>& trajectories);
 StatusOr<std::vector<std::string>> DecodePayload(std::string_view bytes);
+std::string EncodeIdempotencyRecord(const IdempotencyRecord& record);
+StatusOr<IdempotencyRecord> DecodeIdempotencyRecord(std::string_view bytes);
 std::string EncodeBatchLogEntry(const BatchLogEntry& entry);
 StatusOr<BatchLogEntry> DecodeBatchLogEntry(std::string_view bytes);
 

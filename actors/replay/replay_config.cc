@@ -69,6 +69,7 @@ TableOptions ReadTable(ConfigTable& t) {
   o.seed = static_cast<uint64_t>(t.Int("seed", 0, 0));
   o.max_item_bytes = t.Int("max_item_bytes", 256ll << 20, 1, 4ll << 30);
   o.blocked_log_capacity = static_cast<size_t>(t.Int("blocked_log_capacity", 4096, 1, 1 << 24));
+  o.idempotency_window = t.Int("idempotency_window", 1 << 16, 1, 1 << 24);
   return o;
 }
 

@@ -64,6 +64,7 @@ void ReplayService::AnswerInsert(const std::string& peer, uint64_t id, const Ins
   auto ins = reply.initInsert();
   ins.setKey(out.key);
   ins.setDroppedStale(out.dropped_stale);
+  ins.setDuplicate(out.duplicate);
   send_(peer, capnp::messageToFlatArray(builder));
 }
 
@@ -123,6 +124,9 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
             park->item.priority = in.getPriority();
             park->item.tokens = in.getTokens();
             park->item.min_policy_version = in.getMinPolicyVersion();
+            auto idempotency_key = in.getIdempotencyKey();
+            park->item.idempotency_key.assign(
+                reinterpret_cast<const char*>(idempotency_key.begin()), idempotency_key.size());
             for (auto d : in.getTrajectories()) {
               park->item.trajectories.emplace_back(reinterpret_cast<const char*>(d.begin()),
                                                    d.size());

@@ -9,8 +9,11 @@
 //     at once by the next when writes are waiting), advancing durable_ticket() for all writes
 //     before it.
 // (A write without fsync already survives kill -9 of the process; fsync makes it survive power
-// loss.) Checkpoints hard-link SST files and copy the live WAL without flushing, so they never
-// block writers.
+// loss.) The database directory's and a checkpoint's entries in their parent directories are
+// fsynced too, so an acknowledged database or checkpoint survives power loss. After a failed
+// write or WAL sync the WAL is never synced again (RocksDB 7.8 asserts on that); a gate on the
+// WAL's appends makes that hold even for a sync starting while an append fails. Checkpoints
+// hard-link SST files and copy the live WAL without flushing, so they never block writers.
 #pragma once
 
 #include <atomic>
@@ -28,10 +31,13 @@
 
 namespace rocksdb {
 class DB;
+class Env;
 class WriteBatch;
 }  // namespace rocksdb
 
 namespace orrery::replay {
+
+class WalSyncGate;
 
 struct StorageOptions {
   std::string path;                 // the database directory (created when missing)
@@ -39,6 +45,8 @@ struct StorageOptions {
   int64_t group_commit_ms = 5;      // group commit only: the longest wait between WAL fsyncs
   std::string compression = "lz4";  // none, snappy, lz4, zstd
   std::string restore_from;         // a checkpoint directory copied to `path` when `path` is empty
+  rocksdb::Env* env = nullptr;      // RocksDB's file system and threads (tests: power loss); null:
+                                    // the default. Must outlive the Storage.
 };
 
 class Storage {
@@ -70,10 +78,17 @@ class Storage {
   const StorageOptions& options() const { return options_; }
 
  private:
-  explicit Storage(StorageOptions options) : options_(std::move(options)) {}
+  explicit Storage(StorageOptions options);
   void SyncLoop();
+  // Records the first write or sync error: waiters get it, and the WAL is not synced again.
+  void Fail(const Status& error);
+  // SyncWAL, unless a WAL append has failed (RocksDB 7.8 asserts on syncing such a WAL).
+  Status SyncWal();
 
   StorageOptions options_;
+  // RocksDB's Env: options.env's (or the default) file system behind the WAL sync gate.
+  std::shared_ptr<WalSyncGate> gate_;
+  std::unique_ptr<rocksdb::Env> env_;
   struct DbCloser {
     void operator()(rocksdb::DB* db) const;
   };
@@ -83,8 +98,8 @@ class Storage {
   std::atomic<uint64_t> durable_{0};
 
   std::mutex sync_mu_;
-  std::condition_variable sync_cv_;  // the syncer waits for writes; waiters for durability
-  Status sync_error_;
+  std::condition_variable sync_cv_;   // the syncer waits for writes; waiters for durability
+  Status sync_error_;                 // the first failed write or sync
   std::function<void()> on_durable_;  // guarded by sync_mu_
   bool stopping_ = false;
   std::thread syncer_;

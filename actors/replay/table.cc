@@ -26,6 +26,8 @@ Status ValidateTableOptions(const TableOptions& o) {
   if (o.max_times_sampled < 0)
     return InvalidArgumentError(where + "max_times_sampled must be >= 0");
   if (o.max_item_bytes < 1) return InvalidArgumentError(where + "max_item_bytes must be >= 1");
+  if (o.idempotency_window < 1)
+    return InvalidArgumentError(where + "idempotency_window must be >= 1");
   for (const SelectorOptions* s : {&o.sampler, &o.remover}) {
     if (s->kind == SelectorKind::kPrioritized &&
         (!(s->priority_exponent >= 0) || !std::isfinite(s->priority_exponent))) {
@@ -82,6 +84,15 @@ Status Table::Recover() {
         ++with_payload;
         return Status::OK();
       }));
+  ORRERY_RETURN_IF_ERROR(storage_->ScanPrefix(
+      IdempotencyRecordPrefix(name), [&](std::string_view key, std::string_view value) -> Status {
+        ORRERY_ASSIGN_OR_RETURN(uint64_t seq, RecordKeyNumber(key));
+        ORRERY_ASSIGN_OR_RETURN(IdempotencyRecord record, DecodeIdempotencyRecord(value));
+        remembered_order_[seq] = record.idempotency_key;
+        std::string idempotency_key = record.idempotency_key;
+        remembered_[std::move(idempotency_key)] = {seq, std::move(record), 0};
+        return Status::OK();
+      }));
   if (with_payload != items_.size()) {
     return DataLossError("replay table '" + name + "': " +
                          std::to_string(items_.size() - with_payload) + " items have no payload");
@@ -129,6 +140,10 @@ Status Table::ValidateInput(const ItemInput& item) const {
                                 std::to_string(item.priority));
   }
   if (item.tokens < 0) return InvalidArgumentError(where + "tokens must be >= 0");
+  if (item.idempotency_key.size() > 1024) {
+    return InvalidArgumentError(where + "an idempotency key has at most 1024 bytes, got " +
+                                std::to_string(item.idempotency_key.size()));
+  }
   if (options_.count_unit == CountUnit::kTokens && item.tokens < 1) {
     return InvalidArgumentError(where + "the table counts tokens: an item needs tokens >= 1");
   }
@@ -149,6 +164,35 @@ void Table::PutTableState(rocksdb::WriteBatch* batch) {
   state_.deletes = c.deletes;
   state_.rng_offset = rng_.offset();
   batch->Put(AsSlice(TableRecordKey(options_.name)), AsSlice(EncodeTableState(state_)));
+}
+
+void Table::RememberLocked(const ItemInput& item, const InsertOutcome& out,
+                           rocksdb::WriteBatch* batch) {
+  if (item.idempotency_key.empty()) return;
+  Remembered r;
+  r.seq = state_.next_idempotency_seq++;
+  r.record.idempotency_key = item.idempotency_key;
+  r.record.group_id = item.group_id;
+  r.record.key = out.key;
+  r.record.dropped_stale = out.dropped_stale;
+  batch->Put(AsSlice(IdempotencyRecordKey(options_.name, r.seq)),
+             AsSlice(EncodeIdempotencyRecord(r.record)));
+  remembered_order_[r.seq] = item.idempotency_key;
+  remembered_[item.idempotency_key] = std::move(r);
+  while (static_cast<int64_t>(remembered_.size()) > options_.idempotency_window) {
+    auto oldest = remembered_order_.begin();
+    batch->Delete(AsSlice(IdempotencyRecordKey(options_.name, oldest->first)));
+    remembered_.erase(oldest->second);
+    remembered_order_.erase(oldest);
+  }
+}
+
+StatusOr<InsertOutcome> Table::CommitInsert(const ItemInput& item, InsertOutcome out,
+                                            rocksdb::WriteBatch* batch) {
+  RememberLocked(item, out, batch);
+  ORRERY_ASSIGN_OR_RETURN(out.ticket, Commit(batch));
+  if (!item.idempotency_key.empty()) remembered_.at(item.idempotency_key).ticket = out.ticket;
+  return out;
 }
 
 StatusOr<uint64_t> Table::Commit(rocksdb::WriteBatch* batch) {
@@ -191,12 +235,26 @@ StatusOr<std::optional<InsertOutcome>> Table::TryInsert(ItemInput& item) {
   ORRERY_RETURN_IF_ERROR(ValidateInput(item));
   std::unique_lock<std::mutex> lock(mu_);
   ORRERY_RETURN_IF_ERROR(CheckUsable());
-  rocksdb::WriteBatch batch;
   InsertOutcome out;
+  if (auto it = remembered_.find(item.idempotency_key);
+      !item.idempotency_key.empty() && it != remembered_.end()) {
+    const IdempotencyRecord& first = it->second.record;
+    if (first.group_id != item.group_id) {
+      return InvalidArgumentError(
+          "replay table '" + options_.name + "': the idempotency key was used by group " +
+          std::to_string(first.group_id) + ", not group " + std::to_string(item.group_id));
+    }
+    out.key = first.key;
+    out.dropped_stale = first.dropped_stale;
+    out.duplicate = true;
+    out.ticket = it->second.ticket;
+    return std::optional<InsertOutcome>(out);
+  }
+  rocksdb::WriteBatch batch;
   if (IsStale(item.min_policy_version)) {
     ++state_.stale_evicted;
     out.dropped_stale = true;
-    ORRERY_ASSIGN_OR_RETURN(out.ticket, Commit(&batch));
+    ORRERY_ASSIGN_OR_RETURN(out, CommitInsert(item, out, &batch));
     return std::optional<InsertOutcome>(out);
   }
   const int64_t cost = Cost(item.tokens);
@@ -225,7 +283,7 @@ StatusOr<std::optional<InsertOutcome>> Table::TryInsert(ItemInput& item) {
   items_.emplace(key, std::move(stored));
   limiter_.RecordInsert(cost);
   out.key = key;
-  ORRERY_ASSIGN_OR_RETURN(out.ticket, Commit(&batch));
+  ORRERY_ASSIGN_OR_RETURN(out, CommitInsert(item, out, &batch));
   lock.unlock();
   cv_.notify_all();
   return std::optional<InsertOutcome>(out);

@@ -8,6 +8,11 @@
 // whose oldest token was produced at version v is never sampled once learner_version - v > eta;
 // it is evicted when the learner version advances (or dropped at insert) and counted.
 //
+// An insert may carry an idempotency key: the table remembers the outcome of its last
+// idempotency_window keyed inserts (durably, in the insert's own write batch), and an insert
+// whose key it remembers is answered with that first outcome (duplicate = true) instead of being
+// stored again, even when the first item was sampled or evicted since.
+//
 // Every mutation is first applied in memory and then written to Storage as one WriteBatch (items,
 // payloads and counters together). If that write fails the table refuses every later call with
 // the storage error: the caller was not acknowledged, and restarting recovers the last consistent
@@ -26,6 +31,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -57,6 +63,7 @@ struct TableOptions {
   uint64_t seed = 0;           // the sampler's and remover's random stream
   int64_t max_item_bytes = 256ll << 20;
   size_t blocked_log_capacity = 4096;
+  int64_t idempotency_window = 1 << 16;  // idempotency keys remembered (the most recent ones)
 };
 
 Status ValidateTableOptions(const TableOptions& options);
@@ -68,12 +75,16 @@ struct ItemInput {
   int64_t tokens = 0;  // rate-limiter cost in token mode (>= 1 there)
   int64_t min_policy_version = 0;
   std::vector<std::string> trajectories;  // at least one
+  // Non-empty (at most 1024 bytes): inserts with the same key store the group once; a retry is
+  // answered with the first insert's outcome. A key belongs to one group id.
+  std::string idempotency_key;
 };
 
 struct InsertOutcome {
   uint64_t key = 0;  // 0 when dropped as stale
   bool dropped_stale = false;
-  uint64_t ticket = 0;  // Storage ticket: acknowledge once durable
+  bool duplicate = false;  // the first outcome of an earlier insert with the same idempotency key
+  uint64_t ticket = 0;     // Storage ticket: acknowledge once durable
 };
 
 struct SampleOptions {
@@ -111,7 +122,8 @@ class Table {
   // (null: memory only). Fails with DataLoss when the stored state is inconsistent.
   static StatusOr<std::unique_ptr<Table>> Open(TableOptions options, Storage* storage);
 
-  // Non-blocking: nullopt when the rate limiter does not allow it now (`item` is untouched).
+  // Non-blocking: nullopt when the rate limiter does not allow it now (`item` is untouched). A
+  // remembered idempotency key is answered at once, whatever the rate limiter says.
   StatusOr<std::optional<InsertOutcome>> TryInsert(ItemInput& item);
   // Non-blocking: an empty vector when nothing can be sampled now.
   StatusOr<std::vector<SampledItem>> TrySample(const SampleOptions& options);
@@ -150,6 +162,12 @@ class Table {
     int64_t bytes = 0;
   };
 
+  struct Remembered {
+    uint64_t seq = 0;
+    IdempotencyRecord record;
+    uint64_t ticket = 0;  // of the write that stored it (0 once recovered: durable)
+  };
+
   class BlockedTimer;
   Table(TableOptions options, Storage* storage);
   Status Recover();
@@ -165,6 +183,12 @@ class Table {
   // Removes an item from memory and adds its deletion to `batch`.
   void DeleteLocked(uint64_t key, rocksdb::WriteBatch* batch);
   int64_t EvictStaleLocked(rocksdb::WriteBatch* batch);
+  // Remembers `out` as the outcome of `item`'s idempotency key (none: nothing), adding the
+  // record to `batch` and forgetting the oldest key beyond idempotency_window.
+  void RememberLocked(const ItemInput& item, const InsertOutcome& out, rocksdb::WriteBatch* batch);
+  // Commits an insert's batch; the remembered outcome learns the write's ticket.
+  StatusOr<InsertOutcome> CommitInsert(const ItemInput& item, InsertOutcome out,
+                                       rocksdb::WriteBatch* batch);
   void PutTableState(rocksdb::WriteBatch* batch);
   StatusOr<uint64_t> Commit(rocksdb::WriteBatch* batch);
   StatusOr<std::vector<SampledItem>> TrySampleLocked(const SampleOptions& options);
@@ -181,7 +205,9 @@ class Table {
   TableState state_;
   PhiloxGenerator rng_;
   std::map<uint64_t, Item> items_;
-  std::set<std::pair<int64_t, uint64_t>> by_version_;  // (min_policy_version, key)
+  std::set<std::pair<int64_t, uint64_t>> by_version_;       // (min_policy_version, key)
+  std::unordered_map<std::string, Remembered> remembered_;  // by idempotency key
+  std::map<uint64_t, std::string> remembered_order_;        // seq -> idempotency key
   int64_t bytes_ = 0;
   bool cancelled_ = false;
   Status broken_;  // the storage error that made the table unusable

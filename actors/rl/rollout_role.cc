@@ -191,11 +191,14 @@ class RolloutActor {
     return Status::OK();
   }
 
-  // Inserts one finished group, retrying while the store applies back-pressure; acknowledges
-  // the task only once the store acknowledged the group.
+  // Inserts one finished group, retrying while the store applies back-pressure or does not
+  // answer; acknowledges the task only once the store acknowledged the group. The idempotency key
+  // is the group id (the task index, unique in the run), so a retry after a store that committed
+  // but crashed before replying, or a group re-issued by a restarted instance, is stored once.
   Status Insert(const rollout::TrajectoryGroup& g) {
     replay::ItemInput item;
     item.group_id = g.group_id;
+    item.idempotency_key = "group/" + std::to_string(g.group_id);
     int64_t min_version = INT64_MAX;
     for (const rollout::Trajectory& t : g.trajectories) {
       item.trajectories.push_back(replay::EncodeTrajectory(ToReplayTrajectory(t)));

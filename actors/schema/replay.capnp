@@ -25,6 +25,7 @@ struct InsertRequest {
   tokens @3 :Int64;            # model tokens of the group (rate limiter in token mode)
   minPolicyVersion @4 :Int64;  # oldest policy version of any token (staleness window)
   trajectories @5 :List(Data); # packed Trajectory messages (or any bytes)
+  idempotencyKey @6 :Data;     # non-empty: a retry with the same key gets the first reply
 }
 
 struct SampleRequest {
@@ -71,6 +72,7 @@ struct Error {
 struct InsertReply {
   key @0 :UInt64;          # 0 when the item was already stale and was dropped
   droppedStale @1 :Bool;
+  duplicate @2 :Bool;      # answered from an earlier insert with the same idempotency key
 }
 
 struct UpdatePrioritiesReply {
@@ -133,6 +135,7 @@ struct StoredTable {
   nextTiebreak @6 :UInt64;
   rngOffset @7 :UInt64;
   batchesLogged @8 :Int64;
+  nextIdempotencySeq @9 :UInt64 = 1;
 }
 
 struct StoredItem {
@@ -147,6 +150,15 @@ struct StoredItem {
 
 struct StoredPayload {
   trajectories @0 :List(Data);
+}
+
+# The outcome of an insert that carried an idempotency key (kept for the table's last
+# idempotency_window keys).
+struct IdempotencyRecord {
+  idempotencyKey @0 :Data;
+  groupId @1 :UInt64;
+  key @2 :UInt64;
+  droppedStale @3 :Bool;
 }
 
 struct BatchRecord {

@@ -1,0 +1,365 @@
+// Power loss: the PowerLossFileSystem's model (unsynced bytes and unsynced directory entries are
+// lost), then the replay store under random power cuts. Each round opens the store on the files
+// that survived the last cut, runs random inserts, samples (logged as learner batches), priority
+// updates with deletions and a checkpoint, and cuts the power at a random mutating file-system
+// call (inside any of those operations, RocksDB's flushes and compactions included). After the
+// cut the store is reopened and must hold exactly the state after some prefix of the operations
+// that contains every acknowledged one (per_insert: every operation that returned; group commit:
+// every insert that returned), with every item's exact payload: nothing acknowledged lost, nothing
+// unacknowledged half there. An acknowledged checkpoint must survive the cut with everything
+// acknowledged before it. The insert in flight at the cut is retried with its idempotency key
+// and must end up stored exactly once.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "actors/replay/power_loss_fs.h"
+#include "actors/replay/records.h"
+#include "actors/replay/store.h"
+#include "core/philox.h"
+#include "tests/unit/replay/test_dir.h"
+
+namespace orrery::replay {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A file written through `fs` with `sync` after the first `synced` bytes.
+Status WriteFile(PowerLossFileSystem& fs, const std::string& path, const std::string& synced,
+                 const std::string& unsynced) {
+  std::unique_ptr<rocksdb::FSWritableFile> f;
+  const rocksdb::IOOptions io;
+  rocksdb::IOStatus s = fs.NewWritableFile(path, rocksdb::FileOptions(), &f, nullptr);
+  if (s.ok()) s = f->Append(synced, io, nullptr);
+  if (s.ok()) s = f->Sync(io, nullptr);
+  if (s.ok()) s = f->Append(unsynced, io, nullptr);
+  if (s.ok()) s = f->Close(io, nullptr);
+  return s.ok() ? Status::OK() : IoError(s.ToString());
+}
+
+Status SyncDir(PowerLossFileSystem& fs, const std::string& dir) {
+  std::unique_ptr<rocksdb::FSDirectory> d;
+  rocksdb::IOStatus s = fs.NewDirectory(dir, rocksdb::IOOptions(), &d, nullptr);
+  if (s.ok()) s = d->Fsync(rocksdb::IOOptions(), nullptr);
+  return s.ok() ? Status::OK() : IoError(s.ToString());
+}
+
+TEST(PowerLossFileSystemTest, DropsUnsyncedBytesAndUnsyncedEntries) {
+  TestDir dir;
+  PowerLossFileSystem fs;
+  ASSERT_TRUE(WriteFile(fs, dir.Sub("kept"), "durable", "-lost").ok());
+  ASSERT_TRUE(SyncDir(fs, dir.path()).ok());
+  ASSERT_TRUE(WriteFile(fs, dir.Sub("new"), "synced data", "").ok());  // entry never synced
+  fs.CutPower();
+  EXPECT_FALSE(WriteFile(fs, dir.Sub("after"), "x", "").ok());  // nothing works without power
+  ASSERT_TRUE(fs.RestorePower().ok());
+  EXPECT_EQ(ReadAll(dir.Sub("kept")), "durable");
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("new")));
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("after")));
+}
+
+TEST(PowerLossFileSystemTest, AnUnsyncedRenameOverAFileBringsTheOldFileBack) {
+  TestDir dir;
+  PowerLossFileSystem fs;
+  const rocksdb::IOOptions io;
+  ASSERT_TRUE(WriteFile(fs, dir.Sub("CURRENT"), "old", "").ok());
+  ASSERT_TRUE(SyncDir(fs, dir.path()).ok());
+  ASSERT_TRUE(WriteFile(fs, dir.Sub("tmp"), "new", "").ok());
+  ASSERT_TRUE(fs.RenameFile(dir.Sub("tmp"), dir.Sub("CURRENT"), io, nullptr).ok());
+  EXPECT_EQ(ReadAll(dir.Sub("CURRENT")), "new");
+  fs.CutPower();
+  ASSERT_TRUE(fs.RestorePower().ok());
+  EXPECT_EQ(ReadAll(dir.Sub("CURRENT")), "old");
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("tmp")));
+  // Synced this time: the rename stays, and the kept copy of the old file is gone.
+  ASSERT_TRUE(WriteFile(fs, dir.Sub("tmp"), "new", "").ok());
+  ASSERT_TRUE(fs.RenameFile(dir.Sub("tmp"), dir.Sub("CURRENT"), io, nullptr).ok());
+  ASSERT_TRUE(SyncDir(fs, dir.path()).ok());
+  fs.CutPower();
+  ASSERT_TRUE(fs.RestorePower().ok());
+  EXPECT_EQ(ReadAll(dir.Sub("CURRENT")), "new");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);
+}
+
+TEST(PowerLossFileSystemTest, CutPowerAfterCountsMutatingCalls) {
+  TestDir dir;
+  PowerLossFileSystem fs;
+  fs.CutPowerAfter(4);  // create, append, sync go through; the second append fails
+  EXPECT_FALSE(WriteFile(fs, dir.Sub("f"), "a", "b").ok());
+  EXPECT_FALSE(fs.powered());
+  EXPECT_EQ(fs.mutations(), 3u);
+  ASSERT_TRUE(fs.RestorePower().ok());
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("f")));  // its directory was never synced
+}
+
+// --- The replay store under random power cuts ---
+
+constexpr char kTable[] = "t";
+
+// The payload of group g: 1-3 trajectories of 1 B to 16 KiB, the same on every call.
+std::vector<std::string> Payload(uint64_t g) {
+  PhiloxGenerator rng(g, 7);
+  std::vector<std::string> out(1 + rng.UniformInt(3));
+  for (std::string& t : out) {
+    t.resize(1 + rng.UniformInt(16 << 10));
+    for (char& c : t) c = static_cast<char>(rng.NextU32());
+  }
+  return out;
+}
+
+ItemInput GroupInput(uint64_t g) {
+  ItemInput in;
+  in.group_id = g;
+  in.priority = 1.0 + static_cast<double>(g % 5);
+  in.tokens = 1;
+  in.trajectories = Payload(g);
+  in.idempotency_key = "group/" + std::to_string(g);
+  return in;
+}
+
+// Everything the table would recover: counters, learner state and every item's state, exactly.
+std::string Digest(const Table& t) {
+  const TableInfo info = t.Info();
+  std::ostringstream out;
+  out << "i" << info.counters.inserts << " s" << info.counters.samples << " d"
+      << info.counters.deletes << " n" << info.size << " b" << info.batches_logged << " v"
+      << info.learner_version << " by" << info.bytes << ";";
+  for (const auto& [key, s] : t.Items()) {
+    char prio[64];
+    std::snprintf(prio, sizeof(prio), "%a", s.priority);
+    out << key << ":" << s.group_id << "," << prio << "," << s.times_sampled << "," << s.tokens
+        << "," << s.tiebreak << ";";
+  }
+  return out.str();
+}
+
+// Every stored payload equals its group's, and every item has one.
+void ExpectExactPayloads(const Table& t) {
+  std::map<uint64_t, uint64_t> group_of;
+  for (const auto& [key, s] : t.Items()) group_of[key] = s.group_id;
+  size_t seen = 0;
+  Status s = t.storage()->ScanPrefix(
+      PayloadRecordPrefix(kTable), [&](std::string_view k, std::string_view v) -> Status {
+        ORRERY_ASSIGN_OR_RETURN(uint64_t key, RecordKeyNumber(k));
+        ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> payload, DecodePayload(v));
+        EXPECT_TRUE(group_of.count(key)) << "payload without item " << key;
+        if (group_of.count(key)) {
+          EXPECT_EQ(payload, Payload(group_of[key])) << "item " << key;
+        }
+        ++seen;
+        return Status::OK();
+      });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(seen, group_of.size());
+}
+
+ReplayConfig StoreConfig(const std::string& path, rocksdb::Env* env, bool per_insert) {
+  ReplayConfig c;
+  c.storage.path = path;
+  c.storage.env = env;
+  c.storage.sync_each_write = per_insert;
+  c.storage.group_commit_ms = 1;
+  c.storage.compression = "none";
+  TableOptions t;
+  t.name = kTable;
+  t.sampler = {SelectorKind::kPrioritized, 0.7};
+  t.remover = {SelectorKind::kFifo, 1.0};
+  t.max_size = 150;
+  t.max_times_sampled = 3;
+  t.limiter = *MinSizeLimiter(1);
+  t.seed = 11;
+  c.tables.push_back(t);
+  return c;
+}
+
+// The index of the first of `snapshots[from..]` equal to `digest`, or nullopt.
+std::optional<size_t> FindSnapshot(const std::vector<std::string>& snapshots, size_t from,
+                                   const std::string& digest) {
+  for (size_t i = from; i < snapshots.size(); ++i) {
+    if (snapshots[i] == digest) return i;
+  }
+  return std::nullopt;
+}
+
+struct InFlight {
+  uint64_t group = 0;
+  size_t index = 0;      // the snapshot after it
+  bool durable = false;  // it returned OK (the reply was "lost" with the power)
+};
+
+TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
+  constexpr int kRounds = 120;
+  constexpr int kMaxOps = 24;
+  TestDir dir;
+  auto fs = std::make_shared<PowerLossFileSystem>();
+  std::unique_ptr<rocksdb::Env> env = NewPowerLossEnv(fs);
+  const std::string db = dir.Sub("db");
+  PhiloxGenerator rng(2024, 28);
+  uint64_t next_group = 1;
+  int64_t next_step = 0;
+  std::map<std::string, int> cuts_in;  // operation kind -> power cuts that landed in it
+  int power_losses = 0, retries_answered_first = 0, checkpoints_checked = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    const bool per_insert = round % 2 == 0;
+    SCOPED_TRACE("round " + std::to_string(round) + (per_insert ? " per_insert" : " group"));
+    StatusOr<std::unique_ptr<ReplayStore>> opened =
+        ReplayStore::Open(StoreConfig(db, env.get(), per_insert));
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    std::unique_ptr<ReplayStore> store = std::move(*opened);
+    Table* t = *store->Find(kTable);
+
+    std::vector<std::string> snapshots = {Digest(*t)};
+    size_t required = 0;  // every acknowledged operation is in snapshots[0..required]
+    std::optional<InFlight> in_flight;
+    struct Checkpoint {
+      std::string dir;
+      size_t from = 0, to = 0;
+    };
+    std::optional<Checkpoint> checkpoint;
+    fs->CutPowerAfter(1 + rng.UniformInt(90));
+    std::string kind = "between operations";
+    for (int op = 0; op < kMaxOps; ++op) {
+      const uint64_t r = rng.UniformInt(100);
+      Status status;
+      bool acknowledged = false;
+      if (r < 50 || t->Info().size == 0) {
+        kind = "insert";
+        const uint64_t g = next_group++;
+        StatusOr<InsertOutcome> out = t->Insert(GroupInput(g), DeadlineFromTimeoutMs(0));
+        status = out.status();
+        acknowledged = status.ok();
+        in_flight = InFlight{g, snapshots.size(), status.ok()};
+        if (status.ok()) {
+          ASSERT_FALSE(out->duplicate);
+        }
+      } else if (r < 75) {
+        kind = "sample";
+        SampleOptions so;
+        so.max_items = 1 + static_cast<int>(rng.UniformInt(4));
+        so.batch_step = next_step++;
+        status = t->TrySample(so).status();
+        acknowledged = status.ok() && per_insert;  // group commit does not wait for samples
+      } else if (r < 95) {
+        kind = "priority update";
+        std::vector<std::pair<uint64_t, double>> updates;
+        std::vector<uint64_t> deletes;
+        const auto items = t->Items();
+        for (int i = 0; i < 3; ++i) {
+          const uint64_t key = items[rng.UniformInt(items.size())].first;
+          updates.emplace_back(key, 0.25 * static_cast<double>(1 + rng.UniformInt(16)));
+        }
+        if (rng.UniformInt(3) == 0) deletes.push_back(items[rng.UniformInt(items.size())].first);
+        status = t->UpdatePriorities(updates, deletes).status();
+        acknowledged = status.ok() && per_insert;
+      } else {
+        kind = "checkpoint";
+        const std::string ckpt =
+            dir.Sub("ckpt-" + std::to_string(round) + "-" + std::to_string(op));
+        const size_t from = required;
+        status = store->Checkpoint(ckpt).status();
+        if (status.ok()) checkpoint = Checkpoint{ckpt, from, snapshots.size() - 1};
+      }
+      snapshots.push_back(Digest(*t));
+      if (!status.ok()) {
+        ASSERT_FALSE(fs->powered()) << kind << " failed with the power on: " << status.ToString();
+        break;
+      }
+      if (kind != "insert") in_flight.reset();
+      if (acknowledged) required = snapshots.size() - 1;
+      if (!fs->powered()) break;  // cut in a background thread (syncer, flush, compaction)
+      if (kind == "insert" && rng.UniformInt(32) == 0) {
+        kind = "reply of a committed insert";  // the reply is lost with the power
+        fs->CutPower();
+        break;
+      }
+    }
+    if (fs->powered()) {
+      kind = "between operations";
+      fs->CutPower();
+    }
+    ++cuts_in[kind];
+    ++power_losses;
+    store.reset();  // the process dies: nothing more reaches the disk
+    ASSERT_TRUE(fs->RestorePower().ok());
+
+    opened = ReplayStore::Open(StoreConfig(db, env.get(), per_insert));
+    ASSERT_TRUE(opened.ok()) << "recovery after a cut in " << kind << ": "
+                             << opened.status().ToString();
+    store = std::move(*opened);
+    t = *store->Find(kTable);
+    const std::string recovered = Digest(*t);
+    const std::optional<size_t> at = FindSnapshot(snapshots, required, recovered);
+    ASSERT_TRUE(at.has_value()) << "after a cut in " << kind << " the store holds neither the "
+                                << "state after the last acknowledged operation (" << required
+                                << " of " << snapshots.size() - 1 << ") nor a later one\n"
+                                << "recovered: " << recovered
+                                << "\nacknowledged: " << snapshots[required];
+    ExpectExactPayloads(*t);
+
+    if (checkpoint) {
+      ASSERT_TRUE(std::filesystem::exists(checkpoint->dir + "/CURRENT"))
+          << "the acknowledged checkpoint " << checkpoint->dir << " did not survive the cut";
+      ReplayConfig c = StoreConfig(checkpoint->dir, nullptr, true);
+      StatusOr<std::unique_ptr<ReplayStore>> copy = ReplayStore::Open(c);
+      ASSERT_TRUE(copy.ok()) << "an acknowledged checkpoint did not survive: "
+                             << copy.status().ToString();
+      Table* ct = *(*copy)->Find(kTable);
+      const std::string digest = Digest(*ct);
+      const std::optional<size_t> cat = FindSnapshot(snapshots, checkpoint->from, digest);
+      EXPECT_TRUE(cat.has_value() && *cat <= checkpoint->to)
+          << "checkpoint " << checkpoint->dir << " holds " << digest;
+      ExpectExactPayloads(*ct);
+      ++checkpoints_checked;
+    }
+
+    if (in_flight) {
+      // The rollout's retry: the same idempotency key. Stored once, whatever the cut took.
+      std::optional<uint64_t> recovered_key;
+      for (const auto& [key, s] : t->Items()) {
+        if (s.group_id == in_flight->group) recovered_key = key;
+      }
+      if (in_flight->durable) {
+        ASSERT_TRUE(recovered_key.has_value()) << "an insert that returned was lost";
+      }
+      StatusOr<InsertOutcome> retry =
+          t->Insert(GroupInput(in_flight->group), DeadlineFromTimeoutMs(0));
+      ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+      EXPECT_EQ(retry->duplicate, recovered_key.has_value());
+      if (recovered_key) {
+        EXPECT_EQ(retry->key, *recovered_key);
+        ++retries_answered_first;
+      }
+      int copies = 0;
+      for (const auto& [key, s] : t->Items()) copies += s.group_id == in_flight->group;
+      EXPECT_EQ(copies, 1) << "group " << in_flight->group;
+    }
+    if (HasFatalFailure()) return;
+  }
+  std::ostringstream summary;
+  summary << power_losses << " simulated power losses (";
+  for (const auto& [kind, n] : cuts_in) summary << kind << " " << n << ", ";
+  summary << "), " << retries_answered_first
+          << " retries of the last insert answered with the first outcome, " << checkpoints_checked
+          << " acknowledged checkpoints checked after the cut";
+  std::printf("%s\n", summary.str().c_str());
+  EXPECT_GE(power_losses, 100);
+  EXPECT_GT(retries_answered_first, 0);
+  EXPECT_GT(checkpoints_checked, 0);
+  for (const char* kind :
+       {"insert", "sample", "priority update", "checkpoint", "reply of a committed insert"}) {
+    EXPECT_GT(cuts_in[kind], 0) << "no power cut landed in a " << kind;
+  }
+}
+
+}  // namespace
+}  // namespace orrery::replay
