@@ -14,7 +14,8 @@ RunConfig ReadRunConfig(ConfigTable& root) {
   c.threads = static_cast<int>(t.Int("threads", 0, 0, 1024));
   const std::string level = t.Enum("log_level", "info", {"debug", "info", "warn", "error"});
   ParseLogLevel(level, &c.log_level);
-  c.device = t.Enum("device", "cpu", {"cpu", "cuda"}) == "cuda" ? RunDevice::kCuda : RunDevice::kCpu;
+  c.device =
+      t.Enum("device", "cpu", {"cpu", "cuda"}) == "cuda" ? RunDevice::kCuda : RunDevice::kCpu;
   c.dtype = t.Enum("dtype", "bf16", {"bf16", "f32"}) == "f32" ? DType::kF32 : DType::kBF16;
   return c;
 }

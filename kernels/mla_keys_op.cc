@@ -17,8 +17,9 @@ Status CheckDType(const char* name, const Tensor& t) {
   const bool cpu = t.device().is_cpu();
   const DType dt = t.dtype();
   if (cpu ? (dt != DType::kF32 && dt != DType::kF64) : (dt != DType::kF32 && dt != DType::kBF16)) {
-    return InvalidArgumentError(std::string(kOp) + ": " + name + " " + t.ToString() +
-                                (cpu ? ", expected f32 or f64 on cpu" : ", expected bf16 or f32 on cuda"));
+    return InvalidArgumentError(
+        std::string(kOp) + ": " + name + " " + t.ToString() +
+        (cpu ? ", expected f32 or f64 on cpu" : ", expected bf16 or f32 on cuda"));
   }
   return Status::OK();
 }

@@ -30,9 +30,9 @@ StatusOr<AdamW> AdamW::Create(AdamWOptions options, std::vector<ParamRef> params
                                   "' needs f32 value and gradient of one shape on " +
                                   device.ToString() + " (where the first parameter is)");
     }
-    if (p.compute.defined() && (p.compute.dtype() != DType::kBF16 || device.is_cpu() ||
-                                !(p.compute.device() == device) ||
-                                p.compute.shape() != p.value.shape())) {
+    if (p.compute.defined() &&
+        (p.compute.dtype() != DType::kBF16 || device.is_cpu() || !(p.compute.device() == device) ||
+         p.compute.shape() != p.value.shape())) {
       return InvalidArgumentError("optimizer: parameter '" + p.name +
                                   "': its compute copy must be bf16 of its shape on its device");
     }
@@ -70,7 +70,8 @@ Status AdamW::Step(double lr) {
       args.weight_decay = p.weight_decay ? options_.weight_decay : 0.0;
       args.step = step_;
       ORRERY_RETURN_IF_ERROR(kernels::AdamWStep(args, p.grad, grad_factor_, &p.value, &m_[k],
-                                                &v_[k], p.compute.defined() ? &p.compute : nullptr));
+                                                &v_[k],
+                                                p.compute.defined() ? &p.compute : nullptr));
     }
     grad_factor_ = Tensor();
     return Status::OK();

@@ -1,5 +1,7 @@
 #include "learner/gpu_trainable.h"
 
+#include "learner/hybrid_trainable.h"
+
 namespace orrery {
 
 model::GpuBatch ToGpuBatch(const PackedBatch& batch) {
@@ -19,15 +21,7 @@ std::vector<ParamRef> GpuTrainable::Parameters() {
 }
 
 std::vector<std::pair<std::string, Tensor>> GpuTrainable::Buffers() {
-  std::vector<std::pair<std::string, Tensor>> out;
-  const int64_t first = model_->config().first_k_dense;
-  std::vector<Tensor>& biases = model_->balancing_biases();
-  for (size_t i = 0; i < biases.size(); ++i) {
-    out.emplace_back(
-        "layers." + std::to_string(first + static_cast<int64_t>(i)) + ".moe.balancing_bias",
-        biases[i]);
-  }
-  return out;
+  return BalancingBiasBuffers(model_->config().first_k_dense, model_->balancing_biases());
 }
 
 StatusOr<LossSum> GpuTrainable::ForwardBackward(const PackedBatch& batch, double grad_scale) {

@@ -20,16 +20,19 @@ std::vector<ParamRef> HybridTrainable::Parameters() {
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> HybridTrainable::Buffers() {
+std::vector<std::pair<std::string, Tensor>> BalancingBiasBuffers(int64_t first_k_dense,
+                                                                 std::vector<Tensor>& biases) {
   std::vector<std::pair<std::string, Tensor>> out;
-  const int64_t first = model_->config().first_k_dense;
-  std::vector<Tensor>& biases = model_->balancing_biases();
   for (size_t i = 0; i < biases.size(); ++i) {
     out.emplace_back(
-        "layers." + std::to_string(first + static_cast<int64_t>(i)) + ".moe.balancing_bias",
+        "layers." + std::to_string(first_k_dense + static_cast<int64_t>(i)) + ".moe.balancing_bias",
         biases[i]);
   }
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> HybridTrainable::Buffers() {
+  return BalancingBiasBuffers(model_->config().first_k_dense, model_->balancing_biases());
 }
 
 StatusOr<LossSum> HybridTrainable::ForwardBackward(const PackedBatch& batch, double grad_scale) {

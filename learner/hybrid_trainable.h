@@ -32,4 +32,9 @@ class HybridTrainable : public TrainableModel {
 // The model Batch of a packed batch (tokens [rows, seq_len], cu_seqlens i64).
 model::Batch ToModelBatch(const PackedBatch& batch);
 
+// The balancing biases (one per MoE layer, layers first_k_dense..) under the names Model::Save
+// uses, "layers.L.moe.balancing_bias": the Buffers() of the hybrid model on either device.
+std::vector<std::pair<std::string, Tensor>> BalancingBiasBuffers(int64_t first_k_dense,
+                                                                 std::vector<Tensor>& biases);
+
 }  // namespace orrery

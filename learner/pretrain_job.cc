@@ -70,10 +70,9 @@ StatusOr<PretrainSummary> RunPretrainJob(const PretrainJobOptions& options) {
       "%zu stages, %lld steps, %d threads, run dir %s\n",
       config->model.name.c_str(), static_cast<long long>(params),
       gpu_model ? (config->run.dtype == DType::kF32 ? "cuda:0 (f32)" : "cuda:0 (bf16)") : "cpu",
-      config->data_dir.c_str(),
-      static_cast<long long>(data->num_documents()), static_cast<long long>(data->num_tokens()),
-      config->stages.size(), static_cast<long long>(config->total_steps()), threads,
-      run_dir.c_str());
+      config->data_dir.c_str(), static_cast<long long>(data->num_documents()),
+      static_cast<long long>(data->num_tokens()), config->stages.size(),
+      static_cast<long long>(config->total_steps()), threads, run_dir.c_str());
   std::fflush(stdout);
   StatusOr<std::unique_ptr<Pretrainer>> trainer = Pretrainer::Create(o, &trainable, &*data);
   if (!trainer.ok()) return trainer.status();

@@ -21,10 +21,11 @@ Status GpuKda::Init(const WeightTable& t, const ModelConfig& c, const std::strin
   kd_ = c.kda.head_k_dim;
   vd_ = c.kda.head_v_dim;
   const std::pair<Weight*, const char*> names[] = {
-      {&wq_, ".wq"},    {&wk_, ".wk"},          {&wv_, ".wv"},         {&cq_, ".conv_q"},
-      {&ck_, ".conv_k"}, {&cv_, ".conv_v"},     {&fa_, ".f_a"},        {&fb_, ".f_b"},
-      {&a_log_, ".A_log"}, {&dt_bias_, ".dt_bias"}, {&wb_, ".w_beta"}, {&onorm_, ".o_norm"},
-      {&wg_, ".wg"},    {&wo_, ".wo"}};
+      {&wq_, ".wq"},           {&wk_, ".wk"},     {&wv_, ".wv"},
+      {&cq_, ".conv_q"},       {&ck_, ".conv_k"}, {&cv_, ".conv_v"},
+      {&fa_, ".f_a"},          {&fb_, ".f_b"},    {&a_log_, ".A_log"},
+      {&dt_bias_, ".dt_bias"}, {&wb_, ".w_beta"}, {&onorm_, ".o_norm"},
+      {&wg_, ".wg"},           {&wo_, ".wo"}};
   for (const auto& [w, name] : names) {
     ORRERY_ASSIGN_OR_RETURN(*w, t.Get(p + name));
   }
@@ -33,8 +34,8 @@ Status GpuKda::Init(const WeightTable& t, const ModelConfig& c, const std::strin
 
 kernels::KdaOptions GpuKda::Options(bool training) const {
   kernels::KdaOptions o;
-  o.algorithm = c_->kda.recurrent ? kernels::KdaAlgorithm::kRecurrent
-                                  : kernels::KdaAlgorithm::kChunked;
+  o.algorithm =
+      c_->kda.recurrent ? kernels::KdaAlgorithm::kRecurrent : kernels::KdaAlgorithm::kChunked;
   o.chunk_size = static_cast<int>(c_->kda.chunk_size);
   o.output_final_state = false;
   o.keep_for_backward = training;
@@ -96,8 +97,8 @@ Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Te
       kernels::RmsNormGrad(c.o, onorm_.compute, c.o_rstd, don_rows, &d_o, &onorm_grad));
   ORRERY_ASSIGN_OR_RETURN(d_o, d_o.Reshape({1, s.n, h_, vd_}));
   kernels::KdaGrads g;
-  ORRERY_RETURN_IF_ERROR(kernels::KdaBackward(Inputs(c, s), d_o, Tensor(), Options(true), &g,
-                                              c.saved.get()));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::KdaBackward(Inputs(c, s), d_o, Tensor(), Options(true), &g, c.saved.get()));
   Tensor da_log = a_log_.grad, ddt = dt_bias_.grad;
   ORRERY_RETURN_IF_ERROR(Accumulate(g.da_log, &da_log));
   ORRERY_ASSIGN_OR_RETURN(Tensor ddt_src, g.ddt_bias.Reshape(ddt.shape()));
@@ -126,8 +127,8 @@ Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Te
   for (const Stream& st : streams) {
     ORRERY_ASSIGN_OR_RETURN(Tensor dyc, st.dy.Reshape({s.n, st.width}));
     Tensor dpre, conv_grad = st.conv.grad;
-    ORRERY_RETURN_IF_ERROR(kernels::ShortConvSiluGrad(st.pre, st.conv.compute, s.cu_device, dyc,
-                                                      &dpre, &conv_grad));
+    ORRERY_RETURN_IF_ERROR(
+        kernels::ShortConvSiluGrad(st.pre, st.conv.compute, s.cu_device, dyc, &dpre, &conv_grad));
     ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, st.proj, dpre, dx));
   }
   return Status::OK();

@@ -43,9 +43,9 @@ class WeightTable {
 
 // The packed batch's document structure, in the forms the ops take.
 struct Sequences {
-  int64_t n = 0;      // tokens
-  Tensor cu_host;     // i64 [docs + 1] on the CPU (the KDA op)
-  Tensor cu_device;   // the same on the device (conv, attention)
+  int64_t n = 0;     // tokens
+  Tensor cu_host;    // i64 [docs + 1] on the CPU (the KDA op)
+  Tensor cu_device;  // the same on the device (conv, attention)
 };
 
 // ---- helpers over kernels::Matmul and the element-wise ops ----

@@ -58,8 +58,8 @@ Status CheckBatch(const GpuBatch& b, const ModelConfig& c) {
   const int64_t n = static_cast<int64_t>(b.tokens.size());
   if (n == 0) return InvalidArgumentError("gpu model: the batch has no tokens");
   if (static_cast<int64_t>(b.targets.size()) != n) {
-    return InvalidArgumentError("gpu model: " + std::to_string(b.targets.size()) +
-                                " targets for " + std::to_string(n) + " tokens");
+    return InvalidArgumentError("gpu model: " + std::to_string(b.targets.size()) + " targets for " +
+                                std::to_string(n) + " tokens");
   }
   for (int64_t i = 0; i < n; ++i) {
     if (b.tokens[i] < 0 || b.tokens[i] >= c.vocab_size) {
@@ -117,9 +117,8 @@ class GpuModel::Impl {
     std::vector<std::pair<std::string, Tensor>> host_params;
     for (const Parameter& p : host.parameters()) host_params.emplace_back(p.name, p.value);
     for (int64_t l = c.first_k_dense; l < c.num_layers; ++l) {
-      ORRERY_RETURN_IF_ERROR(gpu::GpuMoe::StackExperts(host_params, c,
-                                                       "layers." + std::to_string(l) + ".moe", cdt,
-                                                       device, &table, &roots));
+      ORRERY_RETURN_IF_ERROR(gpu::GpuMoe::StackExperts(
+          host_params, c, "layers." + std::to_string(l) + ".moe", cdt, device, &table, &roots));
     }
     for (const auto& [name, value] : host_params) {
       if (table.Has(name)) continue;
@@ -241,8 +240,8 @@ class GpuModel::Impl {
   Status MixerForward(int64_t l, const gpu::Sequences& seq, bool training, LayerCache& lc,
                       Tensor* a) {
     Layer& layer = layers[l];
-    ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(lc.attn_in->v, layer.norm1.compute,
-                                            config.rms_norm_eps, &lc.n1, &lc.r1));
+    ORRERY_RETURN_IF_ERROR(
+        kernels::RmsNorm(lc.attn_in->v, layer.norm1.compute, config.rms_norm_eps, &lc.n1, &lc.r1));
     if (layer.kda) return layer.kda->Forward(lc.n1, seq, training, a, &lc.kda);
     return layer.mla->Forward(lc.n1, seq, a, &lc.mla);
   }
@@ -252,8 +251,8 @@ class GpuModel::Impl {
   Status FeedForward(int64_t l, const Tensor& bias, const Tensor& forced, LayerCache& lc,
                      Tensor* f) {
     Layer& layer = layers[l];
-    ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(lc.mlp_in->v, layer.norm2.compute,
-                                            config.rms_norm_eps, &lc.n2, &lc.r2));
+    ORRERY_RETURN_IF_ERROR(
+        kernels::RmsNorm(lc.mlp_in->v, layer.norm2.compute, config.rms_norm_eps, &lc.n2, &lc.r2));
     if (!layer.moe) return layer.mlp->Forward(lc.n2, f, &lc.mlp);
     ORRERY_RETURN_IF_ERROR(layer.moe->Forward(lc.n2, bias, forced, f, &lc.moe));
     lc.ids = lc.moe.ids;
@@ -280,8 +279,8 @@ class GpuModel::Impl {
     if (cu.empty()) cu = {0, n};
     seq.cu_host = Tensor::FromVector<int64_t>({static_cast<int64_t>(cu.size())}, cu);
     ORRERY_ASSIGN_OR_RETURN(seq.cu_device, seq.cu_host.To(device));
-    ORRERY_ASSIGN_OR_RETURN(
-        Tensor tokens, Tensor::FromVector<int32_t>({n}, batch.tokens).To(device));
+    ORRERY_ASSIGN_OR_RETURN(Tensor tokens,
+                            Tensor::FromVector<int32_t>({n}, batch.tokens).To(device));
     std::vector<int32_t> targets(batch.targets);
     std::vector<float> mask(static_cast<size_t>(n));
     GpuLoss loss;
@@ -308,8 +307,8 @@ class GpuModel::Impl {
       LayerCache& lc = lcs[l];
       lc.p_start = p;
       if (s > 0 && !blocks.empty()) {
-        ORRERY_ASSIGN_OR_RETURN(lc.attn_in, MixForward(blocks, p, layer.attn_res_w,
-                                                       layer.attn_res_g, &lc.attn_mix));
+        ORRERY_ASSIGN_OR_RETURN(
+            lc.attn_in, MixForward(blocks, p, layer.attn_res_w, layer.attn_res_g, &lc.attn_mix));
       } else {
         lc.attn_in = p;
         lc.attn_mix.identity = true;
@@ -339,8 +338,7 @@ class GpuModel::Impl {
         ORRERY_ASSIGN_OR_RETURN(bias, biases[moe_index].To(device));
         Tensor forced;
         if (batch.forced_experts.defined()) {
-          ORRERY_ASSIGN_OR_RETURN(Tensor fl,
-                                  batch.forced_experts.Slice(moe_index, moe_index + 1));
+          ORRERY_ASSIGN_OR_RETURN(Tensor fl, batch.forced_experts.Slice(moe_index, moe_index + 1));
           ORRERY_ASSIGN_OR_RETURN(fl, fl.Reshape({n, c.moe.top_k}));
           ORRERY_ASSIGN_OR_RETURN(forced, fl.To(device));
         }
@@ -367,8 +365,7 @@ class GpuModel::Impl {
       out_mix.identity = true;
     }
     Tensor hn, hr;
-    ORRERY_RETURN_IF_ERROR(
-        kernels::RmsNorm(h->v, final_norm.compute, c.rms_norm_eps, &hn, &hr));
+    ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(h->v, final_norm.compute, c.rms_norm_eps, &hn, &hr));
     kernels::LmHeadLossOptions lo;
     lo.grad_scale = grad_scale;
     Tensor dhn, head_grad = head.grad;
@@ -379,8 +376,8 @@ class GpuModel::Impl {
 
     // ---- backward ----
     Tensor dh, final_grad = final_norm.grad;
-    ORRERY_RETURN_IF_ERROR(kernels::RmsNormGrad(h->v, final_norm.compute, hr, dhn, &dh,
-                                                &final_grad));
+    ORRERY_RETURN_IF_ERROR(
+        kernels::RmsNormGrad(h->v, final_norm.compute, hr, dhn, &dh, &final_grad));
     ORRERY_RETURN_IF_ERROR(MixBackward(out_mix, h, dh, out_res_w, out_res_g));
     for (int64_t l = c.num_layers - 1; l >= 0; --l) {
       Layer& layer = layers[l];
@@ -441,15 +438,17 @@ GpuModel::~GpuModel() = default;
 StatusOr<std::unique_ptr<GpuModel>> GpuModel::FromHost(Model& host,
                                                        const GpuModelOptions& options) {
   if (options.device.is_cpu() && options.compute_dtype != DType::kF32) {
-    return InvalidArgumentError("gpu model: on the cpu (the ops' CPU twins) the compute dtype "
-                                "must be f32, got " + std::string(DTypeName(options.compute_dtype)));
+    return InvalidArgumentError(
+        "gpu model: on the cpu (the ops' CPU twins) the compute dtype "
+        "must be f32, got " +
+        std::string(DTypeName(options.compute_dtype)));
   }
   if (options.device.is_cuda() &&
       (!CudaCompiledIn() || CudaDeviceCount() <= options.device.index)) {
-    return FailedPreconditionError(
-        "gpu model: no CUDA device " + std::to_string(options.device.index) +
-        " is visible to this process" +
-        (CudaCompiledIn() ? "" : " (this build has no CUDA support)"));
+    return FailedPreconditionError("gpu model: no CUDA device " +
+                                   std::to_string(options.device.index) +
+                                   " is visible to this process" +
+                                   (CudaCompiledIn() ? "" : " (this build has no CUDA support)"));
   }
   if (host.dtype() != DType::kF32) {
     return InvalidArgumentError("gpu model: the host model must be f32, got " +

@@ -72,8 +72,7 @@ class GpuModel {
   // Uploads `host` (an f32 Model) to the device. Fails with one line when no CUDA device is
   // visible, when an allocation fails (the bytes asked for), or for a config the GPU path does not
   // implement yet.
-  static StatusOr<std::unique_ptr<GpuModel>> FromHost(Model& host,
-                                                      const GpuModelOptions& options);
+  static StatusOr<std::unique_ptr<GpuModel>> FromHost(Model& host, const GpuModelOptions& options);
   ~GpuModel();
 
   const ModelConfig& config() const;

@@ -84,8 +84,7 @@ Status GpuMoe::Forward(const Tensor& x, const Tensor& bias, const Tensor& forced
     ORRERY_RETURN_IF_ERROR(Linear(x, down_, &c->xl));
   }
   ORRERY_RETURN_IF_ERROR(kernels::MoeExperts(c->xl, c->ids, c->weights, w1_.compute, w3_.compute,
-                                             w2_.compute, ActivationOf(*c_), &c->yl,
-                                             &c->experts));
+                                             w2_.compute, ActivationOf(*c_), &c->yl, &c->experts));
   Tensor yn = c->yl;
   if (c_->moe.latent_norm) {
     ORRERY_RETURN_IF_ERROR(
@@ -108,8 +107,7 @@ Status GpuMoe::Backward(const Cache& c, const Tensor& dy, Tensor* dx) const {
   Tensor dyn = dy;
   if (c_->moe.latent_dim > 0) {
     dyn = Tensor();
-    ORRERY_RETURN_IF_ERROR(
-        LinearGradChain(c_->moe.latent_norm ? c.yln : c.yl, up_, dy, &dyn));
+    ORRERY_RETURN_IF_ERROR(LinearGradChain(c_->moe.latent_norm ? c.yln : c.yl, up_, dy, &dyn));
   }
   Tensor dyl = dyn;
   if (c_->moe.latent_norm) {
@@ -131,8 +129,8 @@ Status GpuMoe::Backward(const Cache& c, const Tensor& dy, Tensor* dx) const {
   }
   // Router: d logits from the weights' gradient, then W_r (fp32 operands, fp32 accumulation).
   Tensor dlogits;
-  ORRERY_RETURN_IF_ERROR(kernels::RouteTopKGrad(c.scores, c.ids, dweights,
-                                                c_->moe.routed_scaling_factor, &dlogits));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RouteTopKGrad(c.scores, c.ids, dweights, c_->moe.routed_scaling_factor, &dlogits));
   kernels::MatmulOptions gw;
   gw.trans_a = true;
   gw.beta = 1.0f;

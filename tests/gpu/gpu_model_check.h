@@ -22,19 +22,9 @@
 #include "model/config.h"
 #include "model/gpu/gpu_model.h"
 #include "model/model.h"
+#include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::model::gpu_check {
-
-inline double RelRms(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.Cast(DType::kF64).value(), y = b.Cast(DType::kF64).value();
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < y.numel(); ++i) {
-    const double d = x.data<double>()[i] - y.data<double>()[i];
-    num += d * d;
-    den += y.data<double>()[i] * y.data<double>()[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
 
 inline StatusOr<ModelConfig> EveryLayerKind() {
   const std::string text = R"(
@@ -134,8 +124,8 @@ inline void CompareWithHost(Device device, DType compute, double loss_tol, doubl
   StatusOr<GpuLoss> loss = (*gpu)->ForwardBackward(batch, 1.0 / kTokens, true);
   ASSERT_TRUE(loss.ok()) << loss.status().ToString();
   const double loss_err = std::abs(loss->loss_sum - ref.loss) / std::abs(ref.loss);
-  std::printf("%s: loss host %.8g gpu %.8g (rel %.3g)\n", std::string(DTypeName(compute)).c_str(), ref.loss,
-              loss->loss_sum, loss_err);
+  std::printf("%s: loss host %.8g gpu %.8g (rel %.3g)\n", std::string(DTypeName(compute)).c_str(),
+              ref.loss, loss->loss_sum, loss_err);
   EXPECT_LT(loss_err, loss_tol);
   double worst = 0;
   std::string worst_name;
@@ -143,15 +133,15 @@ inline void CompareWithHost(Device device, DType compute, double loss_tol, doubl
     ASSERT_TRUE(ref.grads.count(p.name)) << p.name;
     auto g = p.grad.To(Device::Cpu());
     ASSERT_TRUE(g.ok());
-    const double err = RelRms(*g, ref.grads.at(p.name));
+    const double err = kernels::testing::RelRmsError(*g, ref.grads.at(p.name));
     if (err > worst) {
       worst = err;
       worst_name = p.name;
     }
     EXPECT_LT(err, grad_tol) << p.name;
   }
-  std::printf("  %zu parameter gradients, worst rel RMS %.3g (%s)\n",
-              (*gpu)->parameters().size(), worst, worst_name.c_str());
+  std::printf("  %zu parameter gradients, worst rel RMS %.3g (%s)\n", (*gpu)->parameters().size(),
+              worst, worst_name.c_str());
 }
 
 }  // namespace orrery::model::gpu_check

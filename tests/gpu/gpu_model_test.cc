@@ -2,6 +2,8 @@
 // (tests/gpu/gpu_model_check.h: every layer kind, documents over several KDA chunks, forced
 // routing), in the f32 debug mode and in bf16; then the GPU trainer's steps (GpuTrainable + AdamW
 // on the device) lower the loss and its weights load into the host model. Skipped without a GPU.
+#include "model/gpu/gpu_model.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,7 +18,6 @@
 #include "learner/cross_entropy.h"
 #include "learner/gpu_trainable.h"
 #include "model/config.h"
-#include "model/gpu/gpu_model.h"
 #include "model/model.h"
 #include "tests/gpu/gpu_model_check.h"
 

@@ -30,45 +30,25 @@
 #include "core/philox.h"
 #include "kernels/moe.h"
 #include "kernels/moe_balancing.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::kernels {
 namespace {
 
+using gpu_test::ExpectClose;
+using gpu_test::Poisoned;
+using gpu_test::Round;
+using gpu_test::ToGpu;
+using gpu_test::ToHost;
+using gpu_test::ToHostF64;
 using testing::RandomNormal;
 using testing::RelRmsError;
-
-#define SKIP_WITHOUT_GPU() \
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
 
 constexpr double kRouteTol = 1e-6;
 constexpr double kF32Tol = 1e-5;
 constexpr double kBf16ForwardTol = 1e-2;
 constexpr double kBf16GradTol = 2e-2;
-
-// x rounded to dt and back to f64: what the GPU sees, in the reference's precision.
-Tensor Round(const Tensor& t, DType dt) { return t.Cast(dt).value().Cast(DType::kF64).value(); }
-Tensor ToGpu(const Tensor& t, DType dt) { return t.Cast(dt).value().To(Device::Cuda(0)).value(); }
-Tensor ToGpu(const Tensor& t) { return t.To(Device::Cuda(0)).value(); }
-Tensor ToHost(const Tensor& t) { return t.To(Device::Cpu()).value(); }
-Tensor ToHostF64(const Tensor& t) { return ToHost(t).Cast(DType::kF64).value(); }
-
-// A device tensor whose every byte is 0xFF: NaN in f32, f64 and bf16, -1 in i32.
-Tensor Poisoned(const Shape& shape, DType dt) {
-  Tensor h = Tensor::Empty(shape, dt);
-  std::memset(h.raw_data(), 0xFF, h.nbytes());
-  return ToGpu(h);
-}
-
-void ExpectClose(const Tensor& gpu, const Tensor& ref, double tol, const char* what) {
-  const Tensor g = ToHostF64(gpu);
-  for (int64_t i = 0; i < g.numel(); ++i) {
-    ASSERT_TRUE(std::isfinite(g.data<double>()[i])) << what << ": element " << i << " not written";
-  }
-  const double err = RelRmsError(g, ToHostF64(ref));
-  EXPECT_LE(err, tol) << what;
-  std::printf("  %-24s rel RMS error %.3g (tolerance %.0e)\n", what, err, tol);
-}
 
 // Bytes equal: ids, rows, and values that must match the twin bit for bit.
 void ExpectSameBytes(const Tensor& gpu, const Tensor& ref, const char* what) {

@@ -32,43 +32,22 @@
 #include "kernels/attn_res.h"
 #include "kernels/gates.h"
 #include "kernels/short_conv.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::kernels {
 namespace {
 
+using gpu_test::ExpectClose;
+using gpu_test::kBf16Tol;
+using gpu_test::kF32Tol;
+using gpu_test::Poisoned;
+using gpu_test::Round;
+using gpu_test::ToGpu;
+using gpu_test::ToHostF64;
+using gpu_test::TolFor;
 using testing::RandomNormal;
 using testing::RelRmsError;
-
-#define SKIP_WITHOUT_GPU() \
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
-
-constexpr double kBf16Tol = 5e-3;
-constexpr double kF32Tol = 2e-5;
-
-double TolFor(DType dt) { return dt == DType::kBF16 ? kBf16Tol : kF32Tol; }
-
-// t rounded to dt and back to f64: what the GPU sees, in the reference's precision.
-Tensor Round(const Tensor& t, DType dt) { return t.Cast(dt).value().Cast(DType::kF64).value(); }
-Tensor ToGpu(const Tensor& t, DType dt) { return t.Cast(dt).value().To(Device::Cuda(0)).value(); }
-Tensor ToHostF64(const Tensor& t) { return t.To(Device::Cpu()).value().Cast(DType::kF64).value(); }
-
-// A device tensor whose every byte is 0xFF: NaN in f32 and bf16.
-Tensor Poisoned(const Shape& shape, DType dt) {
-  Tensor h = Tensor::Empty(shape, dt);
-  std::memset(h.raw_data(), 0xFF, h.nbytes());
-  return h.To(Device::Cuda(0)).value();
-}
-
-void ExpectClose(const Tensor& gpu, const Tensor& ref, double tol, const std::string& what) {
-  const Tensor g = ToHostF64(gpu);
-  for (int64_t i = 0; i < g.numel(); ++i) {
-    ASSERT_TRUE(std::isfinite(g.data<double>()[i])) << what << ": element " << i << " not written";
-  }
-  const double err = RelRmsError(g, ref);
-  EXPECT_LE(err, tol) << what;
-  std::printf("  %-34s rel RMS error %.3g (tolerance %.0e)\n", what.c_str(), err, tol);
-}
 
 // One InvalidArgument line that contains `want`.
 void ExpectInvalid(const Status& st, const std::string& want) {
