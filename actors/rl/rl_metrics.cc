@@ -99,6 +99,7 @@ MetricRecord LearnerRecord(const std::string& source, const rl::RlStepStats& sta
   r.scalars["learner/groups"] = static_cast<double>(stats.groups);
   r.scalars["learner/samples"] = static_cast<double>(stats.samples);
   r.scalars["learner/stale_dropped"] = static_cast<double>(stats.stale_dropped);
+  r.scalars["learner/unrouted_dropped"] = static_cast<double>(stats.unrouted_dropped);
   r.scalars["learner/uniform_groups"] = static_cast<double>(stats.uniform_groups);
   r.scalars["learner/weight_sync_seconds/phase/snapshot"] = sync.snapshot_seconds;
   r.scalars["learner/weight_sync_seconds/phase/write"] = sync.write_seconds;

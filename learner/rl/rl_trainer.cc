@@ -89,6 +89,12 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
         ++stats.stale_dropped;
         continue;
       }
+      // R3 never falls back silently: a sample without its rollout's routing would be trained
+      // under routing the rollout never used (and would unforce its whole micro-batch).
+      if (options_.routing_replay && layers > 0 && s.routed_experts.empty()) {
+        ++stats.unrouted_dropped;
+        continue;
+      }
       fresh.push_back(&s);
     }
     std::vector<double> rewards;
@@ -136,8 +142,7 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
     std::vector<int32_t> flat;
     std::vector<int64_t> cu = {0};
     PolicyLossInput in;
-    bool forced = options_.routing_replay && layers > 0;
-    for (const PolicySample* s : mb.samples) forced = forced && !s->routed_experts.empty();
+    const bool forced = options_.routing_replay && layers > 0;  // every sample has its routing
     Tensor forced_ids;
     if (forced) forced_ids = Tensor::Empty({layers, n, k}, DType::kI32);
     for (size_t i = 0; i < mb.samples.size(); ++i) {

@@ -68,6 +68,8 @@ struct RlStepStats {
   PolicyLossStats loss;  // summed over ranks
   double grad_norm = 0;  // before clipping
   int64_t groups = 0, samples = 0, stale_dropped = 0, uniform_groups = 0;
+  // R3 on: samples without recorded routing, dropped (never trained unforced).
+  int64_t unrouted_dropped = 0;
   int64_t tokens = 0;  // all positions fed (this rank)
   // learner version - token version -> model tokens (this rank).
   std::map<int64_t, int64_t> staleness;

@@ -172,6 +172,31 @@ TEST(RlTrainer, StaleSamplesDroppedAndUniformGroupsSkipped) {
   EXPECT_FALSE((*trainer)->Step(groups).ok());
 }
 
+// R3 on: a sample that lacks its recorded routing is dropped and counted; its group still trains
+// on the others, forced. (Before, the whole micro-batch silently ran unforced.) With R3 off the
+// same sample is used.
+TEST(RlTrainer, SamplesWithoutRoutingAreDroppedAndCountedUnderR3) {
+  for (bool replay : {true, false}) {
+    auto m = TinyModel(4);
+    auto comm = comm::MakeLocalCommunicator();
+    RlTrainerOptions o = Options();
+    o.routing_replay = replay;
+    auto trainer = RlTrainer::Create(m.get(), comm.get(), o);
+    ASSERT_TRUE(trainer.ok());
+    auto groups = SampleGroups(*m, 2, 4, 0, 12);
+    for (auto& g : groups) {  // rewards 1, 0, 0, 1: no group is uniform, with or without sample 1
+      for (size_t i = 0; i < g.samples.size(); ++i) g.samples[i].reward = i % 3 == 0 ? 1.0 : 0.0;
+    }
+    groups[0].samples[1].routed_experts.clear();
+    auto s = (*trainer)->Step(groups);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->uniform_groups, 0);
+    EXPECT_EQ(s->unrouted_dropped, replay ? 1 : 0);
+    EXPECT_EQ(s->samples, replay ? 7 : 8);
+    EXPECT_TRUE(s->updated);
+  }
+}
+
 TEST(RlTrainer, CheckpointRestoresExactly) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("orrery-rl-ckpt-" + std::to_string(getpid()));
