@@ -85,8 +85,7 @@ StatusOr<std::string> ValidateToolCall(const ToolCall& call, const std::vector<T
     return InvalidArgumentError("unknown tool '" + call.name.substr(0, 64) +
                                 "' (available: " + names + ")");
   }
-  json args = json::parse(call.arguments_json.empty() ? "{}" : call.arguments_json, nullptr,
-                          /*allow_exceptions=*/false);
+  json args = ParseUntrustedJson(call.arguments_json.empty() ? "{}" : call.arguments_json);
   if (args.is_discarded()) {
     return InvalidArgumentError(
         "arguments are not valid JSON (expected an object such as "
@@ -95,7 +94,7 @@ StatusOr<std::string> ValidateToolCall(const ToolCall& call, const std::vector<T
   if (!args.is_object()) {
     return InvalidArgumentError("arguments must be a JSON object, got " + TypeName(args));
   }
-  json schema = json::parse(spec->parameters_json, nullptr, false);
+  json schema = ParseUntrustedJson(spec->parameters_json);
   if (schema.is_discarded() || !schema.is_object()) {
     return JsonText(args);  // nothing to check
   }

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
+
 namespace orrery {
 namespace {
 
@@ -59,14 +61,18 @@ Status ChatFormat::AppendMessage(const ChatMessage& m, RenderedChat* out) const 
   AppendOne(out, role_ids_[static_cast<int>(m.role)], 0, role);
   Append(out, tokenizer_->Encode(m.content), target, role);
   for (const ToolCall& call : m.tool_calls) {
-    nlohmann::json args = nlohmann::json::parse(call.arguments_json, nullptr, false);
+    nlohmann::json args = ParseUntrustedJson(call.arguments_json);
     if (args.is_discarded() || !args.is_object()) {
       return InvalidArgumentError("tool call '" + call.name +
                                   "': arguments are not a JSON object: " + call.arguments_json);
     }
     nlohmann::ordered_json body = {{"name", call.name}, {"arguments", args}};
     AppendOne(out, call_open_, target, role);
-    Append(out, tokenizer_->Encode(body.dump()), target, role);
+    // The name may hold any bytes (a plug-in's messages, a data file): dump() would throw on
+    // invalid UTF-8, so each such byte becomes U+FFFD.
+    const std::string text =
+        body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    Append(out, tokenizer_->Encode(text), target, role);
     AppendOne(out, call_close_, target, role);
   }
   AppendOne(out, end_, target, role);
@@ -123,7 +129,7 @@ StatusOr<ParsedAssistantTurn> ChatFormat::ParseAssistantTurn(
       }
       in_call = false;
       ORRERY_ASSIGN_OR_RETURN(std::string body, decode(call));
-      nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+      nlohmann::json j = ParseUntrustedJson(body);
       if (j.is_discarded() || !j.is_object()) {
         return InvalidArgumentError("tool call is not a JSON object: " + body);
       }

@@ -16,7 +16,7 @@ Deadline Earlier(Deadline a, double seconds) { return std::min(a, DeadlineIn(sec
 
 // A reply's result as JSON; the channel hands back JSON text, but nothing here may throw.
 StatusOr<json> ParseReply(const std::string& reply, const std::string& where) {
-  json r = json::parse(reply, nullptr, false);
+  json r = ParseUntrustedJson(reply);
   if (r.is_discarded()) return FailedPreconditionError(where + ": result is not valid JSON");
   return r;
 }
@@ -64,16 +64,7 @@ class ExternalEpisode : public Episode {
         {"tool_call", {{"id", call.id}, {"name", call.name}, {"arguments", json::parse(*args)}}}};
     ORRERY_ASSIGN_OR_RETURN(std::string reply, channel_->Call("step", JsonText(params),
                                                               Earlier(deadline, call_seconds_)));
-    ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment step"));
-    if (!r.is_object() || !r.contains("content") || !r["content"].is_string()) {
-      return FailedPreconditionError("environment step: result needs a string 'content'");
-    }
-    ToolResult result;
-    result.content = r["content"].get<std::string>();
-    if (r.contains("is_error") && !r["is_error"].is_boolean()) {
-      return FailedPreconditionError("environment step: 'is_error' must be a boolean");
-    }
-    result.is_error = r.value("is_error", false);
+    ORRERY_ASSIGN_OR_RETURN(ToolResult result, ReadStepResult(reply));
     result.latency_s = std::chrono::duration<double>(Clock::now() - start).count();
     return result;
   }
@@ -83,18 +74,7 @@ class ExternalEpisode : public Episode {
     json params = {{"messages", json::parse(ChatMessagesToJson(trajectory), nullptr, false)}};
     ORRERY_ASSIGN_OR_RETURN(std::string reply, channel_->Call("score", JsonText(params),
                                                               Earlier(deadline, call_seconds_)));
-    ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment score"));
-    if (!r.is_object() || !r.contains("reward") || !r["reward"].is_number()) {
-      return FailedPreconditionError("environment score: result needs a number 'reward'");
-    }
-    EpisodeScore score;
-    score.reward = r["reward"].get<double>();
-    if (r.contains("components") && r["components"].is_object()) {
-      for (auto it = r["components"].begin(); it != r["components"].end(); ++it) {
-        if (it.value().is_number()) score.components[it.key()] = it.value().get<double>();
-      }
-    }
-    return score;
+    return ReadScoreResult(reply);
   }
 
  private:
@@ -132,16 +112,10 @@ class ExternalEnv : public Env {
     ORRERY_ASSIGN_OR_RETURN(
         std::string reply,
         channel->Call("reset", JsonText(params), Earlier(deadline, options_.call_seconds)));
-    ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment '" + name_ + "': reset"));
-    if (!r.is_object() || !r.contains("messages")) {
-      return FailedPreconditionError("environment '" + name_ + "': reset: result needs 'messages'");
-    }
-    StatusOr<std::vector<ChatMessage>> messages = ChatMessagesFromJson(JsonText(r["messages"]));
-    if (!messages.ok()) return messages.status().WithContext("environment '" + name_ + "': reset");
-    ORRERY_ASSIGN_OR_RETURN(std::vector<ToolSpec> tools, ParseTools(r.value("tools", json::array()),
-                                                                    "environment '" + name_ + "'"));
+    ORRERY_ASSIGN_OR_RETURN(ExternalResetResult r,
+                            ReadResetResult(reply, "environment '" + name_ + "'"));
     return std::unique_ptr<Episode>(new ExternalEpisode(std::move(sandbox), std::move(channel),
-                                                        std::move(*messages), std::move(tools),
+                                                        std::move(r.messages), std::move(r.tools),
                                                         options_.call_seconds));
   }
 
@@ -152,6 +126,62 @@ class ExternalEnv : public Env {
 };
 
 }  // namespace
+
+StatusOr<std::string> ReadDescribeResult(const std::string& reply, const std::string& peer) {
+  ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, peer));
+  const std::string protocol = r.is_object() && r.contains("protocol") && r["protocol"].is_string()
+                                   ? r["protocol"].get<std::string>()
+                                   : std::string();
+  if (protocol != kEnvProtocolVersion) {
+    return FailedPreconditionError(peer + " speaks protocol '" + protocol + "', expected '" +
+                                   kEnvProtocolVersion + "'");
+  }
+  if (r.contains("name") && !r["name"].is_string()) {
+    return FailedPreconditionError(peer + ": describe: 'name' must be a string");
+  }
+  return r.value("name", "external");
+}
+
+StatusOr<ExternalResetResult> ReadResetResult(const std::string& reply, const std::string& peer) {
+  ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, peer + ": reset"));
+  if (!r.is_object() || !r.contains("messages")) {
+    return FailedPreconditionError(peer + ": reset: result needs 'messages'");
+  }
+  StatusOr<std::vector<ChatMessage>> messages = ChatMessagesFromJson(JsonText(r["messages"]));
+  if (!messages.ok()) return messages.status().WithContext(peer + ": reset");
+  ORRERY_ASSIGN_OR_RETURN(std::vector<ToolSpec> tools,
+                          ParseTools(r.value("tools", json::array()), peer));
+  return ExternalResetResult{std::move(*messages), std::move(tools)};
+}
+
+StatusOr<ToolResult> ReadStepResult(const std::string& reply) {
+  ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment step"));
+  if (!r.is_object() || !r.contains("content") || !r["content"].is_string()) {
+    return FailedPreconditionError("environment step: result needs a string 'content'");
+  }
+  ToolResult result;
+  result.content = r["content"].get<std::string>();
+  if (r.contains("is_error") && !r["is_error"].is_boolean()) {
+    return FailedPreconditionError("environment step: 'is_error' must be a boolean");
+  }
+  result.is_error = r.value("is_error", false);
+  return result;
+}
+
+StatusOr<EpisodeScore> ReadScoreResult(const std::string& reply) {
+  ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "environment score"));
+  if (!r.is_object() || !r.contains("reward") || !r["reward"].is_number()) {
+    return FailedPreconditionError("environment score: result needs a number 'reward'");
+  }
+  EpisodeScore score;
+  score.reward = r["reward"].get<double>();
+  if (r.contains("components") && r["components"].is_object()) {
+    for (auto it = r["components"].begin(); it != r["components"].end(); ++it) {
+      if (it.value().is_number()) score.components[it.key()] = it.value().get<double>();
+    }
+  }
+  return score;
+}
 
 ExternalEnvOptions ReadExternalEnvOptions(ConfigTable& table, const EnvDemand& demand) {
   ExternalEnvOptions o;
@@ -177,19 +207,8 @@ StatusOr<std::unique_ptr<Env>> MakeExternalEnv(const ExternalEnvOptions& in) {
   JsonRpcChannel channel(std::move(proc), "external environment (" + shown + ")");
   ORRERY_ASSIGN_OR_RETURN(std::string reply,
                           channel.Call("describe", "{}", DeadlineIn(options.call_seconds)));
-  ORRERY_ASSIGN_OR_RETURN(json r, ParseReply(reply, "external environment (" + shown + ")"));
-  const std::string protocol = r.is_object() && r.contains("protocol") && r["protocol"].is_string()
-                                   ? r["protocol"].get<std::string>()
-                                   : std::string();
-  if (protocol != kEnvProtocolVersion) {
-    return FailedPreconditionError("external environment (" + shown + ") speaks protocol '" +
-                                   protocol + "', expected '" + kEnvProtocolVersion + "'");
-  }
-  if (r.contains("name") && !r["name"].is_string()) {
-    return FailedPreconditionError("external environment (" + shown +
-                                   "): describe: 'name' must be a string");
-  }
-  const std::string name = r.value("name", "external");
+  ORRERY_ASSIGN_OR_RETURN(const std::string name,
+                          ReadDescribeResult(reply, "external environment (" + shown + ")"));
   (void)channel.Call("close", "{}", DeadlineIn(1));
   return std::unique_ptr<Env>(std::make_unique<ExternalEnv>(options, name));
 }

@@ -36,6 +36,18 @@ struct ExternalEnvOptions {
 };
 
 ExternalEnvOptions ReadExternalEnvOptions(ConfigTable& table, const EnvDemand& demand);
+// The readers of the program's replies (a JSON-RPC result as JSON text, ReadJsonRpcResponse's
+// output), each a value or a FailedPrecondition error naming `peer`; none throws, whatever the
+// text. Exposed for the fuzz tests.
+struct ExternalResetResult {
+  std::vector<ChatMessage> messages;
+  std::vector<ToolSpec> tools;
+};
+StatusOr<std::string> ReadDescribeResult(const std::string& result, const std::string& peer);
+StatusOr<ExternalResetResult> ReadResetResult(const std::string& result, const std::string& peer);
+StatusOr<ToolResult> ReadStepResult(const std::string& result);
+StatusOr<EpisodeScore> ReadScoreResult(const std::string& result);
+
 // Starts the program once for `describe`; fails with a clear message when it does not answer.
 StatusOr<std::unique_ptr<Env>> MakeExternalEnv(const ExternalEnvOptions& options);
 

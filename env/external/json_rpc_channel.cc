@@ -8,6 +8,27 @@ namespace orrery::env {
 
 using nlohmann::json;
 
+std::optional<StatusOr<std::string>> ReadJsonRpcResponse(const std::string& line, int64_t id,
+                                                         const std::string& where) {
+  json reply = ParseUntrustedJson(line);
+  if (reply.is_discarded() || !reply.is_object() || !reply.contains("id") ||
+      reply.contains("method")) {
+    return std::nullopt;  // a notification, a server-to-client request or stray output
+  }
+  if (reply["id"] != id) return std::nullopt;  // a late reply to an earlier call
+  if (reply.contains("error")) {
+    const json& e = reply["error"];
+    const std::string message = e.is_object() && e.contains("message") && e["message"].is_string()
+                                    ? e["message"].get<std::string>()
+                                    : e.dump();
+    return FailedPreconditionError(where + " failed: " + message);
+  }
+  if (!reply.contains("result")) {
+    return FailedPreconditionError(where + ": response without a result");
+  }
+  return reply["result"].dump();
+}
+
 JsonRpcChannel::JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer)
     : process_(std::move(process)), peer_(std::move(peer)) {}
 
@@ -47,23 +68,9 @@ StatusOr<std::string> JsonRpcChannel::Call(const std::string& method,
       return Status(line.status().code(), peer_ + ": " + method + ": " + line.status().message() +
                                               (err.empty() ? "" : " (stderr: " + err + ")"));
     }
-    json reply = json::parse(*line, nullptr, false);
-    if (reply.is_discarded() || !reply.is_object() || !reply.contains("id") ||
-        reply.contains("method")) {
-      continue;  // a notification, a server-to-client request or stray output
-    }
-    if (reply["id"] != id) continue;  // a late reply to an earlier call
-    if (reply.contains("error")) {
-      const json& e = reply["error"];
-      const std::string message = e.is_object() && e.contains("message") && e["message"].is_string()
-                                      ? e["message"].get<std::string>()
-                                      : e.dump();
-      return FailedPreconditionError(peer_ + ": " + method + " failed: " + message);
-    }
-    if (!reply.contains("result")) {
-      return FailedPreconditionError(peer_ + ": " + method + ": response without a result");
-    }
-    return reply["result"].dump();
+    std::optional<StatusOr<std::string>> response =
+        ReadJsonRpcResponse(*line, id, peer_ + ": " + method);
+    if (response) return *std::move(response);
   }
 }
 

@@ -8,7 +8,9 @@
 // reply would otherwise be taken for the next call's.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -16,6 +18,13 @@
 #include "env/sandbox/sandbox.h"
 
 namespace orrery::env {
+
+// Reads one line the server wrote while call `id` waits: nullopt when the line is not that call's
+// response (a notification, a request, stray output, a late reply; the channel skips it), else
+// the response's "result" as JSON text or FailedPrecondition("<where> failed: <message>") for an
+// error response. `where` is "<peer>: <method>". Never throws, whatever the bytes.
+std::optional<StatusOr<std::string>> ReadJsonRpcResponse(const std::string& line, int64_t id,
+                                                         const std::string& where);
 
 class JsonRpcChannel {
  public:

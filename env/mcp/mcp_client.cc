@@ -13,6 +13,61 @@ namespace {
 Deadline Earlier(Deadline a, double seconds) { return std::min(a, DeadlineIn(seconds)); }
 }  // namespace
 
+std::string ReadMcpServerName(const std::string& result) {
+  json r = ParseUntrustedJson(result);
+  if (r.is_object() && r.contains("serverInfo") && r["serverInfo"].is_object() &&
+      r["serverInfo"].contains("name") && r["serverInfo"]["name"].is_string()) {
+    return r["serverInfo"]["name"].get<std::string>();
+  }
+  return "";
+}
+
+StatusOr<McpToolsPage> ReadMcpToolsList(const std::string& result, const std::string& server) {
+  json l = ParseUntrustedJson(result);
+  if (!l.is_object() || !l.contains("tools") || !l["tools"].is_array()) {
+    return FailedPreconditionError("MCP server '" + server + "': tools/list without 'tools'");
+  }
+  McpToolsPage page;
+  for (const json& t : l["tools"]) {
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+    page.tools.push_back(
+        ToolSpec{t["name"].get<std::string>(),
+                 t.contains("description") && t["description"].is_string()
+                     ? t["description"].get<std::string>()
+                     : "",
+                 t.contains("inputSchema") ? JsonText(t["inputSchema"]) : "{\"type\":\"object\"}"});
+  }
+  if (l.contains("nextCursor") && l["nextCursor"].is_string()) {
+    page.next_cursor = l["nextCursor"].get<std::string>();
+  }
+  return page;
+}
+
+ToolResult ReadMcpToolCallResult(const std::string& reply, const std::string& server) {
+  // The server's reply is read with type checks: a wrong type is a tool error, never a throw.
+  ToolResult result;
+  json r = ParseUntrustedJson(reply);
+  if (r.is_object() && r.contains("content") && r["content"].is_array()) {
+    for (const json& part : r["content"]) {
+      if (!part.is_object()) continue;
+      if (!result.content.empty()) result.content += "\n";
+      const std::string type = part.contains("type") && part["type"].is_string()
+                                   ? part["type"].get<std::string>()
+                                   : "part";
+      if (type == "text" && part.contains("text") && part["text"].is_string()) {
+        result.content += part["text"].get<std::string>();
+      } else {
+        result.content += "[" + type + " content]";
+      }
+    }
+  }
+  if (r.is_object() && r.contains("isError") && !r["isError"].is_boolean()) {
+    return ToolError("MCP server '" + server + "': tools/call: 'isError' must be a boolean");
+  }
+  result.is_error = r.is_object() && r.value("isError", false);
+  return result;
+}
+
 StatusOr<std::unique_ptr<McpClient>> McpClient::Start(Sandbox& sandbox,
                                                       const McpServerOptions& options,
                                                       Deadline deadline) {
@@ -29,11 +84,7 @@ StatusOr<std::unique_ptr<McpClient>> McpClient::Start(Sandbox& sandbox,
   ORRERY_ASSIGN_OR_RETURN(
       std::string reply,
       client->channel_->Call("initialize", init.dump(), Earlier(deadline, options.call_seconds)));
-  json r = json::parse(reply, nullptr, false);
-  if (r.is_object() && r.contains("serverInfo") && r["serverInfo"].is_object() &&
-      r["serverInfo"].contains("name") && r["serverInfo"]["name"].is_string()) {
-    client->server_name_ = r["serverInfo"]["name"].get<std::string>();
-  }
+  client->server_name_ = ReadMcpServerName(reply);
   ORRERY_RETURN_IF_ERROR(client->channel_->Notify("notifications/initialized", "",
                                                   Earlier(deadline, options.call_seconds)));
   std::string cursor;
@@ -43,22 +94,11 @@ StatusOr<std::unique_ptr<McpClient>> McpClient::Start(Sandbox& sandbox,
     ORRERY_ASSIGN_OR_RETURN(std::string list,
                             client->channel_->Call("tools/list", params.dump(),
                                                    Earlier(deadline, options.call_seconds)));
-    json l = json::parse(list, nullptr, false);
-    if (!l.is_object() || !l.contains("tools") || !l["tools"].is_array()) {
-      return FailedPreconditionError("MCP server '" + options.name +
-                                     "': tools/list without 'tools'");
-    }
-    for (const json& t : l["tools"]) {
-      if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
-      client->tools_.push_back(ToolSpec{
-          t["name"].get<std::string>(),
-          t.contains("description") && t["description"].is_string()
-              ? t["description"].get<std::string>()
-              : "",
-          t.contains("inputSchema") ? JsonText(t["inputSchema"]) : "{\"type\":\"object\"}"});
-    }
-    if (!l.contains("nextCursor") || !l["nextCursor"].is_string()) break;
-    cursor = l["nextCursor"].get<std::string>();
+    ORRERY_ASSIGN_OR_RETURN(McpToolsPage tools, ReadMcpToolsList(list, options.name));
+    client->tools_.insert(client->tools_.end(), std::make_move_iterator(tools.tools.begin()),
+                          std::make_move_iterator(tools.tools.end()));
+    if (!tools.next_cursor) break;
+    cursor = std::move(*tools.next_cursor);
   }
   return client;
 }
@@ -84,28 +124,7 @@ StatusOr<ToolResult> McpClient::CallTool(const ToolCall& call, Deadline deadline
     if (reply.status().code() != StatusCode::kFailedPrecondition) return reply.status();
     result = ToolError(reply.status().message());
   } else {
-    // The server's reply is read with type checks: a wrong type is a tool error, never a throw.
-    json r = json::parse(*reply, nullptr, false);
-    if (r.is_object() && r.contains("content") && r["content"].is_array()) {
-      for (const json& part : r["content"]) {
-        if (!part.is_object()) continue;
-        if (!result.content.empty()) result.content += "\n";
-        const std::string type = part.contains("type") && part["type"].is_string()
-                                     ? part["type"].get<std::string>()
-                                     : "part";
-        if (type == "text" && part.contains("text") && part["text"].is_string()) {
-          result.content += part["text"].get<std::string>();
-        } else {
-          result.content += "[" + type + " content]";
-        }
-      }
-    }
-    if (r.is_object() && r.contains("isError") && !r["isError"].is_boolean()) {
-      result =
-          ToolError("MCP server '" + options_.name + "': tools/call: 'isError' must be a boolean");
-    } else {
-      result.is_error = r.is_object() && r.value("isError", false);
-    }
+    result = ReadMcpToolCallResult(*reply, options_.name);
   }
   result.latency_s = std::chrono::duration<double>(Clock::now() - start).count();
   return result;

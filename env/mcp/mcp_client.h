@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,18 @@ struct McpServerOptions {
   std::vector<std::string> command;  // argv inside the sandbox
   double call_seconds = 30;          // deadline of each request when the caller's is later
 };
+
+// The readers of a server's results (JSON text, ReadJsonRpcResponse's output); none throws,
+// whatever the text. `server` is McpServerOptions::name. Exposed for the fuzz tests.
+// serverInfo.name of an `initialize` result, or "" when absent.
+std::string ReadMcpServerName(const std::string& result);
+struct McpToolsPage {
+  std::vector<ToolSpec> tools;             // the entries with a string "name"; others are skipped
+  std::optional<std::string> next_cursor;  // absent on the last page
+};
+StatusOr<McpToolsPage> ReadMcpToolsList(const std::string& result, const std::string& server);
+// A `tools/call` result as the ToolResult the model reads (latency_s left 0).
+ToolResult ReadMcpToolCallResult(const std::string& result, const std::string& server);
 
 class McpClient {
  public:
