@@ -1,8 +1,8 @@
 // A bounded mutation fuzzer for GoogleTest: seeded mutations of a committed seed corpus
 // (tests/fixtures/fuzz/<target>/*), run for a fixed number of inputs or seconds, whichever ends
-// first, stopping at the first failing input. It stands in for libFuzzer in ./scripts/test.sh;
-// tests/fuzz/ holds the libFuzzer entry points for the same targets (built with clang when
-// -fsanitize=fuzzer is available).
+// first, stopping at the first failing input. It stands in for libFuzzer in ./scripts/test.sh
+// (Debian's clang 14 has -fsanitize=fuzzer; entry points over the same corpora and checks are not
+// written yet).
 //
 // Environment: ORRERY_FUZZ_SECONDS (per target, default 2), ORRERY_FUZZ_ITERATIONS (default
 // 200000), ORRERY_FUZZ_SEED (default 27). A failing input is written to
