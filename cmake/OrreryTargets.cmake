@@ -20,9 +20,11 @@ function(orrery_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# orrery_test(NAME SOURCES ... DEPS ...): a GoogleTest binary registered with CTest.
+# orrery_test(NAME SOURCES ... DEPS ... LABELS label): a GoogleTest binary registered with CTest.
+# One label: gtest_discover_tests passes PROPERTIES as flat key/value pairs, so a second label
+# would shift ENVIRONMENT out of its place (the tests would run without ORRERY_SOURCE_DIR).
 function(orrery_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "LABELS" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   orrery_target_defaults(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
