@@ -39,17 +39,21 @@ run() {  # NAME TIMEOUT COMMAND...: logs to $out/NAME.log, a failure fails the s
   echo "$name: exit $rc in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
   [[ $rc -eq 0 ]] || status=1
 }
-for t in ops_gpu_tests seq_ops_gpu_tests attention_gpu_tests moe_gpu_tests gpu_model_tests \
-         kda_gpu_tests model_gpu_tests; do
+# GPU_TESTS / MODEL_BENCH (below) choose what runs; set either to "" to skip that part (e.g. only
+# the pretraining: GPU_TESTS= MODEL_BENCH= scripts/gpu_model.sh BIN_DIR DATA_DIR).
+for t in ${GPU_TESTS-ops_gpu_tests seq_ops_gpu_tests attention_gpu_tests moe_gpu_tests \
+         gpu_model_tests kda_gpu_tests model_gpu_tests}; do
   [[ -x "$bin/$t" ]] && run "$t" "${TEST_TIMEOUT:-300}" "$bin/$t"
 done
-if [[ -x "$bin/orrery" ]]; then
+if [[ -x "$bin/orrery" && -n "${GPU_TESTS-all}" ]]; then
   run ops_cli 300 python3 scripts/gpu_ops_cli.py "$bin/orrery"
 fi
-for b in ops_gpu_bench attention_gpu_bench moe_gpu_bench; do
-  [[ -x "$bin/$b" ]] && run "$b" "${BENCH_TIMEOUT:-200}" "$bin/$b"
-done
-[[ -x "$bin/ops_gpu_bench" ]] && run ops_torch 200 python3 scripts/gpu_ops_torch.py
+if [[ -n "${GPU_TESTS-all}" ]]; then
+  for b in ops_gpu_bench attention_gpu_bench; do
+    [[ -x "$bin/$b" ]] && run "$b" "${BENCH_TIMEOUT:-200}" "$bin/$b"
+  done
+  [[ -x "$bin/ops_gpu_bench" ]] && run ops_torch 200 python3 scripts/gpu_ops_torch.py
+fi
 # Whole-model training throughput (tokens/s, MFU, peak memory): small at 8 x 4K and 1 x 32K,
 # bench-1b at 4 x 4K. MODEL_BENCH="" skips them.
 if [[ -x "$bin/gpu_model_bench" ]]; then
