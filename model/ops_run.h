@@ -30,7 +30,7 @@ struct OpRunOptions {
   std::string in_path;
   std::string out_path;
   bool backward = false;
-  std::string device = "cpu";  // "cpu" or "cuda" (CUDA builds with a visible GPU)
+  std::string device = "cpu";                // "cpu" or "cuda" (CUDA builds with a visible GPU)
   std::map<std::string, std::string> attrs;  // op attributes (docs/ops.md)
 };
 

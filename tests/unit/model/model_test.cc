@@ -22,7 +22,8 @@ StatusOr<ModelConfig> TinyConfig(int64_t gate_rank, bool recurrent, bool deep = 
 [model]
 vocab_size = 11
 hidden_size = 8
-num_layers = )") + (deep ? "4\nfull_attn_layers = [3]" : "2\nfull_attn_layers = [2]") + R"(
+num_layers = )") + (deep ? "4\nfull_attn_layers = [3]" : "2\nfull_attn_layers = [2]") +
+                           R"(
 first_k_dense = 1
 dense_intermediate = 6
 [model.kda]
@@ -52,7 +53,8 @@ shared_intermediate = 5
 latent_dim = 6
 routed_scaling_factor = 1.5
 [model.attn_res]
-block_size = )" + (deep ? "2" : "1") + R"(
+block_size = )" + (deep ? "2" : "1") +
+                           R"(
 )";
   ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseString(text, "test.toml"));
   ConfigTable root = doc.root();
