@@ -18,11 +18,11 @@ AdamW::AdamW(AdamWOptions options, std::vector<ParamRef> params, std::vector<Ten
 
 StatusOr<AdamW> AdamW::Create(AdamWOptions options, std::vector<ParamRef> params) {
   std::set<std::string> names;
+  const Device device = params.empty() ? Device::Cpu() : params.front().value.device();
   for (const ParamRef& p : params) {
     if (!names.insert(p.name).second) {
       return InvalidArgumentError("optimizer: parameter name '" + p.name + "' appears twice");
     }
-    const Device device = params.front().value.device();
     if (!p.value.defined() || !p.grad.defined() || p.value.dtype() != DType::kF32 ||
         p.grad.dtype() != DType::kF32 || !(p.value.device() == device) ||
         !(p.grad.device() == device) || p.value.shape() != p.grad.shape()) {
@@ -41,7 +41,6 @@ StatusOr<AdamW> AdamW::Create(AdamWOptions options, std::vector<ParamRef> params
       options.eps <= 0 || options.weight_decay < 0) {
     return InvalidArgumentError("optimizer: betas must be in [0, 1), eps > 0, weight_decay >= 0");
   }
-  const Device device = params.empty() ? Device::Cpu() : params.front().value.device();
   std::vector<Tensor> m, v;
   for (const ParamRef& p : params) {
     for (std::vector<Tensor>* moments : {&m, &v}) {

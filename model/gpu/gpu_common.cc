@@ -21,8 +21,6 @@ StatusOr<Weight> WeightTable::Get(const std::string& name) const {
   return it->second;
 }
 
-StatusOr<Tensor> View(const Tensor& t, const Shape& shape) { return t.Reshape(shape); }
-
 Status Linear(const Tensor& x, const Weight& w, Tensor* y) {
   kernels::MatmulOptions o;
   o.trans_b = true;

@@ -107,9 +107,7 @@ Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Te
   ORRERY_ASSIGN_OR_RETURN(Tensor dbl, g.dbeta.Reshape({s.n, h_}));
   ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wb_, dbl, dx));
   ORRERY_ASSIGN_OR_RETURN(Tensor dz, g.dg.Reshape({s.n, h_ * kd_}));
-  if (dz.dtype() != c.fa.dtype()) {
-    ORRERY_ASSIGN_OR_RETURN(dz, As(dz, c.fa.dtype()));
-  }
+  ORRERY_ASSIGN_OR_RETURN(dz, As(dz, c.fa.dtype()));
   Tensor dfa;
   ORRERY_RETURN_IF_ERROR(LinearGradChain(c.fa, fb_, dz, &dfa));
   ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, fa_, dfa, dx));

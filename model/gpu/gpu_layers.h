@@ -63,7 +63,6 @@ StatusOr<Tensor> As(const Tensor& t, DType dtype);
 StatusOr<Tensor> ZerosOn(const Shape& shape, DType dtype, Device device);
 // *acc (fp32, allocated as zeros like x when undefined) += x.
 Status Accumulate(const Tensor& x, Tensor* acc);
-StatusOr<Tensor> View(const Tensor& t, const Shape& shape);
 
 // ---- dense gated MLP (SiTU/SiLU-GLU): y = W2 glu(W1 x, W3 x) ----
 class GpuMlp {
@@ -122,7 +121,7 @@ class GpuMoe {
  public:
   // Stacks the experts' weights [E, F, L] / [E, L, F] on the device and puts per-expert views
   // under their checkpoint names into `t` (call before the generic upload skips them).
-  static Status StackExperts(const std::vector<std::pair<std::string, Tensor>>& host,
+  static Status StackExperts(const std::unordered_map<std::string, Tensor>& host,
                              const ModelConfig& c, const std::string& prefix, DType compute,
                              Device device, WeightTable* t, std::vector<Weight>* roots);
   Status Init(const WeightTable& t, const ModelConfig& c, const std::string& prefix);
@@ -138,7 +137,8 @@ class GpuMoe {
 
  private:
   const ModelConfig* c_ = nullptr;
-  Weight router_, down_, up_, lnorm_, w1_, w3_, w2_;
+  Weight router32_;  // the router with its fp32 master as the compute copy
+  Weight down_, up_, lnorm_, w1_, w3_, w2_;
   GpuMlp shared_;
   bool has_shared_ = false;
 };

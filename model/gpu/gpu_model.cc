@@ -5,7 +5,7 @@
 #include "model/gpu/gpu_model.h"
 
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "core/device.h"
 #include "kernels/attn_res.h"
@@ -114,23 +114,23 @@ class GpuModel::Impl {
   Status Build(Model& host) {
     const ModelConfig& c = config;
     const DType cdt = options.compute_dtype;
-    std::vector<std::pair<std::string, Tensor>> host_params;
-    for (const Parameter& p : host.parameters()) host_params.emplace_back(p.name, p.value);
+    std::unordered_map<std::string, Tensor> host_params;
+    for (const Parameter& p : host.parameters()) host_params.emplace(p.name, p.value);
     for (int64_t l = c.first_k_dense; l < c.num_layers; ++l) {
       ORRERY_RETURN_IF_ERROR(gpu::GpuMoe::StackExperts(
           host_params, c, "layers." + std::to_string(l) + ".moe", cdt, device, &table, &roots));
     }
-    for (const auto& [name, value] : host_params) {
-      if (table.Has(name)) continue;
+    for (const Parameter& p : host.parameters()) {
+      if (table.Has(p.name)) continue;  // an expert's view into its stacked tensor
       Weight w;
-      ORRERY_ASSIGN_OR_RETURN(w.master, value.To(device));
-      ORRERY_ASSIGN_OR_RETURN(w.grad, gpu::ZerosOn(value.shape(), DType::kF32, device));
+      ORRERY_ASSIGN_OR_RETURN(w.master, p.value.To(device));
+      ORRERY_ASSIGN_OR_RETURN(w.grad, gpu::ZerosOn(p.value.shape(), DType::kF32, device));
       if (cdt == DType::kF32) {
         w.compute = w.master;
       } else {
         ORRERY_ASSIGN_OR_RETURN(w.compute, gpu::As(w.master, cdt));
       }
-      table.Put(name, w);
+      table.Put(p.name, w);
       roots.push_back(w);
     }
     for (const Parameter& p : host.parameters()) {
@@ -177,7 +177,7 @@ class GpuModel::Impl {
     return Status::OK();
   }
 
-  StatusOr<ValuePtr> NewValue(Tensor v) {
+  static ValuePtr NewValue(Tensor v) {
     auto out = std::make_shared<Value>();
     out->v = std::move(v);
     return out;
@@ -296,7 +296,7 @@ class GpuModel::Impl {
     // ---- forward ----
     Tensor emb;
     ORRERY_RETURN_IF_ERROR(kernels::EmbeddingGather(embed.compute, tokens, &emb));
-    ORRERY_ASSIGN_OR_RETURN(ValuePtr emb_node, NewValue(emb));
+    ValuePtr emb_node = NewValue(emb);
     const int64_t s = c.attn_res_block_size;
     ValuePtr p = emb_node;
     std::vector<ValuePtr> blocks;
@@ -319,7 +319,7 @@ class GpuModel::Impl {
       }
       Tensor a;
       ORRERY_RETURN_IF_ERROR(MixerForward(l, seq, backward, lc, &a));
-      ORRERY_ASSIGN_OR_RETURN(lc.a, NewValue(a));
+      lc.a = NewValue(a);
       if (p) {
         ORRERY_ASSIGN_OR_RETURN(lc.p_mid, Sum(p, lc.a));
       } else {
@@ -351,7 +351,7 @@ class GpuModel::Impl {
       } else {
         ORRERY_RETURN_IF_ERROR(FeedForward(l, bias, Tensor(), lc, &f));
       }
-      ORRERY_ASSIGN_OR_RETURN(lc.f, NewValue(f));
+      lc.f = NewValue(f);
       ORRERY_ASSIGN_OR_RETURN(lc.p_end, Sum(p, lc.f));
       p = lc.p_end;
       if (!backward || options.recompute_layers) Drop(lc);

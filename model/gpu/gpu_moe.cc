@@ -3,14 +3,13 @@
 // weights), the latent down-projection, the routed experts (stacked, kernels::MoeExperts), the
 // latent RMSNorm, the up-projection and the full-width shared expert.
 #include "kernels/gates.h"
-#include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "model/gpu/gpu_layers.h"
 #include "model/layers.h"
 
 namespace orrery::model::gpu {
 
-Status GpuMoe::StackExperts(const std::vector<std::pair<std::string, Tensor>>& host,
+Status GpuMoe::StackExperts(const std::unordered_map<std::string, Tensor>& host,
                             const ModelConfig& c, const std::string& prefix, DType compute,
                             Device device, WeightTable* t, std::vector<Weight>* roots) {
   const int64_t e = c.moe.num_experts, f = c.moe.expert_intermediate, l = c.expert_width();
@@ -22,13 +21,10 @@ Status GpuMoe::StackExperts(const std::vector<std::pair<std::string, Tensor>>& h
     ORRERY_ASSIGN_OR_RETURN(stacked.grad, ZerosOn(full, DType::kF32, device));
     for (int64_t i = 0; i < e; ++i) {
       const std::string name = prefix + ".experts." + std::to_string(i) + suffix;
-      const Tensor* src = nullptr;
-      for (const auto& [n, v] : host) {
-        if (n == name) src = &v;
-      }
-      if (src == nullptr) return NotFoundError("gpu model: the host model has no " + name);
+      auto src = host.find(name);
+      if (src == host.end()) return NotFoundError("gpu model: the host model has no " + name);
       ORRERY_ASSIGN_OR_RETURN(Tensor dst, stacked.master.Slice(i, i + 1));
-      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(*src));
+      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(src->second));
     }
     if (compute == DType::kF32) {
       stacked.compute = stacked.master;
@@ -50,7 +46,8 @@ Status GpuMoe::StackExperts(const std::vector<std::pair<std::string, Tensor>>& h
 
 Status GpuMoe::Init(const WeightTable& t, const ModelConfig& c, const std::string& p) {
   c_ = &c;
-  ORRERY_ASSIGN_OR_RETURN(router_, t.Get(p + ".router"));
+  ORRERY_ASSIGN_OR_RETURN(Weight router, t.Get(p + ".router"));
+  router32_ = Weight{router.master, router.grad, router.master};
   if (c.moe.latent_dim > 0) {
     ORRERY_ASSIGN_OR_RETURN(down_, t.Get(p + ".down"));
     ORRERY_ASSIGN_OR_RETURN(up_, t.Get(p + ".up"));
@@ -72,9 +69,7 @@ Status GpuMoe::Forward(const Tensor& x, const Tensor& bias, const Tensor& forced
   // The router in fp32 (K3's router precision): scores = sigmoid(x W_r^T).
   ORRERY_ASSIGN_OR_RETURN(c->x32, As(x, DType::kF32));
   Tensor logits;
-  kernels::MatmulOptions o;
-  o.trans_b = true;
-  ORRERY_RETURN_IF_ERROR(kernels::Matmul(c->x32, router_.master, o, &logits));
+  ORRERY_RETURN_IF_ERROR(Linear(c->x32, router32_, &logits));
   ORRERY_RETURN_IF_ERROR(kernels::Sigmoid(logits, &c->scores));
   ORRERY_RETURN_IF_ERROR(kernels::RouteTopK(c->scores, bias, forced, c_->moe.top_k,
                                             c_->moe.routed_scaling_factor, &c->ids, &c->weights));
@@ -131,17 +126,7 @@ Status GpuMoe::Backward(const Cache& c, const Tensor& dy, Tensor* dx) const {
   Tensor dlogits;
   ORRERY_RETURN_IF_ERROR(
       kernels::RouteTopKGrad(c.scores, c.ids, dweights, c_->moe.routed_scaling_factor, &dlogits));
-  kernels::MatmulOptions gw;
-  gw.trans_a = true;
-  gw.beta = 1.0f;
-  Tensor rg = router_.grad;
-  ORRERY_RETURN_IF_ERROR(kernels::Matmul(dlogits, c.x32, gw, &rg));
-  if (!dx->defined()) {
-    ORRERY_ASSIGN_OR_RETURN(*dx, ZerosOn(c.x.shape(), DType::kF32, c.x.device()));
-  }
-  kernels::MatmulOptions gx;
-  gx.beta = 1.0f;
-  return kernels::Matmul(dlogits, router_.master, gx, dx);
+  return LinearGrad(c.x32, router32_, dlogits, dx);
 }
 
 }  // namespace orrery::model::gpu
