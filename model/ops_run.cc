@@ -333,6 +333,13 @@ StatusOr<Tensor> Download(const Tensor& t, const Shape& shape) {
   return h.Reshape(shape);
 }
 
+// Downloads t (see Download) as the op's output `name`.
+Status Emit(OpIo& io, const std::string& name, const Tensor& t, const Shape& shape) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor h, Download(t, shape));
+  io.Out(name, h);
+  return Status::OK();
+}
+
 // Document offsets as the ops take them: i64 [docs + 1] on `device`.
 StatusOr<Tensor> OffsetsOn(const std::vector<int64_t>& cu, Device device) {
   return Tensor::FromVector<int64_t>({static_cast<int64_t>(cu.size())}, cu).To(device);
@@ -369,21 +376,16 @@ Status RunMla(OpIo& io, Device device) {
   Tensor o, lse;
   Status st = kernels::CausalAttention(qg, kg, vg, cug, scale, &o, &lse);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor oh, Download(o, v.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor lh, Download(lse, {b, t, h}));
-  io.Out("o", oh);
-  io.Out("lse", lh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "o", o, v.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "lse", lse, {b, t, h}));
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dog, packed(d_o));
   Tensor dq, dk, dvg;
   st = kernels::CausalAttentionGrad(qg, kg, vg, o, lse, dog, cug, scale, &dq, &dk, &dvg);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor dqh, Download(dq, q.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dkh, Download(dk, k.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dvh, Download(dvg, v.shape()));
-  io.Out("dq", dqh);
-  io.Out("dk", dkh);
-  io.Out("dv", dvh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dq", dq, q.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dk", dk, k.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dv", dvg, v.shape()));
   return Status::OK();
 }
 
@@ -527,10 +529,8 @@ Status RunAttnRes(OpIo& io, Device device) {
   if (!st.ok()) return io.Error(st.message());
   Shape pshape(hshape.begin(), hshape.end() - 1);
   pshape.push_back(s);
-  ORRERY_ASSIGN_OR_RETURN(Tensor hh, Download(hg, hshape));
-  ORRERY_ASSIGN_OR_RETURN(Tensor ph, Download(p, pshape));
-  io.Out("h", hh);
-  io.Out("p", ph);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "h", hg, hshape));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "p", p, pshape));
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dh2, dh.Reshape({rows, d}));
   ORRERY_ASSIGN_OR_RETURN(Tensor dhg, Upload(dh2, dt, device));
@@ -541,12 +541,9 @@ Status RunAttnRes(OpIo& io, Device device) {
   Tensor dw, dgamma;
   st = kernels::AttnResMixGrad(sources, wg, gg, eps, p, dhg, &dsources, &dw, &dgamma);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor dsh, Download(dsrc, src.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dwh, Download(dw, {d}));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dgh, Download(dgamma, {d}));
-  io.Out("dsources", dsh);
-  io.Out("dw", dwh);
-  io.Out("dgamma", dgh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dsources", dsrc, src.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dw", dw, {d}));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dgamma", dgamma, {d}));
   return Status::OK();
 }
 
@@ -724,18 +721,15 @@ Status RunMoeCuda(OpIo& io, Device device) {
   Tensor y;
   gpu::GpuMoe::Cache cache;
   ORRERY_RETURN_IF_ERROR(layer.Forward(xg, bias, forced, &y, &cache));
-  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, a.x.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor ids, Download(cache.ids, cache.ids.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "y", y, a.x.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "expert_ids", cache.ids, cache.ids.shape()));
   ORRERY_ASSIGN_OR_RETURN(Tensor scores, Download(cache.scores, cache.scores.shape()));
-  io.Out("y", yh);
-  io.Out("expert_ids", ids);
   io.Out("scores", scores);
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(a.dy, dt, device));
   Tensor dx;
   ORRERY_RETURN_IF_ERROR(layer.Backward(cache, dyg, &dx));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, a.x.shape()));
-  io.Out("dx", dxh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dx", dx, a.x.shape()));
   for (const auto& [name, w] : given) {
     ORRERY_ASSIGN_OR_RETURN(Tensor g, Download(w.grad, w.grad.shape()));
     io.Out("d" + name, g);
@@ -756,20 +750,16 @@ Status RunRmsNormCuda(OpIo& io, Device device) {
   Tensor y, rstd;
   ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(xg, wg, eps, &y, &rstd));
   const Shape rshape(x.shape().begin(), x.shape().end() - 1);
-  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, x.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor rh, Download(rstd, rshape));
-  io.Out("y", yh);
-  io.Out("rstd", rh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "y", y, x.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "rstd", rstd, rshape));
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dy2, dy.Reshape({rows, d}));
   ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy2, dt, device));
   Tensor dx, dw;
   ORRERY_RETURN_IF_ERROR(kernels::RmsNormGrad(xg, wg, rstd, dyg, &dx, w.defined() ? &dw : nullptr));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, x.shape()));
-  io.Out("dx", dxh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dx", dx, x.shape()));
   if (w.defined()) {
-    ORRERY_ASSIGN_OR_RETURN(Tensor dwh, Download(dw, {d}));
-    io.Out("dw", dwh);
+    ORRERY_RETURN_IF_ERROR(Emit(io, "dw", dw, {d}));
   }
   return Status::OK();
 }
@@ -783,16 +773,13 @@ Status RunGluCuda(OpIo& io, Device device) {
   ORRERY_ASSIGN_OR_RETURN(Tensor ug, Upload(u, dt, device));
   Tensor h;
   ORRERY_RETURN_IF_ERROR(kernels::Glu(act, ag, ug, &h));
-  ORRERY_ASSIGN_OR_RETURN(Tensor hh, Download(h, a.shape()));
-  io.Out("h", hh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "h", h, a.shape()));
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dhg, Upload(dh, dt, device));
   Tensor da, du;
   ORRERY_RETURN_IF_ERROR(kernels::GluGrad(act, ag, ug, dhg, &da, &du));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dah, Download(da, a.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor duh, Download(du, a.shape()));
-  io.Out("da", dah);
-  io.Out("du", duh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "da", da, a.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "du", du, a.shape()));
   return Status::OK();
 }
 
@@ -841,8 +828,7 @@ Status RunMatmul(OpIo& io, Device device) {
   }
   Status st = kernels::Matmul(ag, bg, o, &cg);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor ch, Download(cg, cg.shape()));
-  io.Out("c", ch);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "c", cg, cg.shape()));
   return Status::OK();
 }
 
@@ -874,20 +860,16 @@ Status RunMlaKeys(OpIo& io, Device device) {
   Tensor k, v;
   Status st = kernels::MlaKeysValues(kvg, krg, dn, &k, &v);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor kh, Download(k, k.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor vh, Download(v, v.shape()));
-  io.Out("k", kh);
-  io.Out("v", vh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "k", k, k.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "v", v, v.shape()));
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dkg, Upload(dk, dt, device));
   ORRERY_ASSIGN_OR_RETURN(Tensor dvg, Upload(dvh, dt, device));
   Tensor dkv, dkr;
   st = kernels::MlaKeysValuesGrad(dkg, dvg, dn, &dkv, &dkr);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor dkvh, Download(dkv, kv.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dkrh, Download(dkr, kr.shape()));
-  io.Out("dkv", dkvh);
-  io.Out("dkr", dkrh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dkv", dkv, kv.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dkr", dkr, kr.shape()));
   return Status::OK();
 }
 
@@ -908,17 +890,14 @@ Status RunSigmoidGate(OpIo& io, Device device) {
   Tensor y;
   Status st = kernels::SigmoidGate(xg, zg, &y);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, x.shape()));
-  io.Out("y", yh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "y", y, x.shape()));
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy, dt, device));
   Tensor dx, dz;
   st = kernels::SigmoidGateGrad(xg, zg, dyg, &dx, &dz);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, x.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dzh, Download(dz, x.shape()));
-  io.Out("dx", dxh);
-  io.Out("dz", dzh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dx", dx, x.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dz", dz, x.shape()));
   return Status::OK();
 }
 
@@ -943,17 +922,14 @@ Status RunShortConv(OpIo& io, Device device) {
   Tensor y;
   Status st = kernels::ShortConvSilu(xg, wg, cug, &y);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, x.shape()));
-  io.Out("y", yh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "y", y, x.shape()));
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy, dt, device));
   Tensor dx, dw;
   st = kernels::ShortConvSiluGrad(xg, wg, cug, dyg, &dx, &dw);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, x.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dwh, Download(dw, w.shape()));
-  io.Out("dx", dxh);
-  io.Out("dw", dwh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dx", dx, x.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dw", dw, w.shape()));
   return Status::OK();
 }
 
@@ -982,16 +958,14 @@ Status RunEmbedding(OpIo& io, Device device) {
   Tensor y;
   Status st = kernels::EmbeddingGather(tg, ids, &y);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor yh, Download(y, {n, d}));
-  io.Out("y", yh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "y", y, {n, d}));
   if (!io.backward()) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy, dt, device));
   ORRERY_ASSIGN_OR_RETURN(Tensor dtable,
                           gpu::ZerosOn(table.shape(), device.is_cpu() ? dt : DType::kF32, device));
   st = kernels::EmbeddingScatterAdd(ids, dyg, &dtable);
   if (!st.ok()) return io.Error(st.message());
-  ORRERY_ASSIGN_OR_RETURN(Tensor dth, Download(dtable, table.shape()));
-  io.Out("dtable", dth);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dtable", dtable, table.shape()));
   return Status::OK();
 }
 
@@ -1037,10 +1011,8 @@ Status RunLmHeadLoss(OpIo& io, Device device) {
   ORRERY_ASSIGN_OR_RETURN(Tensor lh, Tensor::FromVector<double>({1}, {loss}).Cast(io.compute()));
   io.Out("loss_sum", lh);
   if (!io.backward()) return Status::OK();
-  ORRERY_ASSIGN_OR_RETURN(Tensor dxh, Download(dx, x.shape()));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dwh, Download(dw, w.shape()));
-  io.Out("dx", dxh);
-  io.Out("dw", dwh);
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dx", dx, x.shape()));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dw", dw, w.shape()));
   return Status::OK();
 }
 
