@@ -1,9 +1,10 @@
 // Times the causal attention op (kernels/attention.h) on the GPU with CUDA events: the median of
-// 10 runs after 2 warm-ups, on fresh random bf16 inputs. The case is the model's full-size head
-// (qk 192, v 128) over one packed batch of 4 documents of 8192 tokens, 16 heads. Prints one line
-// per pass with its causal TFLOP/s: the forward's 2 products cost 2 T^2/2 (dqk + dv) FLOPs per
-// document and head, the backward's 5 (dq, dk, dv and the recomputed S and dP) 2 T^2/2
-// (3 dqk + 2 dv); work a kernel adds (a separate dq pass recomputing S and dP) is not counted.
+// 10 runs after 2 warm-ups, on random bf16 inputs (tests/gpu/gpu_bench_util.h). The case is the
+// model's full-size head (qk 192, v 128) over one packed batch of 4 documents of 8192 tokens, 16
+// heads. Prints one line per pass with its causal TFLOP/s: the forward's 2 products cost 2 T^2/2
+// (dqk + dv) FLOPs per document and head, the backward's 5 (dq, dk, dv and the recomputed S and dP)
+// 2 T^2/2 (3 dqk + 2 dv); work a kernel adds (a separate dq pass recomputing S and dP) is not
+// counted.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,41 +15,14 @@
 
 #include "core/philox.h"
 #include "kernels/attention.h"
+#include "tests/gpu/gpu_bench_util.h"
 
 namespace orrery::kernels {
 namespace {
 
-// N(0, 1) entries drawn on the host in f32, rounded to dt and copied to the GPU.
-Tensor RandomOnGpu(const Shape& shape, DType dt, uint64_t seed) {
-  PhiloxGenerator rng(seed, 0);
-  Tensor h = Tensor::Empty(shape, DType::kF32);
-  for (int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = static_cast<float>(rng.Normal());
-  return (dt == DType::kF32 ? h : h.Cast(dt).value()).To(Device::Cuda(0)).value();
-}
+using gpu_bench::RandomOnGpu;
 
-// Median milliseconds of `fn` over 10 timed runs (-1 when it fails).
-double TimeMs(const std::function<Status()>& fn) {
-  for (int i = 0; i < 2; ++i) {
-    if (!fn().ok()) return -1;
-  }
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<double> ms;
-  for (int i = 0; i < 10; ++i) {
-    cudaEventRecord(a);
-    if (!fn().ok()) return -1;
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+double TimeMs(const std::function<Status()>& fn) { return gpu_bench::TimeMs(fn, 2, 10); }
 
 int Run() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is measured

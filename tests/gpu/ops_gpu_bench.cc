@@ -16,56 +16,14 @@
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/situ.h"
+#include "tests/gpu/gpu_bench_util.h"
 
 namespace orrery::kernels {
 namespace {
 
-// N(0, 1) entries (|N(0, 1)| when `positive`: a second moment must not be negative). A block
-// of 1M host draws is tiled over the tensor by device copies: drawing every element on the host
-// took minutes at these sizes, and a repeating block of random values times like random data.
-Tensor RandomOnGpu(const Shape& shape, DType dt, uint64_t seed, bool positive = false) {
-  constexpr int64_t kBlock = int64_t{1} << 20;
-  const int64_t numel = ShapeNumel(shape);
-  PhiloxGenerator rng(seed, 0);
-  Tensor h = Tensor::Empty({std::min(numel, kBlock)}, DType::kF32);
-  for (int64_t i = 0; i < h.numel(); ++i) {
-    const float x = static_cast<float>(rng.Normal());
-    h.data<float>()[i] = positive ? std::abs(x) : x;
-  }
-  const Tensor block = (dt == DType::kF32 ? h : h.Cast(dt).value()).To(Device::Cuda(0)).value();
-  Tensor out = Tensor::Allocate(shape, dt, Device::Cuda(0)).value();
-  const size_t esize = DTypeSize(dt);
-  for (int64_t off = 0; off < numel; off += block.numel()) {
-    const int64_t n = std::min(block.numel(), numel - off);
-    cudaMemcpy(static_cast<char*>(out.raw_data()) + off * esize, block.raw_data(), n * esize,
-               cudaMemcpyDeviceToDevice);
-  }
-  return out;
-}
+using gpu_bench::RandomOnGpu;
 
-// Median milliseconds of `fn` over 30 timed runs.
-double TimeMs(const std::function<Status()>& fn) {
-  for (int i = 0; i < 5; ++i) {
-    if (!fn().ok()) return -1;
-  }
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<double> ms;
-  for (int i = 0; i < 30; ++i) {
-    cudaEventRecord(a);
-    if (!fn().ok()) return -1;
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+double TimeMs(const std::function<Status()>& fn) { return gpu_bench::TimeMs(fn, 5, 30); }
 
 int Run() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is measured
