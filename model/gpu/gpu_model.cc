@@ -108,7 +108,7 @@ class GpuModel::Impl {
   std::vector<Weight> roots;  // the tensors that own storage (compute copies refreshed from them)
   gpu::WeightTable table;
   std::vector<Tensor> biases;
-  std::vector<std::vector<Tensor>> kept_scores;  // per MoE layer, per micro-batch: host f32
+  std::vector<std::vector<Tensor>> kept_scores;  // per MoE layer, per micro-batch: f32, device
   std::vector<Layer> layers;
   Weight embed, out_res_w, out_res_g, final_norm, head;
 
@@ -362,11 +362,8 @@ class GpuModel::Impl {
           ORRERY_ASSIGN_OR_RETURN(forced, fl.To(device));
         }
         ORRERY_RETURN_IF_ERROR(FeedForward(l, bias, forced, lc, &f));
-        if (backward) {
-          kernels::PhaseScope scope("fwd.moe.scores_to_host");
-          ORRERY_ASSIGN_OR_RETURN(Tensor host_scores, lc.moe.scores.To(Device::Cpu()));
-          kept_scores[moe_index].push_back(host_scores);
-        }
+        // Kept for UpdateBalancing (on the device: only thresholds and loads leave it).
+        if (backward) kept_scores[moe_index].push_back(lc.moe.scores);
         ++moe_index;
       } else {
         ORRERY_RETURN_IF_ERROR(FeedForward(l, bias, Tensor(), lc, &f));
@@ -515,10 +512,10 @@ Status GpuModel::UpdateBalancing(BalancingMetrics* metrics) {
   if (c.moe.balancing == Balancing::kNone || c.num_moe_layers() == 0) return Status::OK();
   for (size_t l = 0; l < impl_->biases.size(); ++l) {
     if (kept[l].empty()) continue;
-    std::vector<const Tensor*> scores;
-    for (const Tensor& t : kept[l]) scores.push_back(&t);
+    kernels::PhaseScope scope("balancing.layer");
     QuantileBalancingResult r;
-    ORRERY_RETURN_IF_ERROR(QuantileBalancingStep(scores, c.moe, &impl_->biases[l], &r));
+    ORRERY_RETURN_IF_ERROR(
+        QuantileBalancingStepWhereScoresAre(kept[l], c.moe, &impl_->biases[l], &r));
     metrics->load.push_back(r.load);
     metrics->max_violation_before.push_back(r.max_violation_before);
     metrics->max_violation_after.push_back(r.max_violation_after);
