@@ -128,4 +128,71 @@ Status AdamWStep(const AdamWStepArgs& args, const Tensor& grad, const Tensor& gr
 #endif
 }
 
+Status AdamWStepMany(const AdamWStepArgs& args, const Tensor& grad_factor,
+                     std::vector<AdamWTensors>* items) {
+  PhaseScope phase("op.adamw_step_many");
+  if (items->empty()) return Status::OK();
+  const Device device = (*items)[0].grad.device();
+  for (AdamWTensors& t : *items) {
+    if (!t.grad.defined() || !(t.grad.device() == device)) {
+      return InvalidArgumentError("adamw: every gradient must be on " + device.ToString());
+    }
+  }
+  if (device.is_cpu()) {
+    for (AdamWTensors& t : *items) {
+      AdamWStepArgs a = args;
+      if (!t.decay) a.weight_decay = 0;
+      ORRERY_RETURN_IF_ERROR(AdamWStep(a, t.grad, grad_factor, &t.param, &t.m, &t.v, nullptr));
+    }
+    return Status::OK();
+  }
+  // The checks of AdamWStep, per item, without its launch.
+  if (args.step < 1 || args.beta1 < 0 || args.beta1 >= 1 || args.beta2 < 0 || args.beta2 >= 1 ||
+      args.eps <= 0 || args.weight_decay < 0) {
+    return InvalidArgumentError(
+        "adamw: step >= 1, betas in [0, 1), eps > 0 and weight_decay >= 0 are required");
+  }
+  if (grad_factor.defined() && (grad_factor.dtype() != DType::kF32 || grad_factor.numel() != 1 ||
+                                !(grad_factor.device() == device))) {
+    return InvalidArgumentError("adamw: grad_factor " + grad_factor.ToString() +
+                                ", expected f32 [1] on " + device.ToString());
+  }
+  for (AdamWTensors& t : *items) {
+    ORRERY_RETURN_IF_ERROR(ExpectF32("adamw", "grad", t.grad));
+    ORRERY_RETURN_IF_ERROR(ExpectLike("adamw", "param", t.param, t.grad));
+    ORRERY_RETURN_IF_ERROR(ExpectLike("adamw", "m", t.m, t.grad));
+    ORRERY_RETURN_IF_ERROR(ExpectLike("adamw", "v", t.v, t.grad));
+    if (t.param_bf16.defined()) {
+      ORRERY_RETURN_IF_ERROR(
+          ExpectAs("adamw", "param_bf16", t.param_bf16, t.grad.shape(), DType::kBF16, device));
+    }
+  }
+#if defined(ORRERY_KERNELS_CUDA)
+  return cuda::AdamWStepManyCuda(args, grad_factor, *items);
+#else
+  return NoCuda("adamw", (*items)[0].grad);
+#endif
+}
+
+Status ZeroMany(std::vector<Tensor>* xs) {
+  PhaseScope phase("op.zero_many");
+  if (xs->empty()) return Status::OK();
+  const Device device = (*xs)[0].device();
+  for (const Tensor& x : *xs) {
+    ORRERY_RETURN_IF_ERROR(ExpectF32("zero_many", "x", x));
+    if (!(x.device() == device)) {
+      return InvalidArgumentError("zero_many: " + x.ToString() + " is not on " + device.ToString());
+    }
+  }
+  if (device.is_cpu()) {
+    for (Tensor& x : *xs) ORRERY_RETURN_IF_ERROR(x.SetZero());
+    return Status::OK();
+  }
+#if defined(ORRERY_KERNELS_CUDA)
+  return cuda::ZeroManyCuda(*xs);
+#else
+  return NoCuda("zero_many", (*xs)[0]);
+#endif
+}
+
 }  // namespace orrery::kernels

@@ -37,4 +37,18 @@ Status ClipFactor(const Tensor& sumsq, double max_norm, Tensor* factor);
 Status AdamWStep(const AdamWStepArgs& args, const Tensor& grad, const Tensor& grad_factor,
                  Tensor* param, Tensor* m, Tensor* v, Tensor* param_bf16);
 
+// One parameter of AdamWStepMany: the tensors of AdamWStep (param_bf16 undefined for none), and
+// whether args.weight_decay applies to it (else 0).
+struct AdamWTensors {
+  Tensor grad, param, m, v, param_bf16;
+  bool decay = true;
+};
+// AdamWStep for every item (all on one device): one launch on CUDA over a table of the tensors
+// in fixed-size chunks (a model's thousands of parameters, e.g. per-expert views, cost one launch
+// instead of one each); the CPU twin loops AdamWStep. Each item's result equals AdamWStep's.
+Status AdamWStepMany(const AdamWStepArgs& args, const Tensor& grad_factor,
+                     std::vector<AdamWTensors>* items);
+// Sets every tensor (f32, one device) to zero: one launch on CUDA.
+Status ZeroMany(std::vector<Tensor>* xs);
+
 }  // namespace orrery::kernels

@@ -58,20 +58,21 @@ StatusOr<AdamW> AdamW::Create(AdamWOptions options, std::vector<ParamRef> params
 
 Status AdamW::Step(double lr) {
   ++step_;
-  if (on_device()) {
+  if (on_device()) {  // every parameter in one launch
+    kernels::AdamWStepArgs args;
+    args.lr = lr;
+    args.beta1 = options_.beta1;
+    args.beta2 = options_.beta2;
+    args.eps = options_.eps;
+    args.weight_decay = options_.weight_decay;
+    args.step = step_;
+    std::vector<kernels::AdamWTensors> items;
+    items.reserve(params_.size());
     for (size_t k = 0; k < params_.size(); ++k) {
-      ParamRef& p = params_[k];
-      kernels::AdamWStepArgs args;
-      args.lr = lr;
-      args.beta1 = options_.beta1;
-      args.beta2 = options_.beta2;
-      args.eps = options_.eps;
-      args.weight_decay = p.weight_decay ? options_.weight_decay : 0.0;
-      args.step = step_;
-      ORRERY_RETURN_IF_ERROR(kernels::AdamWStep(args, p.grad, grad_factor_, &p.value, &m_[k],
-                                                &v_[k],
-                                                p.compute.defined() ? &p.compute : nullptr));
+      const ParamRef& p = params_[k];
+      items.push_back({p.grad, p.value, m_[k], v_[k], p.compute, p.weight_decay});
     }
+    ORRERY_RETURN_IF_ERROR(kernels::AdamWStepMany(args, grad_factor_, &items));
     grad_factor_ = Tensor();
     return Status::OK();
   }
@@ -102,12 +103,12 @@ Status AdamW::Step(double lr) {
 
 Status AdamW::ZeroGrad() {
   grad_factor_ = Tensor();
+  if (on_device()) {  // every gradient in one launch
+    std::vector<Tensor> grads;
+    for (const ParamRef& p : params_) grads.push_back(p.grad);
+    return kernels::ZeroMany(&grads);
+  }
   for (const ParamRef& p : params_) {
-    if (on_device()) {
-      Tensor g = p.grad;
-      ORRERY_RETURN_IF_ERROR(g.SetZero());
-      continue;
-    }
     float* g = p.grad.data<float>();
     std::fill(g, g + p.grad.numel(), 0.0f);
   }

@@ -2,9 +2,14 @@
 // in f32, added across blocks and tensors in f64 by atomics, so its last bits depend on the order
 // of blocks), the clipping factor, and the AdamW update of one parameter with the factor read
 // from device memory, so clipping needs no host round trip.
-// Not yet timed: correct first (issue 22); one launch per parameter, to be batched over
-// parameters (a multi-tensor launch) once the GPU model's step is profiled.
+// Many tensors in one launch (AdamWStepMany, ZeroMany, SquaredNorm over a list): a table of the
+// tensors' pointers and of fixed-size chunks (kChunk elements of one tensor per block) is copied
+// to the device per call; a block finds its tensor in the chunk table. One launch per parameter
+// cost 1,849 launches (16 ms device, 13 ms host) per step of `small`, most of them per-expert
+// views.
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
@@ -60,6 +65,130 @@ __global__ void AdamWKernel(AdamWScalars c, const float* __restrict__ g,
   }
 }
 
+// ---- many tensors per launch ----
+constexpr int64_t kChunk = int64_t{1} << 16;
+
+struct ManyTensor {
+  float *g, *w, *m, *v;
+  __nv_bfloat16* w_bf16;
+  float decay;
+  int64_t n;
+};
+struct ManyChunk {
+  int64_t tensor, begin;
+};
+
+// The chunks of tensors of sizes `sizes`, then a device copy of [tensors | chunks] (both trivially
+// copyable): *tensors_dev and *chunks_dev point into `table`, which must outlive the launch (the
+// caching allocator's reuse is ordered on the one stream, so the end of the call is enough).
+template <typename T>
+Status UploadTable(const std::vector<T>& tensors, const std::vector<int64_t>& sizes, Device device,
+                   cudaStream_t s, Tensor* table, const T** tensors_dev,
+                   const ManyChunk** chunks_dev, int64_t* num_chunks) {
+  std::vector<ManyChunk> chunks;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    for (int64_t b = 0; b < sizes[i]; b += kChunk) chunks.push_back({static_cast<int64_t>(i), b});
+  }
+  *num_chunks = static_cast<int64_t>(chunks.size());
+  const size_t tensor_bytes = (sizeof(T) * tensors.size() + 15) / 16 * 16;
+  const size_t bytes = tensor_bytes + sizeof(ManyChunk) * chunks.size();
+  std::vector<unsigned char> host(bytes);
+  std::memcpy(host.data(), tensors.data(), sizeof(T) * tensors.size());
+  std::memcpy(host.data() + tensor_bytes, chunks.data(), sizeof(ManyChunk) * chunks.size());
+  ORRERY_ASSIGN_OR_RETURN(
+      *table, Tensor::Allocate({static_cast<int64_t>((bytes + 7) / 8)}, DType::kI64, device));
+  ORRERY_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(table->raw_data(), host.data(), bytes, cudaMemcpyHostToDevice, s),
+                 "many-tensor table"));  // pageable: returns once `host` is staged
+  auto* base = static_cast<unsigned char*>(table->raw_data());
+  *tensors_dev = reinterpret_cast<const T*>(base);
+  *chunks_dev = reinterpret_cast<const ManyChunk*>(base + tensor_bytes);
+  return Status::OK();
+}
+
+__global__ void AdamWManyKernel(AdamWScalars c, const ManyTensor* __restrict__ tensors,
+                                const ManyChunk* __restrict__ chunks,
+                                const float* __restrict__ factor) {
+  const ManyChunk ch = chunks[blockIdx.x];
+  const ManyTensor t = tensors[ch.tensor];
+  const float f = factor != nullptr ? *factor : 1.0f;
+  const int64_t end = ch.begin + kChunk < t.n ? ch.begin + kChunk : t.n;
+  for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float gi = t.g[i] * f;
+    const float mi = c.b1 * t.m[i] + (1.0f - c.b1) * gi;
+    const float vi = c.b2 * t.v[i] + (1.0f - c.b2) * gi * gi;
+    const float wi = t.w[i] * t.decay - c.step_size * mi / (sqrtf(vi) * c.inv_sqrt_bc2 + c.eps);
+    t.m[i] = mi;
+    t.v[i] = vi;
+    t.w[i] = wi;
+    if (t.w_bf16 != nullptr) t.w_bf16[i] = __float2bfloat16(wi);
+  }
+}
+
+struct PlainTensor {
+  float* x;
+  int64_t n;
+};
+
+__global__ void ZeroManyKernel(const PlainTensor* __restrict__ tensors,
+                               const ManyChunk* __restrict__ chunks) {
+  const ManyChunk ch = chunks[blockIdx.x];
+  const PlainTensor t = tensors[ch.tensor];
+  const int64_t end = ch.begin + kChunk < t.n ? ch.begin + kChunk : t.n;
+  for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) t.x[i] = 0.0f;
+}
+
+__global__ void SquaredNormManyKernel(const PlainTensor* __restrict__ tensors,
+                                      const ManyChunk* __restrict__ chunks, double* sumsq) {
+  __shared__ float warp_sums[kThreads / 32];
+  const ManyChunk ch = chunks[blockIdx.x];
+  const PlainTensor t = tensors[ch.tensor];
+  const int64_t end = ch.begin + kChunk < t.n ? ch.begin + kChunk : t.n;
+  float s = 0.0f;
+  for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) s += t.x[i] * t.x[i];
+  s = WarpSum(s);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
+    atomicAdd(sumsq, total);
+  }
+}
+
+// The launch over a table of plain tensors (zeroing, the squared norm).
+template <typename Kernel, typename... Args>
+Status LaunchPlain(const std::vector<Tensor>& xs, cudaStream_t s, const char* name, Kernel kernel,
+                   Args... args) {
+  std::vector<PlainTensor> tensors;
+  std::vector<int64_t> sizes;
+  for (const Tensor& x : xs) {
+    tensors.push_back({x.data<float>(), x.numel()});
+    sizes.push_back(x.numel());
+  }
+  Tensor table;
+  const PlainTensor* t = nullptr;
+  const ManyChunk* c = nullptr;
+  int64_t chunks = 0;
+  ORRERY_RETURN_IF_ERROR(UploadTable(tensors, sizes, xs[0].device(), s, &table, &t, &c, &chunks));
+  if (chunks == 0) return Status::OK();
+  kernel<<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(t, c, args...);
+  return LastLaunchStatus(name);
+}
+
+AdamWScalars ScalarsOf(const AdamWStepArgs& args) {
+  const double bc1 = 1.0 - std::pow(args.beta1, static_cast<double>(args.step));
+  const double bc2 = 1.0 - std::pow(args.beta2, static_cast<double>(args.step));
+  AdamWScalars c;
+  c.b1 = static_cast<float>(args.beta1);
+  c.b2 = static_cast<float>(args.beta2);
+  c.eps = static_cast<float>(args.eps);
+  c.step_size = static_cast<float>(args.lr / bc1);
+  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  c.decay = static_cast<float>(1.0 - args.lr * args.weight_decay);
+  return c;
+}
+
 }  // namespace
 
 Status SquaredNormCuda(const std::vector<Tensor>& xs, Tensor* sumsq) {
@@ -67,13 +196,44 @@ Status SquaredNormCuda(const std::vector<Tensor>& xs, Tensor* sumsq) {
   double* out = sumsq->data<double>();
   ORRERY_RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(out, 0, sizeof(double), ctx->stream()), "cudaMemsetAsync"));
-  for (const Tensor& x : xs) {
-    if (x.numel() == 0) continue;
-    SquaredNormKernel<<<GridFor(x.numel(), kThreads), kThreads, 0, ctx->stream()>>>(x.data<float>(),
-                                                                                    x.numel(), out);
-    ORRERY_RETURN_IF_ERROR(LastLaunchStatus("SquaredNormKernel"));
+  return LaunchPlain(xs, ctx->stream(), "SquaredNormManyKernel", SquaredNormManyKernel, out);
+}
+
+Status ZeroManyCuda(const std::vector<Tensor>& xs) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(xs[0].device().index));
+  return LaunchPlain(xs, ctx->stream(), "ZeroManyKernel", ZeroManyKernel);
+}
+
+Status AdamWStepManyCuda(const AdamWStepArgs& args, const Tensor& grad_factor,
+                         const std::vector<AdamWTensors>& items) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(items[0].grad.device().index));
+  const AdamWScalars c = ScalarsOf(args);
+  const float no_decay = 1.0f;
+  std::vector<ManyTensor> tensors;
+  std::vector<int64_t> sizes;
+  for (const AdamWTensors& it : items) {
+    ManyTensor t;
+    t.g = it.grad.data<float>();
+    t.w = it.param.data<float>();
+    t.m = it.m.data<float>();
+    t.v = it.v.data<float>();
+    t.w_bf16 =
+        it.param_bf16.defined() ? static_cast<__nv_bfloat16*>(it.param_bf16.raw_data()) : nullptr;
+    t.decay = it.decay ? c.decay : no_decay;
+    t.n = it.grad.numel();
+    tensors.push_back(t);
+    sizes.push_back(t.n);
   }
-  return Status::OK();
+  Tensor table;
+  const ManyTensor* t = nullptr;
+  const ManyChunk* ch = nullptr;
+  int64_t chunks = 0;
+  ORRERY_RETURN_IF_ERROR(
+      UploadTable(tensors, sizes, items[0].grad.device(), ctx->stream(), &table, &t, &ch, &chunks));
+  if (chunks == 0) return Status::OK();
+  AdamWManyKernel<<<static_cast<unsigned>(chunks), kThreads, 0, ctx->stream()>>>(
+      c, t, ch, grad_factor.defined() ? grad_factor.data<float>() : nullptr);
+  return LastLaunchStatus("AdamWManyKernel");
 }
 
 Status ClipFactorCuda(const Tensor& sumsq, double max_norm, Tensor* factor) {

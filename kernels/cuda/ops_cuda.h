@@ -44,6 +44,11 @@ Status GluBackwardCuda(const GluActivation& act, const Tensor& a, const Tensor& 
 Status SquaredNormCuda(const std::vector<Tensor>& xs, Tensor* sumsq);
 // factor (f32 [1]) = max_norm / (norm + 1e-12) when norm > max_norm > 0, else 1.
 Status ClipFactorCuda(const Tensor& sumsq, double max_norm, Tensor* factor);
+// AdamW over many parameters in one launch, and zeroing many tensors in one launch
+// (kernels/adamw_op.h; checked by the caller).
+Status AdamWStepManyCuda(const AdamWStepArgs& args, const Tensor& grad_factor,
+                         const std::vector<AdamWTensors>& items);
+Status ZeroManyCuda(const std::vector<Tensor>& xs);
 // One AdamW update of one parameter (kernels/adamw_op.h).
 Status AdamWStepCuda(const AdamWStepArgs& args, const Tensor& grad, const Tensor& grad_factor,
                      Tensor* param, Tensor* m, Tensor* v, Tensor* param_bf16);

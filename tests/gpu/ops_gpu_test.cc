@@ -233,6 +233,71 @@ TEST(AdamWGpuTest, ThreeClippedStepsMatchCpuTwin) {
   }
 }
 
+// The one-launch forms against the per-tensor ones on the same device: tensors smaller and larger
+// than a chunk (65,536 elements) and one of exactly two chunks, mixed weight decay, bf16 copies.
+// The same f32 operations in the same order per element: bit-equal.
+TEST(AdamWGpuTest, StepManyAndZeroManyEqualThePerTensorOps) {
+  SKIP_WITHOUT_GPU();
+  PhiloxGenerator rng(310, 0);
+  const std::vector<Shape> shapes = {{7}, {300, 700}, {2, 65536}, {65537}};
+  std::vector<AdamWTensors> many;
+  std::vector<Tensor> p1, m1, v1, b1, grads;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Tensor p = RandomNormal(shapes[i], DType::kF32, rng, 0.02).To(Device::Cuda(0)).value();
+    const Tensor g = RandomNormal(shapes[i], DType::kF32, rng, 0.5).To(Device::Cuda(0)).value();
+    const Tensor m = RandomNormal(shapes[i], DType::kF32, rng, 0.1).To(Device::Cuda(0)).value();
+    Tensor vh = RandomNormal(shapes[i], DType::kF32, rng, 0.1);  // second moments are >= 0
+    for (int64_t j = 0; j < vh.numel(); ++j) vh.data<float>()[j] = std::abs(vh.data<float>()[j]);
+    const Tensor vpos = vh.To(Device::Cuda(0)).value();
+    grads.push_back(g);
+    p1.push_back(p.Clone());
+    m1.push_back(m.Clone());
+    v1.push_back(vpos.Clone());
+    b1.push_back(Poisoned(shapes[i], DType::kBF16));
+    many.push_back(
+        {g, p.Clone(), m.Clone(), vpos.Clone(), Poisoned(shapes[i], DType::kBF16), i % 2 == 0});
+  }
+  Tensor factor = Tensor::FromVector<float>({1}, {0.75f}).To(Device::Cuda(0)).value();
+  AdamWStepArgs args;
+  args.lr = 3e-3;
+  args.weight_decay = 0.1;
+  args.step = 4;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    AdamWStepArgs a = args;
+    if (i % 2 != 0) a.weight_decay = 0;
+    ASSERT_TRUE(AdamWStep(a, grads[i], factor, &p1[i], &m1[i], &v1[i], &b1[i]).ok());
+  }
+  Status st = AdamWStepMany(args, factor, &many);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto same = [](const Tensor& a, const Tensor& b, const std::string& what) {
+    const Tensor ha = a.To(Device::Cpu()).value(), hb = b.To(Device::Cpu()).value();
+    ASSERT_EQ(std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()), 0) << what;
+  };
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string at = " of tensor " + std::to_string(i);
+    same(many[i].param, p1[i], "param" + at);
+    same(many[i].m, m1[i], "m" + at);
+    same(many[i].v, v1[i], "v" + at);
+    same(many[i].param_bf16, b1[i], "bf16 copy" + at);
+  }
+  std::vector<Tensor> zero;
+  for (const AdamWTensors& t : many) zero.push_back(t.m);
+  st = ZeroMany(&zero);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const Tensor& z : zero) {
+    const Tensor h = z.To(Device::Cpu()).value();
+    for (int64_t j = 0; j < h.numel(); ++j) ASSERT_EQ(h.data<float>()[j], 0.0f) << j;
+  }
+  // The squared norm over tensors of several chunks each: f32 block sums, f64 across them.
+  Tensor ss_gpu, ss_cpu;
+  std::vector<Tensor> host;
+  for (const Tensor& g : grads) host.push_back(g.To(Device::Cpu()).value());
+  ASSERT_TRUE(SquaredNorm(grads, &ss_gpu).ok());
+  ASSERT_TRUE(SquaredNorm(host, &ss_cpu).ok());
+  EXPECT_NEAR(ToHostF64(ss_gpu).data<double>()[0], ss_cpu.data<double>()[0],
+              1e-6 * ss_cpu.data<double>()[0]);
+}
+
 // ---- embedding gather / scatter-add ----
 
 class EmbeddingGpuTest : public ::testing::TestWithParam<DType> {};

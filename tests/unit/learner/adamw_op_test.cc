@@ -70,6 +70,38 @@ TEST(AdamWOpTest, TwinEqualsTrainerAdamWWithClipping) {
   }
 }
 
+// AdamWStepMany's twin with the decay flag per item: the result of AdamWStep with
+// weight_decay where the flag is set and 0 where it is not; ZeroMany zeroes every tensor.
+TEST(AdamWOpTest, StepManyEqualsAdamWStepPerItemWithItsDecayFlag) {
+  PhiloxGenerator rng(9, 0);
+  std::vector<kernels::AdamWTensors> many;
+  std::vector<Tensor> p, m, v;
+  for (int i = 0; i < 3; ++i) {
+    const Tensor w = Normal({11, 3}, rng, 0.02), g = Normal({11, 3}, rng, 0.5);
+    p.push_back(w.Clone());
+    m.push_back(Tensor::Zeros({11, 3}, DType::kF32));
+    v.push_back(Tensor::Zeros({11, 3}, DType::kF32));
+    many.push_back({g, w.Clone(), Tensor::Zeros({11, 3}, DType::kF32),
+                    Tensor::Zeros({11, 3}, DType::kF32), Tensor(), i != 1});
+  }
+  kernels::AdamWStepArgs args;
+  args.lr = 0.1;  // large, so a wrongly applied decay shows in every element
+  args.weight_decay = 0.5;
+  ASSERT_TRUE(kernels::AdamWStepMany(args, Tensor(), &many).ok());
+  for (int i = 0; i < 3; ++i) {
+    kernels::AdamWStepArgs a = args;
+    a.weight_decay = i != 1 ? 0.5 : 0.0;
+    ASSERT_TRUE(kernels::AdamWStep(a, many[i].grad, Tensor(), &p[i], &m[i], &v[i], nullptr).ok());
+    EXPECT_TRUE(SameBits(p[i], many[i].param)) << "param " << i;
+    EXPECT_TRUE(SameBits(m[i], many[i].m)) << "m " << i;
+  }
+  std::vector<Tensor> zero = {many[0].param, many[2].m};
+  ASSERT_TRUE(kernels::ZeroMany(&zero).ok());
+  for (const Tensor& z : zero) {
+    for (int64_t j = 0; j < z.numel(); ++j) ASSERT_EQ(z.data<float>()[j], 0.0f);
+  }
+}
+
 TEST(AdamWOpTest, BadArgumentsAreOneClearError) {
   Tensor g = Tensor::Zeros({3}, DType::kF32), p = g.Clone(), m = g.Clone();
   Tensor v = Tensor::Zeros({4}, DType::kF32);
