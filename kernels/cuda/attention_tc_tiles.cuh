@@ -1,0 +1,163 @@
+// Shared pieces of the tensor-core causal attention kernels (attention_forward_tc.cu,
+// attention_backward_tc.cu): the block shape, swizzled bf16 tiles in shared memory filled by
+// cp.async, and the ldmatrix fragment loaders on them for `mma.sync.m16n8k16` (kda_mma.cuh gives
+// the fragment layouts; g = lane / 4, t = lane % 4 below).
+//
+// A tile holds kRows token rows of one head, kDim (a multiple of 64) bf16 each, with no padding:
+// the 16-byte piece j of row r lies at piece j ^ (r % 8) (SwizzledOffset of kda_mma.cuh). The 8
+// rows an ldmatrix phase reads sit at one column piece, hence in 8 different bank groups.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/kda_mma.cuh"
+
+namespace orrery::kernels::cuda::attention_tc {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kRowsPerWarp = 16;                   // one m16 fragment row block per warp
+constexpr int kBlockRows = kWarps * kRowsPerWarp;  // the rows a block owns (64)
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// Rows row0 .. row0 + kRows - 1 of head h of x [n, heads, kDim] (token stride `stride` elements)
+// into the swizzled tile dst, as 16-byte cp.async copies by the block's kThreads threads; rows at
+// or past n are zero-filled with plain stores (visible after the barrier that follows the wait).
+template <int kRows, int kDim>
+__device__ __forceinline__ void LoadTileAsync(bf16* dst, const bf16* __restrict__ x, int64_t row0,
+                                              int64_t n, int64_t stride, int h) {
+  static_assert(kDim % 64 == 0, "swizzled rows are whole 128-byte lines");
+  constexpr int kPieces = kDim / 8;
+  static_assert(kRows * kPieces % kThreads == 0, "every thread the same number of copies");
+#pragma unroll
+  for (int it = 0; it < kRows * kPieces / kThreads; ++it) {
+    const int idx = static_cast<int>(threadIdx.x) + it * kThreads;
+    const int r = idx / kPieces, c = (idx % kPieces) * 8;
+    bf16* d = dst + SwizzledOffset(r, c, kDim);
+    const int64_t row = row0 + r;
+    if (row < n) {
+      CpAsync16(d, x + row * stride + static_cast<int64_t>(h) * kDim + c);
+    } else {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// ldmatrix addresses on swizzled tiles. An ldmatrix.x4 reads four 8x8 matrices; lane l gives
+// the address of row l % 8 of matrix i = l / 8, which sits 8 sel_r(i) rows and sel_p(i) pieces
+// (8 columns) past the fragment's corner (row0, col0), row0 % 8 == 0 and col0 % 16 == 0. With
+// the tile 128-byte aligned (cols * 2 bytes a multiple of 128), the byte offset of that piece,
+//   R cols 2 + 16 ((col0 / 8 + sel_p) ^ (R % 8)),   R = row0 + l % 8 + 8 sel_r,
+// splits into a per-lane part and per-fragment constants: R % 8 = l % 8 and col0 / 8 even give
+//   (lane ^ 16 (col0 / 8 % 8)) + row0 cols 2 + 16 (col0 / 8 - col0 / 8 % 8),
+//   lane = tile + (l % 8 + 8 sel_r) cols 2 + 16 (sel_p ^ l % 8)
+// (the per-fragment XOR touches address bits 4-6 only, which the added multiples of 128 leave
+// alone). So a fragment load costs one XOR of a few per-lane bases (the compiler keeps one per
+// distinct col0 / 8 % 8) and an immediate offset, instead of a swizzled address per fragment.
+//
+// "Row order" (sel_r = i % 2, sel_p = i / 2): matrices (rows 0-7, cols 0-7), (8-15, 0-7),
+// (0-7, 8-15), (8-15, 8-15): registers a[0..3] of an A fragment (a[0] = A[g][2t..],
+// a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]) and, with .trans on a [k][n]
+// tile, b0[0], b0[1], b1[0], b1[1] of two B fragments (below).
+// "Column order" (sel_r = i / 2, sel_p = i % 2): (0-7, 0-7), (0-7, 8-15), (8-15, 0-7),
+// (8-15, 8-15): b0[0], b0[1], b1[0], b1[1] of two "col" B fragments read from an [n][k] tile.
+__device__ __forceinline__ uint32_t LaneBase(const bf16* tile, int cols, bool row_order) {
+  const int lane = threadIdx.x & 31, mat = lane >> 3, r = lane & 7;
+  const int sel_r = row_order ? (mat & 1) : (mat >> 1), sel_p = row_order ? (mat >> 1) : (mat & 1);
+  return static_cast<uint32_t>(__cvta_generic_to_shared(tile)) + (r + 8 * sel_r) * cols * 2 +
+         16 * (sel_p ^ r);
+}
+__device__ __forceinline__ uint32_t FragmentAddress(uint32_t lane_base, int cols, int row0,
+                                                    int col0) {
+  const int piece = col0 / 8;
+  return (lane_base ^ (16 * (piece & 7))) + row0 * cols * 2 + 16 * (piece & ~7);
+}
+__device__ __forceinline__ void LdMatrixX4At(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void LdMatrixX4TransAt(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// A fragment of the 16x16 tile A[row0..+15][k0..+15] of the swizzled [row][k] tile whose
+// row-order LaneBase is `lane_base`: register i is 8x8 matrix i (row order), so a[0..3] as above.
+__device__ __forceinline__ void LoadFragA(uint32_t (&a)[4], uint32_t lane_base, int cols, int row0,
+                                          int k0) {
+  LdMatrixX4At(a, FragmentAddress(lane_base, cols, row0, k0));
+}
+
+// B fragments of B = X^T for the swizzled tile X [n][k] (column-order LaneBase): the two 16x8
+// tiles B[k0..+15][n0..+7] (b[0..1]) and B[k0..+15][n0+8..+15] (b[2..3]), no .trans: matrix i
+// covers X rows n0 + 8 (i / 2), columns k0 + 8 (i % 2), and lane l receives
+// X[n0 + 8 (i / 2) + g][k0 + 8 (i % 2) + 2t ..] = B[k0 + 8 (i % 2) + 2t ..][n = g]: the mma B
+// layout (b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]) of n-tile i / 2.
+__device__ __forceinline__ void LoadFragBT2(uint32_t (&b)[4], uint32_t lane_base, int cols, int n0,
+                                            int k0) {
+  LdMatrixX4At(b, FragmentAddress(lane_base, cols, n0, k0));
+}
+
+// B fragments of B = X for the swizzled tile X [k][n] (row-order LaneBase), the same two 16x8
+// tiles as LoadFragBT2, by ldmatrix.x4.trans: matrix i covers X rows k0 + 8 (i % 2), columns
+// n0 + 8 (i / 2); transposed, lane l receives X[k0 + 8 (i % 2) + 2t ..][n0 + 8 (i / 2) + g] =
+// B[8 (i % 2) + 2t ..][g] of n-tile i / 2: b[0..1] for columns n0.., b[2..3] for n0 + 8...
+__device__ __forceinline__ void LoadFragB2(uint32_t (&b)[4], uint32_t lane_base, int cols, int k0,
+                                           int n0) {
+  LdMatrixX4TransAt(b, FragmentAddress(lane_base, cols, k0, n0));
+}
+
+// The mma with the first (b[0..1]) or second (b[2..3]) B fragment of a LoadFragBT2/B2 pair.
+__device__ __forceinline__ void MmaPair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                        const uint32_t (&b)[4]) {
+  const uint32_t lo[2] = {b[0], b[1]}, hi[2] = {b[2], b[3]};
+  MmaBf16(c0, a, lo);
+  MmaBf16(c1, a, hi);
+}
+
+// The A fragment for k-step kk (columns 16 kk .. 16 kk + 15) of a 16 x (8 m) matrix held as m16n8
+// accumulators c[0..m): c[j] covers columns 8 j .. 8 j + 7 with c[j][0..1] at (g, 8 j + 2t ..) and
+// c[j][2..3] at (g + 8, 8 j + 2t ..). So a[0] = (g, 16 kk + 2t) = c[2kk][0..1], a[1] = (g + 8,
+// same) = c[2kk][2..3], a[2] = (g, 16 kk + 8 + 2t) = c[2kk+1][0..1], a[3] = c[2kk+1][2..3]: the
+// accumulator of one product is the A operand of the next without leaving the registers.
+__device__ __forceinline__ void AccumulatorsAsA(uint32_t (&a)[4], const float (&lo)[4],
+                                                const float (&hi)[4]) {
+  a[0] = PackBf16(lo[0], lo[1]);
+  a[1] = PackBf16(lo[2], lo[3]);
+  a[2] = PackBf16(hi[0], hi[1]);
+  a[3] = PackBf16(hi[2], hi[3]);
+}
+
+// x clamped to [-1, hi]: a tile-relative bound on the rows or columns of a tile of hi (or fewer)
+// entries, as a 32-bit int that compares with a tile offset exactly as x would.
+__device__ __forceinline__ int ClampToTile(int64_t x, int hi) {
+  return static_cast<int>(x < -1 ? -1 : (x > hi ? hi : x));
+}
+
+// The document of token i: the last d < entries - 1 with cu[d] <= i (cu: `entries` offsets).
+__device__ __forceinline__ int64_t DocOf(const int64_t* __restrict__ cu, int64_t entries,
+                                         int64_t i) {
+  int64_t lo = 0, hi = entries - 1;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (cu[mid] <= i) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// The first token of token i's document, or i + 1 for i >= n (a padding row that sees no key).
+__device__ __forceinline__ int64_t DocStart(const int64_t* __restrict__ cu, int64_t entries,
+                                            int64_t n, int64_t i) {
+  return i < n ? cu[DocOf(cu, entries, i)] : i + 1;
+}
+
+}  // namespace orrery::kernels::cuda::attention_tc
