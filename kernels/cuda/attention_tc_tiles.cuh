@@ -1,17 +1,14 @@
 // Shared pieces of the tensor-core causal attention kernels (attention_forward_tc.cu,
 // attention_backward_tc.cu): the block shape, swizzled bf16 tiles in shared memory filled by
-// cp.async, and the ldmatrix fragment loaders on them for `mma.sync.m16n8k16` (kda_mma.cuh gives
-// the fragment layouts; g = lane / 4, t = lane % 4 below).
-//
-// A tile holds kRows token rows of one head, kDim (a multiple of 64) bf16 each, with no padding:
-// the 16-byte piece j of row r lies at piece j ^ (r % 8) (SwizzledOffset of kda_mma.cuh). The 8
-// rows an ldmatrix phase reads sit at one column piece, hence in 8 different bank groups.
+// cp.async, and the ldmatrix fragment loaders on them for `mma.sync.m16n8k16`. The index
+// arithmetic and the fragment layouts are in attention_tc_layout.h (g = lane / 4, t = lane % 4).
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "kernels/cuda/attention_tc_layout.h"
 #include "kernels/cuda/kda_mma.cuh"
 
 namespace orrery::kernels::cuda::attention_tc {
@@ -36,7 +33,7 @@ __device__ __forceinline__ void LoadTileAsync(bf16* dst, const bf16* __restrict_
   for (int it = 0; it < kRows * kPieces / kThreads; ++it) {
     const int idx = static_cast<int>(threadIdx.x) + it * kThreads;
     const int r = idx / kPieces, c = (idx % kPieces) * 8;
-    bf16* d = dst + SwizzledOffset(r, c, kDim);
+    bf16* d = dst + SwizzledElement(r, c, kDim);
     const int64_t row = row0 + r;
     if (row < n) {
       CpAsync16(d, x + row * stride + static_cast<int64_t>(h) * kDim + c);
@@ -46,34 +43,11 @@ __device__ __forceinline__ void LoadTileAsync(bf16* dst, const bf16* __restrict_
   }
 }
 
-// ldmatrix addresses on swizzled tiles. An ldmatrix.x4 reads four 8x8 matrices; lane l gives
-// the address of row l % 8 of matrix i = l / 8, which sits 8 sel_r(i) rows and sel_p(i) pieces
-// (8 columns) past the fragment's corner (row0, col0), row0 % 8 == 0 and col0 % 16 == 0. With
-// the tile 128-byte aligned (cols * 2 bytes a multiple of 128), the byte offset of that piece,
-//   R cols 2 + 16 ((col0 / 8 + sel_p) ^ (R % 8)),   R = row0 + l % 8 + 8 sel_r,
-// splits into a per-lane part and per-fragment constants: R % 8 = l % 8 and col0 / 8 even give
-//   (lane ^ 16 (col0 / 8 % 8)) + row0 cols 2 + 16 (col0 / 8 - col0 / 8 % 8),
-//   lane = tile + (l % 8 + 8 sel_r) cols 2 + 16 (sel_p ^ l % 8)
-// (the per-fragment XOR touches address bits 4-6 only, which the added multiples of 128 leave
-// alone). So a fragment load costs one XOR of a few per-lane bases (the compiler keeps one per
-// distinct col0 / 8 % 8) and an immediate offset, instead of a swizzled address per fragment.
-//
-// "Row order" (sel_r = i % 2, sel_p = i / 2): matrices (rows 0-7, cols 0-7), (8-15, 0-7),
-// (0-7, 8-15), (8-15, 8-15): registers a[0..3] of an A fragment (a[0] = A[g][2t..],
-// a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]) and, with .trans on a [k][n]
-// tile, b0[0], b0[1], b1[0], b1[1] of two B fragments (below).
-// "Column order" (sel_r = i / 2, sel_p = i % 2): (0-7, 0-7), (0-7, 8-15), (8-15, 0-7),
-// (8-15, 8-15): b0[0], b0[1], b1[0], b1[1] of two "col" B fragments read from an [n][k] tile.
+// This lane's ldmatrix base address on `tile` (shared, 128-byte aligned) for fragments in row or
+// column order (attention_tc_layout.h).
 __device__ __forceinline__ uint32_t LaneBase(const bf16* tile, int cols, bool row_order) {
-  const int lane = threadIdx.x & 31, mat = lane >> 3, r = lane & 7;
-  const int sel_r = row_order ? (mat & 1) : (mat >> 1), sel_p = row_order ? (mat >> 1) : (mat & 1);
-  return static_cast<uint32_t>(__cvta_generic_to_shared(tile)) + (r + 8 * sel_r) * cols * 2 +
-         16 * (sel_p ^ r);
-}
-__device__ __forceinline__ uint32_t FragmentAddress(uint32_t lane_base, int cols, int row0,
-                                                    int col0) {
-  const int piece = col0 / 8;
-  return (lane_base ^ (16 * (piece & 7))) + row0 * cols * 2 + 16 * (piece & ~7);
+  return static_cast<uint32_t>(__cvta_generic_to_shared(tile)) +
+         LaneByteOffset(static_cast<int>(threadIdx.x & 31), cols, row_order);
 }
 __device__ __forceinline__ void LdMatrixX4At(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -87,7 +61,8 @@ __device__ __forceinline__ void LdMatrixX4TransAt(uint32_t (&r)[4], uint32_t add
 }
 
 // A fragment of the 16x16 tile A[row0..+15][k0..+15] of the swizzled [row][k] tile whose
-// row-order LaneBase is `lane_base`: register i is 8x8 matrix i (row order), so a[0..3] as above.
+// row-order LaneBase is `lane_base`: register i is 8x8 matrix i (row order), a[0..3] of the A
+// layout.
 __device__ __forceinline__ void LoadFragA(uint32_t (&a)[4], uint32_t lane_base, int cols, int row0,
                                           int k0) {
   LdMatrixX4At(a, FragmentAddress(lane_base, cols, row0, k0));
@@ -127,10 +102,11 @@ __device__ __forceinline__ void MmaPair(float (&c0)[4], float (&c1)[4], const ui
 // accumulator of one product is the A operand of the next without leaving the registers.
 __device__ __forceinline__ void AccumulatorsAsA(uint32_t (&a)[4], const float (&lo)[4],
                                                 const float (&hi)[4]) {
-  a[0] = PackBf16(lo[0], lo[1]);
-  a[1] = PackBf16(lo[2], lo[3]);
-  a[2] = PackBf16(hi[0], hi[1]);
-  a[3] = PackBf16(hi[2], hi[3]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float(&c)[4] = AccumulatorOfA(i) == 0 ? lo : hi;
+    a[i] = PackBf16(c[AccumulatorElementOfA(i, 0)], c[AccumulatorElementOfA(i, 1)]);
+  }
 }
 
 // x clamped to [-1, hi]: a tile-relative bound on the rows or columns of a tile of hi (or fewer)
