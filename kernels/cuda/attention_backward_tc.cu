@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionDkDvTcKernel(BackwardArg
   // Queries from k0 (none before sees a key >= k0) to the end of the last key's document.
   const int64_t doc_end = p.cu[DocOf(p.cu, p.entries, k_last) + 1];
   const int64_t q_stop = doc_end < n ? doc_end : n;
-  const int tiles = static_cast<int>((q_stop - k0 + kStream - 1) / kStream);
+  const int tiles = QueryTiles(k0, q_stop, kStream);
 
   // Stage `buf` for the query tile at qb: cp.async copies of Q and dO, plain loads of the rest.
   const auto load_stage = [&](int buf, int64_t qb) {
@@ -129,9 +129,7 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionDkDvTcKernel(BackwardArg
 
     // Warp-uniform: all queries before the warp's first key, or the first query's document
     // (the earliest start) begins after the warp's last key.
-    const bool warp_sees = qb + kStream - 1 >= k0 + warp * kRowsPerWarp &&
-                           q_lo[buf][0] <= warp * kRowsPerWarp + kRowsPerWarp - 1;
-    if (warp_sees) {
+    if (WarpSeesQueryTile(qb, kStream, k0, warp * kRowsPerWarp, q_lo[buf][0])) {
       // S^T = K Q^T and dP^T = V dO^T: st[j], dpt[j] hold queries qb + 8 j .. + 7 (columns 2t,
       // 2t + 1) of the warp's key rows g and g + 8.
       float st[kStream / 8][4], dpt[kStream / 8][4];
@@ -166,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionDkDvTcKernel(BackwardArg
       // key1), query column c = 8 j + 2t + (e & 1).
       // Wholly visible when every query follows every key (qb >= k0 + 63) and the last query's
       // document (the latest start; past n, DocStart(i) = i + 1 > k0) starts at or before k0.
-      const bool masked = !(qb >= k0 + kBlockRows - 1 && q_lo[buf][kStream - 1] <= 0);
+      const bool masked = !QueryTileWhollyVisible(qb, k0, kBlockRows, q_lo[buf][kStream - 1]);
 #pragma unroll
       for (int j = 0; j < kStream / 8; ++j) {
 #pragma unroll
@@ -245,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionDqTcKernel(BackwardArgs 
   const int64_t warp_last =
       warp_first + kRowsPerWarp - 1 < q_last ? warp_first + kRowsPerWarp - 1 : q_last;
   const int64_t warp_start = DocStart(p.cu, p.entries, n, warp_first);
-  const int tiles = static_cast<int>((q_last - kv_begin) / kStream) + 1;
+  const int tiles = KeyTiles(kv_begin, q_last, kStream);
   float lse2[2], dsum[2];  // rows past n: 0 (they see no key)
   lse2[0] = row0 < n ? p.lse[row0 * p.heads + h] * kLog2e : 0.0f;
   lse2[1] = row1 < n ? p.lse[row1 * p.heads + h] * kLog2e : 0.0f;
@@ -283,8 +281,7 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionDqTcKernel(BackwardArgs 
     const uint32_t k_row = k_row0 + buf * kStream * kDqk * 2;
     const uint32_t v_col = v_col0 + buf * kStream * kDv * 2;
 
-    const bool warp_sees = kb <= warp_last && kb + kStream - 1 >= warp_start;
-    if (warp_sees) {
+    if (WarpSeesKeyTile(kb, kStream, warp_start, warp_last)) {
       // S = Q K^T, dP = dO V^T: s[j], dp[j] hold keys kb + 8 j .. + 7 of rows g, g + 8.
       float s[kStream / 8][4], dp[kStream / 8][4];
 #pragma unroll
@@ -315,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionDqTcKernel(BackwardArgs 
         }
       }
       // P and dS in place; the visible keys of row r relative to kb are [lo[r], hi[r]].
-      const bool masked = !(kb >= last_start && kb + kStream - 1 <= q0);
+      const bool masked = !KeyTileWhollyVisible(kb, kStream, q0, last_start);
       const int lo[2] = {ClampToTile(start0 - kb, kStream), ClampToTile(start1 - kb, kStream)};
       const int hi[2] = {ClampToTile(row0 - kb, kStream), ClampToTile(row1 - kb, kStream)};
 #pragma unroll

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t warp_last =
       warp_first + kRowsPerWarp - 1 < q_last ? warp_first + kRowsPerWarp - 1 : q_last;
   const int64_t warp_start = DocStart(cu, entries, n, warp_first);
-  const int tiles = static_cast<int>((q_last - kv_begin) / kKeyTile) + 1;
+  const int tiles = KeyTiles(kv_begin, q_last, kKeyTile);
 
   LoadTileAsync<kBlockRows, kDqk>(qs, q, q0, n, qk_stride, h);
   LoadTileAsync<kKeyTile, kDqk>(ks, k, kv_begin, n, qk_stride, h);
@@ -100,8 +100,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint32_t v_lane = v_lane0 + buf * kKeyTile * kDv * 2;
 
     // Warp-uniform: keys all after the warp's last row, or all before its first row's document.
-    const bool warp_sees = kb <= warp_last && kb + kKeyTile - 1 >= warp_start;
-    if (warp_sees) {
+    if (WarpSeesKeyTile(kb, kKeyTile, warp_start, warp_last)) {
       // S = Q K^T: s[j] holds keys kb + 8 j .. + 7 (columns 2t, 2t + 1 of rows g, g + 8).
       float s[kKeyTile / 8][4];
 #pragma unroll
@@ -121,8 +120,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       // (wholly visible: every key at or after the latest row start and at or before q0).
       // Per element in tile-relative 32-bit offsets: key kb + c is visible to row r when
       // lo[r] <= c <= hi[r] (row start - kb and row - kb, clamped to the tile).
-      const bool masked = !(kb >= last_start && kb + kKeyTile - 1 <= q0);
-      if (masked) {
+      if (!KeyTileWhollyVisible(kb, kKeyTile, q0, last_start)) {
         const int lo[2] = {ClampToTile(start0 - kb, kKeyTile), ClampToTile(start1 - kb, kKeyTile)};
         const int hi[2] = {ClampToTile(row0 - kb, kKeyTile), ClampToTile(row1 - kb, kKeyTile)};
 #pragma unroll

@@ -66,6 +66,71 @@ ORRERY_TC_LAYOUT uint32_t FragmentAddress(uint32_t lane_base, int cols, int row0
 ORRERY_TC_LAYOUT int AccumulatorOfA(int reg) { return reg / 2; }
 ORRERY_TC_LAYOUT int AccumulatorElementOfA(int reg, int half) { return 2 * (reg % 2) + half; }
 
+// Which (query, key) pairs a block computes. Query i of document [cu[d], cu[d+1]) sees keys
+// cu[d] .. i. A block owns 64 rows (queries in the forward and the dq pass, keys in the dk/dv
+// pass), 16 per warp, and streams tiles of the other side; it masks per element only the tiles
+// where some pair is hidden, and a warp skips a tile where all its pairs are.
+
+// The document of token i: the last d < entries - 1 with cu[d] <= i (cu: `entries` offsets).
+ORRERY_TC_LAYOUT int64_t DocOf(const int64_t* cu, int64_t entries, int64_t i) {
+  int64_t lo = 0, hi = entries - 1;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (cu[mid] <= i) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// The first token of token i's document, or i + 1 for i >= n (a padding row that sees no key).
+ORRERY_TC_LAYOUT int64_t DocStart(const int64_t* cu, int64_t entries, int64_t n, int64_t i) {
+  return i < n ? cu[DocOf(cu, entries, i)] : i + 1;
+}
+
+// x clamped to [-1, hi]: a tile-relative bound for offsets 0 .. hi - 1, as a 32-bit int that
+// compares with them exactly as x would.
+ORRERY_TC_LAYOUT int ClampToTile(int64_t x, int hi) {
+  return static_cast<int>(x < -1 ? -1 : (x > hi ? hi : x));
+}
+
+// Query-owning blocks (forward, dq): queries q0 .. q_last stream key tiles of `tile` keys from
+// DocStart(q0) (every key from there to q_last is seen by some query of the block: by q0 or by
+// itself) to q_last. The tile at kb is wholly visible when every key lies at or after the latest
+// query document start (DocStart(q_last)) and at or before q0.
+ORRERY_TC_LAYOUT int KeyTiles(int64_t kv_begin, int64_t q_last, int tile) {
+  return static_cast<int>((q_last - kv_begin) / tile) + 1;
+}
+ORRERY_TC_LAYOUT bool KeyTileWhollyVisible(int64_t kb, int tile, int64_t q0, int64_t last_start) {
+  return kb >= last_start && kb + tile - 1 <= q0;
+}
+// Whether a warp with rows from warp_first (document start warp_start, the warp's earliest) to
+// warp_last sees some key of the tile at kb.
+ORRERY_TC_LAYOUT bool WarpSeesKeyTile(int64_t kb, int tile, int64_t warp_start, int64_t warp_last) {
+  return kb <= warp_last && kb + tile - 1 >= warp_start;
+}
+
+// Key-owning blocks (dk/dv): keys k0 .. k_last stream query tiles of `tile` queries from k0 (no
+// earlier query sees a key >= k0) to q_stop, the end of k_last's document. Each streamed query
+// carries its visible keys relative to k0, [q_lo, q_hi] = ClampToTile of DocStart(i) - k0 and
+// i - k0 (for i >= n: DocStart = i + 1, none). The tile at qb is wholly visible to the block's
+// `rows` keys when every query follows the last key and the last query's document (the latest
+// start) starts at or before k0 (q_lo_last <= 0); a warp with keys k0 + key_first ..
+// k0 + key_first + 15 sees some query when the tile reaches its first key and the first query's
+// document (the earliest start, q_lo_first) starts at or before its last key.
+ORRERY_TC_LAYOUT int QueryTiles(int64_t k0, int64_t q_stop, int tile) {
+  return static_cast<int>((q_stop - k0 + tile - 1) / tile);
+}
+ORRERY_TC_LAYOUT bool QueryTileWhollyVisible(int64_t qb, int64_t k0, int rows, int q_lo_last) {
+  return qb >= k0 + rows - 1 && q_lo_last <= 0;
+}
+ORRERY_TC_LAYOUT bool WarpSeesQueryTile(int64_t qb, int tile, int64_t k0, int key_first,
+                                        int q_lo_first) {
+  return qb + tile - 1 >= k0 + key_first && q_lo_first <= key_first + 15;
+}
+
 }  // namespace orrery::kernels::cuda::attention_tc
 
 #undef ORRERY_TC_LAYOUT

@@ -109,31 +109,4 @@ __device__ __forceinline__ void AccumulatorsAsA(uint32_t (&a)[4], const float (&
   }
 }
 
-// x clamped to [-1, hi]: a tile-relative bound on the rows or columns of a tile of hi (or fewer)
-// entries, as a 32-bit int that compares with a tile offset exactly as x would.
-__device__ __forceinline__ int ClampToTile(int64_t x, int hi) {
-  return static_cast<int>(x < -1 ? -1 : (x > hi ? hi : x));
-}
-
-// The document of token i: the last d < entries - 1 with cu[d] <= i (cu: `entries` offsets).
-__device__ __forceinline__ int64_t DocOf(const int64_t* __restrict__ cu, int64_t entries,
-                                         int64_t i) {
-  int64_t lo = 0, hi = entries - 1;
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (cu[mid] <= i) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
-// The first token of token i's document, or i + 1 for i >= n (a padding row that sees no key).
-__device__ __forceinline__ int64_t DocStart(const int64_t* __restrict__ cu, int64_t entries,
-                                            int64_t n, int64_t i) {
-  return i < n ? cu[DocOf(cu, entries, i)] : i + 1;
-}
-
 }  // namespace orrery::kernels::cuda::attention_tc

@@ -9,10 +9,13 @@
 //   (LoadFragBT2, column order): S = Q K^T, S^T = K Q^T, dP = dO V^T, dP^T = V dO^T;
 //   D = C Z with C's accumulators as the A operand (AccumulatorsAsA) and Z as the row-major B
 //   operand (LoadFragB2, .trans, row order): P V, P^T dO, dS^T Q, dS K.
+// And the tile ranges, warp skips and masks of causal attention within documents: every visible
+// (query, key) pair computed exactly once by each kernel, no hidden one.
 #include "kernels/cuda/attention_tc_layout.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -207,6 +210,129 @@ TEST(AttentionTcLayout, SwizzleIsAPermutationOfPieces) {
       }
       for (int c = 0; c < cols; ++c) EXPECT_EQ(seen[c], 1) << "cols " << cols << " row " << r;
     }
+  }
+}
+
+// Visibility: each kernel's tile ranges, warp skips and per-tile masks (the functions of
+// attention_tc_layout.h, in the kernels' loop structure) mark the (query, key) pairs they compute
+// with a nonzero weight; every visible pair must be computed exactly once and no hidden pair at
+// all (a padding row or key at or past n counts as hidden, except padding rows of the
+// query-owning kernels, which are never written).
+struct Layout {
+  std::vector<int64_t> cu;
+  int64_t n = 0;
+  explicit Layout(const std::vector<int64_t>& lengths) : cu{0} {
+    for (int64_t len : lengths) cu.push_back(cu.back() + len);
+    n = cu.back();
+  }
+  int64_t Start(int64_t i) const {
+    return DocStart(cu.data(), static_cast<int64_t>(cu.size()), n, i);
+  }
+  bool Visible(int64_t i, int64_t j) const {
+    return i < n && j < n && j <= i && Start(i) == Start(j);
+  }
+};
+
+constexpr int kRows = 64, kWarpRows = 16;
+
+// Forward (key tiles of 64) and dq pass (32): blocks of 64 queries.
+std::vector<int> QueryBlockCounts(const Layout& d, int tile) {
+  const int64_t n = d.n;
+  std::vector<int> count(static_cast<size_t>(n * (n + kRows)), 0);  // [query][key], keys padded
+  for (int64_t q0 = 0; q0 < n; q0 += kRows) {
+    const int64_t q_last = std::min<int64_t>(q0 + kRows, n) - 1;
+    const int64_t kv_begin = d.Start(q0), last_start = d.Start(q_last);
+    for (int it = 0; it < KeyTiles(kv_begin, q_last, tile); ++it) {
+      const int64_t kb = kv_begin + int64_t{it} * tile;
+      const bool wholly = KeyTileWhollyVisible(kb, tile, q0, last_start);
+      for (int w = 0; w < kRows / kWarpRows; ++w) {
+        const int64_t first = q0 + w * kWarpRows;
+        const int64_t last = std::min(first + kWarpRows - 1, q_last);
+        if (!WarpSeesKeyTile(kb, tile, d.Start(first), last)) continue;
+        for (int64_t row = first; row < first + kWarpRows; ++row) {
+          const int lo = ClampToTile(d.Start(row) - kb, tile), hi = ClampToTile(row - kb, tile);
+          for (int c = 0; c < tile; ++c) {
+            if (row < n && (wholly || (lo <= c && c <= hi))) ++count[row * (n + kRows) + kb + c];
+          }
+        }
+      }
+    }
+  }
+  return count;
+}
+
+// dk/dv pass: blocks of 64 keys streaming 32-query tiles.
+std::vector<int> KeyBlockCounts(const Layout& d) {
+  constexpr int kTile = 32;
+  const int64_t n = d.n;
+  std::vector<int> count(static_cast<size_t>((n + kRows) * n), 0);  // [query][key], queries padded
+  for (int64_t k0 = 0; k0 < n; k0 += kRows) {
+    const int64_t k_last = std::min<int64_t>(k0 + kRows, n) - 1;
+    const int64_t q_stop =
+        std::min(d.cu[DocOf(d.cu.data(), static_cast<int64_t>(d.cu.size()), k_last) + 1], n);
+    for (int it = 0; it < QueryTiles(k0, q_stop, kTile); ++it) {
+      const int64_t qb = k0 + int64_t{it} * kTile;
+      int q_lo[kTile], q_hi[kTile];
+      for (int c = 0; c < kTile; ++c) {
+        q_lo[c] = ClampToTile(d.Start(qb + c) - k0, kRows);
+        q_hi[c] = ClampToTile(qb + c - k0, kRows);
+      }
+      const bool wholly = QueryTileWhollyVisible(qb, k0, kRows, q_lo[kTile - 1]);
+      for (int w = 0; w < kRows / kWarpRows; ++w) {
+        if (!WarpSeesQueryTile(qb, kTile, k0, w * kWarpRows, q_lo[0])) continue;
+        for (int key = w * kWarpRows; key < (w + 1) * kWarpRows; ++key) {
+          for (int c = 0; c < kTile; ++c) {
+            if (k0 + key < n && (wholly || (q_lo[c] <= key && key <= q_hi[c]))) {
+              ++count[(qb + c) * n + k0 + key];
+            }
+          }
+        }
+      }
+    }
+  }
+  return count;
+}
+
+void CheckVisibility(const std::vector<int64_t>& lengths) {
+  const Layout d(lengths);
+  const int64_t n = d.n;
+  SCOPED_TRACE("n " + std::to_string(n));
+  for (const int tile : {64, 32}) {
+    const std::vector<int> count = QueryBlockCounts(d, tile);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n + kRows; ++j) {
+        ASSERT_EQ(count[i * (n + kRows) + j], d.Visible(i, j) ? 1 : 0)
+            << "query-owning blocks, key tile " << tile << ": query " << i << " key " << j;
+      }
+    }
+  }
+  const std::vector<int> count = KeyBlockCounts(d);
+  for (int64_t i = 0; i < n + kRows; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(count[i * n + j], d.Visible(i, j) ? 1 : 0)
+          << "key-owning blocks: query " << i << " key " << j;
+    }
+  }
+}
+
+TEST(AttentionTcLayout, TilesCoverEachVisiblePairOnce) {
+  // The GPU tests' layouts, tile-aligned documents, empty ones, runs of 1-token documents.
+  for (const auto& lengths : std::vector<std::vector<int64_t>>{
+           {1, 63, 64, 65, 200, 1, 130, 17},
+           {1, 7, 130, 0, 300, 45, 32},
+           {64, 64, 128},
+           {0, 5, 0},
+           {1},
+           {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+           {127, 0, 129, 31, 33},
+           {700, 1, 300}}) {
+    CheckVisibility(lengths);
+  }
+  PhiloxGenerator rng(77, 0);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<int64_t> lengths(1 + rng.UniformInt(12));
+    for (int64_t& len : lengths) len = static_cast<int64_t>(rng.UniformInt(trial % 2 ? 9 : 160));
+    CheckVisibility(lengths);
   }
 }
 
