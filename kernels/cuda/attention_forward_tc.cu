@@ -116,10 +116,15 @@ __global__ void __launch_bounds__(kThreads, 2)
           MmaPair(s[2 * nn], s[2 * nn + 1], a, b);
         }
       }
-      // Scaled to log2 units; masked where the tile crosses the diagonal or a document start
-      // (wholly visible: every key at or after the latest row start and at or before q0).
+      // Scaled to log2 units, then masked where the tile crosses the diagonal or a document
+      // start (wholly visible: every key at or after the latest row start and at or before q0).
       // Per element in tile-relative 32-bit offsets: key kb + c is visible to row r when
       // lo[r] <= c <= hi[r] (row start - kb and row - kb, clamped to the tile).
+#pragma unroll
+      for (int j = 0; j < kKeyTile / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
+      }
       if (!KeyTileWhollyVisible(kb, kKeyTile, q0, last_start)) {
         const int lo[2] = {ClampToTile(start0 - kb, kKeyTile), ClampToTile(start1 - kb, kKeyTile)};
         const int hi[2] = {ClampToTile(row0 - kb, kKeyTile), ClampToTile(row1 - kb, kKeyTile)};
@@ -131,11 +136,6 @@ __global__ void __launch_bounds__(kThreads, 2)
             if (c < lo[e / 2] || c > hi[e / 2]) s[j][e] = -INFINITY;
           }
         }
-      }
-#pragma unroll
-      for (int j = 0; j < kKeyTile / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
       }
       // Online softmax per row r (accumulator elements 2r, 2r + 1): the quad's max by two
       // shuffles; a row with no visible key yet keeps m = -inf and uses 0 as its reference
