@@ -1,8 +1,11 @@
 // Causal softmax attention per document on Tensors: the core of the GPU model's gated MLA layer
 // (spec §3.1-3.2), dispatched by device. The CPU path runs the CausalAttentionForward/Backward
 // templates of kernels/mla_attention.h (the CPU model's core and this op's twin); the CUDA path
-// runs flash-attention style kernels (kernels/cuda/attention_forward.cu, attention_backward.cu)
-// that stream key tiles through an online softmax and never hold an [N, N] score matrix.
+// runs flash-attention style kernels that stream key tiles through an online softmax and never
+// hold an [N, N] score matrix: on tensor cores (kernels/cuda/attention_forward_tc.cu,
+// attention_backward_tc.cu; bf16 MMAs with f32 accumulation, P and dS rounded to bf16) for bf16
+// inputs with head dims 192/128 or 128/128, else in f32 on SIMT cores (attention_forward.cu,
+// attention_backward.cu).
 //
 // Layouts (N packed tokens, H heads): q, k [N, H, dqk]; v, o [N, H, dv]; lse [N, H], the natural
 // log-sum-exp of each row's scaled scores, saved by the forward so that the backward recomputes

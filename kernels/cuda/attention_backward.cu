@@ -10,12 +10,15 @@
 // The separate dq pass recomputes P and dS (7 tile products per score instead of 5) in exchange
 // for writing dq once, in its own dtype, with the same bits on every run.
 //
-// Correct first, not yet fast: plain f32 FMAs (bf16 inputs widened on load), no tensor cores. The
-// FA3-style kernels replace these behind the same CausalAttentionBackwardCuda.
-// Measured time: not yet timed (tests/gpu/attention_gpu_bench.cc, to be filled in after the
-// H200 run).
+// Plain f32 FMAs (bf16 inputs widened on load), no tensor cores: the reference fallback. bf16
+// inputs with the model's head dims run the preprocess here and then the tensor-core kernels
+// (attention_backward_tc.cu) instead, unless the caller asks for AttentionKernels::kSimt; f32
+// inputs and other head dims always run these passes.
+// Measured time (tests/gpu/attention_gpu_bench.cc, H200, bf16, (B, T, H) = (4, 8192, 16), qk 192 /
+// v 128): 5.5 causal TFLOP/s.
 #include <cmath>
 
+#include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
@@ -235,10 +238,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// With `tensor_cores` (AttentionTcSupported inputs), the preprocess here and then the
+// tensor-core kernels (attention_backward_tc.cu); else the SIMT passes.
 template <typename T>
 Status Backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                 const Tensor& lse, const Tensor& d_o, const Tensor& cu, double scale, Tensor* dq,
-                Tensor* dk, Tensor* dv, cudaStream_t stream) {
+                Tensor* dk, Tensor* dv, bool tensor_cores, cudaStream_t stream) {
   const int64_t n = q.dim(0);
   const int heads = static_cast<int>(q.dim(1)), dqk = static_cast<int>(q.dim(2)),
             dvd = static_cast<int>(v.dim(2));
@@ -252,6 +257,9 @@ Status Backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   AttentionRowDotKernel<T><<<GridFor(n * heads, kWarps), kThreads, 0, stream>>>(
       static_cast<const T*>(o.raw_data()), gp, n * heads, dvd, dsum.data<float>());
   ORRERY_RETURN_IF_ERROR(LastLaunchStatus("AttentionRowDotKernel"));
+  if (tensor_cores) {
+    return AttentionBackwardTc(q, k, v, lse, dsum, d_o, cu, scale, dq, dk, dv, stream);
+  }
 
   const size_t smem = BackwardSharedBytes(dqk, dvd);
   const dim3 grid(static_cast<unsigned>((n + kTile - 1) / kTile), static_cast<unsigned>(heads));
@@ -276,13 +284,14 @@ Status Backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
 Status CausalAttentionBackwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& o, const Tensor& lse, const Tensor& d_o,
                                    const Tensor& cu_seqlens, double scale, Tensor* dq, Tensor* dk,
-                                   Tensor* dv) {
+                                   Tensor* dv, AttentionKernels kernels) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
   if (q.dtype() == DType::kBF16) {
+    const bool tc = kernels == AttentionKernels::kFastest && AttentionTcSupported(q, v);
     return attention::Backward<__nv_bfloat16>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv,
-                                              ctx->stream());
+                                              tc, ctx->stream());
   }
-  return attention::Backward<float>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv,
+  return attention::Backward<float>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv, false,
                                     ctx->stream());
 }
 

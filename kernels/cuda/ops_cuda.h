@@ -27,13 +27,19 @@ Status RmsNormBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& rstd,
 
 // Causal attention per document (kernels/attention.h): q, k [N, H, dqk], v [N, H, dv] of one dtype
 // (bf16 or f32), dims <= 256; cu_seqlens i64 [docs + 1] on the device; o like v, lse [N, H] f32.
+// kFastest runs the tensor-core kernels (attention_tc.h) where they take the inputs (bf16, head
+// dims 192/128 or 128/128) and the SIMT kernels otherwise; kSimt always the SIMT kernels, the
+// f32-arithmetic reference the tests and benchmarks compare the tensor-core ones with.
+enum class AttentionKernels { kFastest, kSimt };
 Status CausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse);
+                                  const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
+                                  AttentionKernels kernels = AttentionKernels::kFastest);
 // dq, dk, dv (like q, k, v) overwritten.
 Status CausalAttentionBackwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& o, const Tensor& lse, const Tensor& d_o,
                                    const Tensor& cu_seqlens, double scale, Tensor* dq, Tensor* dk,
-                                   Tensor* dv);
+                                   Tensor* dv,
+                                   AttentionKernels kernels = AttentionKernels::kFastest);
 
 // Gated activations (kernels/situ.h) element-wise over tensors of one dtype (bf16 or f32).
 Status GluForwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u, Tensor* h);

@@ -1,6 +1,8 @@
 // Causal attention per document (kernels/attention.h) on the GPU against its CPU twin (the
 // CausalAttentionForward/Backward templates, run in f64) on fresh random inputs; skipped without a
-// GPU.
+// GPU. The bf16 cases with head dims 192/128 and 128/128 run the tensor-core kernels (the default
+// dispatch), all other cases the SIMT kernels; AttentionTcGpuTest below covers the tensor-core
+// kernels on longer ragged batches and against the SIMT kernels.
 //
 // Each reference runs in f64 on the very values the GPU sees: q, k, v, dO rounded to bf16 or f32
 // first, and the backward of both sides is given the same o (the reference's, rounded to the
@@ -27,6 +29,8 @@
 #include "core/device.h"
 #include "core/philox.h"
 #include "kernels/attention.h"
+#include "kernels/cuda/attention_tc.h"
+#include "kernels/cuda/ops_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
@@ -121,6 +125,141 @@ INSTANTIATE_TEST_SUITE_P(All, AttentionGpuTest,
                            return std::string(DTypeName(std::get<0>(info.param))) + "_qk" +
                                   std::to_string(dims.first) + "_v" + std::to_string(dims.second) +
                                   "_h" + std::to_string(std::get<2>(info.param));
+                         });
+
+// The tensor-core kernels (attention_forward_tc.cu, attention_backward_tc.cu: bf16, head dims
+// 192/128 and 128/128) on longer, ragged packed batches, against the CPU twin (f64 on the same
+// bf16 values, as above) and against the SIMT kernels (AttentionKernels::kSimt) on the same inputs.
+// Tolerances (relative RMS):
+//   o, dq, dk, dv against the twin: kBf16Tol = 5e-3. The output's own bf16 rounding is ~1.65e-3
+//     on Gaussian data; the kernels also round P (forward, dV) and dS (dK, dQ) to bf16 before
+//     their products, a relative 2^-9 per element that averages over the >= 64 keys of a tile
+//     (~1e-3 at most for short rows). A wrong mask, tile or document start gives >= 1e-1.
+//   lse against the twin: kF32Tol = 2e-5: scores accumulate in f32 on the tensor cores (bf16
+//     products are exact), so lse is f32-grade as for the SIMT kernel.
+//   tensor-core against SIMT: 5e-3 as well: both differ from the twin by independent bf16
+//     output roundings (sqrt(2) * 1.65e-3 = 2.3e-3) plus the tensor-core kernels' P/dS roundings.
+// On a failure the worst element is printed as (token, head, column) with both values.
+
+// Document lengths for the tensor-core tiles (64 query rows, 64 keys in the forward, 32 in the
+// backward): a 1-token document at the start and in the middle, lengths one below, at and one past
+// a tile, tiles straddling up to four documents, and a tail that ends mid-tile.
+const std::vector<int64_t> kRaggedLengths = {1, 63, 64, 65, 200, 1, 130, 17};
+// One document spanning ~47 64-row tiles next to a 1-token one and a shorter one (T = 3701).
+const std::vector<int64_t> kLongLengths = {3000, 1, 700};
+
+// Fails with the worst element when gpu [tokens, heads, cols] (or [tokens, heads]) is further
+// than tol relative RMS from ref; every element must be written (finite).
+void ExpectCloseAt(const Tensor& gpu, const Tensor& ref, double tol, const std::string& what) {
+  const Tensor g = ToHostF64(gpu), r = ToHostF64(ref);
+  const int64_t heads = g.dim(1), cols = g.ndim() == 3 ? g.dim(2) : 1;
+  int64_t worst = 0, unwritten = -1;
+  double worst_err = -1.0;
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    const double gi = g.data<double>()[i];
+    if (!std::isfinite(gi) && unwritten < 0) unwritten = i;
+    const double e = std::fabs(gi - r.data<double>()[i]);
+    if (e > worst_err) {
+      worst_err = e;
+      worst = i;
+    }
+  }
+  const auto where = [&](int64_t i) {
+    return "(token " + std::to_string(i / (heads * cols)) + ", head " +
+           std::to_string(i / cols % heads) + ", column " + std::to_string(i % cols) + ")";
+  };
+  ASSERT_LT(unwritten, 0) << what << ": element " << where(unwritten) << " not written (NaN)";
+  const double err = RelRmsError(g, r);
+  EXPECT_LE(err, tol) << what << ": worst element " << where(worst) << " gpu "
+                      << g.data<double>()[worst] << " ref " << r.data<double>()[worst];
+  std::printf("  %-34s rel RMS error %.3g (tolerance %.0e), max abs %.3g at %s\n", what.c_str(),
+              err, tol, worst_err, where(worst).c_str());
+}
+
+using TcCase = std::tuple<Dims, int, int64_t>;  // dims, layout (0: ragged, 1: long), heads
+class AttentionTcGpuTest : public ::testing::TestWithParam<TcCase> {};
+
+TEST_P(AttentionTcGpuTest, MatchesCpuTwinAndSimtKernels) {
+  SKIP_WITHOUT_GPU();
+  const auto [dims, layout, heads] = GetParam();
+  const auto [dqk, dv] = dims;
+  const DType dt = DType::kBF16;
+  const Tensor cu = Offsets(layout == 0 ? kRaggedLengths : kLongLengths);
+  const int64_t n = cu.data<int64_t>()[cu.numel() - 1];
+  PhiloxGenerator rng(static_cast<uint64_t>(5000 + dqk * 7 + layout * 3 + heads), 0);
+  const Tensor q = Round(RandomNormal({n, heads, dqk}, DType::kF64, rng, 2.0), dt);
+  const Tensor k = Round(RandomNormal({n, heads, dqk}, DType::kF64, rng), dt);
+  const Tensor v = Round(RandomNormal({n, heads, dv}, DType::kF64, rng), dt);
+  const Tensor d_o = Round(RandomNormal({n, heads, dv}, DType::kF64, rng), dt);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dqk));
+  const Tensor qg = ToGpu(q, dt), kg = ToGpu(k, dt), vg = ToGpu(v, dt), dog = ToGpu(d_o, dt);
+  const Tensor cug = cu.To(Device::Cuda(0)).value();
+  ASSERT_TRUE(cuda::AttentionTcSupported(qg, vg)) << "not a tensor-core case";
+
+  // Forward: tensor cores (the default dispatch) against the twin and the SIMT kernel.
+  Tensor o_ref, lse_ref;
+  ASSERT_TRUE(CausalAttention(q, k, v, cu, scale, &o_ref, &lse_ref).ok());
+  Tensor o = Poisoned({n, heads, dv}, dt), lse = Poisoned({n, heads}, DType::kF32);
+  Status st = CausalAttention(qg, kg, vg, cug, scale, &o, &lse);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectCloseAt(o, o_ref, kBf16Tol, "tc o");
+  ExpectCloseAt(lse, lse_ref, kF32Tol, "tc lse (f32)");
+  Tensor o_simt = Poisoned({n, heads, dv}, dt), lse_simt = Poisoned({n, heads}, DType::kF32);
+  st = cuda::CausalAttentionForwardCuda(qg, kg, vg, cug, scale, &o_simt, &lse_simt,
+                                        cuda::AttentionKernels::kSimt);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectCloseAt(o, o_simt, kBf16Tol, "tc o vs simt o");
+  ExpectCloseAt(lse, lse_simt, kF32Tol, "tc lse vs simt lse");
+
+  // Backward on the reference's o (rounded to bf16) and lse, as in the test above.
+  const Tensor o_in = Round(o_ref, dt);
+  const Tensor o_ing = ToGpu(o_in, dt), lse_g = ToGpu(lse_ref, DType::kF32);
+  Tensor dq_ref, dk_ref, dv_ref;
+  ASSERT_TRUE(
+      CausalAttentionGrad(q, k, v, o_in, lse_ref, d_o, cu, scale, &dq_ref, &dk_ref, &dv_ref).ok());
+  Tensor dq = Poisoned({n, heads, dqk}, dt), dk = Poisoned({n, heads, dqk}, dt),
+         dvg = Poisoned({n, heads, dv}, dt);
+  st = CausalAttentionGrad(qg, kg, vg, o_ing, lse_g, dog, cug, scale, &dq, &dk, &dvg);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectCloseAt(dq, dq_ref, kBf16Tol, "tc dq");
+  ExpectCloseAt(dk, dk_ref, kBf16Tol, "tc dk");
+  ExpectCloseAt(dvg, dv_ref, kBf16Tol, "tc dv");
+  Tensor dq_s = Poisoned({n, heads, dqk}, dt), dk_s = Poisoned({n, heads, dqk}, dt),
+         dv_s = Poisoned({n, heads, dv}, dt);
+  st = cuda::CausalAttentionBackwardCuda(qg, kg, vg, o_ing, lse_g, dog, cug, scale, &dq_s, &dk_s,
+                                         &dv_s, cuda::AttentionKernels::kSimt);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectCloseAt(dq, dq_s, kBf16Tol, "tc dq vs simt dq");
+  ExpectCloseAt(dk, dk_s, kBf16Tol, "tc dk vs simt dk");
+  ExpectCloseAt(dvg, dv_s, kBf16Tol, "tc dv vs simt dv");
+
+  // Deterministic: a second run gives the same bits.
+  Tensor dq2, dk2, dv2;
+  st = CausalAttentionGrad(qg, kg, vg, o_ing, lse_g, dog, cug, scale, &dq2, &dk2, &dv2);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const auto& [a, b] :
+       std::vector<std::pair<Tensor, Tensor>>{{dq, dq2}, {dk, dk2}, {dvg, dv2}}) {
+    const Tensor ha = a.To(Device::Cpu()).value(), hb = b.To(Device::Cpu()).value();
+    EXPECT_EQ(std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()), 0) << "not deterministic";
+  }
+}
+
+// Both head-dim pairs; 1, 5 and 16 heads on the ragged batch, 2 heads on the long one.
+std::vector<TcCase> TcCases() {
+  std::vector<TcCase> cases;
+  for (const Dims& dims : {Dims{192, 128}, Dims{128, 128}}) {
+    for (const int64_t heads : {1, 5, 16}) cases.emplace_back(dims, 0, heads);
+    cases.emplace_back(dims, 1, 2);
+  }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(All, AttentionTcGpuTest, ::testing::ValuesIn(TcCases()),
+                         [](const auto& info) {
+                           const Dims dims = std::get<0>(info.param);
+                           return "qk" + std::to_string(dims.first) + "_v" +
+                                  std::to_string(dims.second) +
+                                  (std::get<1>(info.param) == 0 ? "_ragged_h" : "_long_h") +
+                                  std::to_string(std::get<2>(info.param));
                          });
 
 TEST(AttentionGpuErrors, RejectsBadArguments) {
