@@ -227,8 +227,11 @@ Status MlaDecodePaged(const Tensor& q, const PagedLatentCache& cache, int64_t dv
     return Status::OK();
   }
   if (n_seq == 0 || heads == 0) return Status::OK();
-  return UnimplementedError(std::string(kOp) + ": " + q.ToString() +
-                            ": the CUDA kernel is not in this build yet (cpu only)");
+#if defined(ORRERY_KERNELS_CUDA)
+  return cuda::MlaDecodePagedCuda(q, cache, dv, scale, options.max_splits, o, lse);
+#else
+  return NoCuda(kOp, q);
+#endif
 }
 
 }  // namespace orrery::kernels
