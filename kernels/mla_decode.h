@@ -54,6 +54,15 @@ Status PagedLatentWrite(const Tensor& latents, const Tensor& slot_mapping, Tenso
 Status MlaDecodePaged(const Tensor& q, const PagedLatentCache& cache, int64_t dv, float scale,
                       Tensor* o, Tensor* lse);
 
+// The index values of a cache whose block_table and context_lens are on the cpu (pages on any
+// device; only their shape is read), for `queries` new tokens per sequence: block_table
+// i32 [N, max_pages_per_seq], context_lens i32 [N], context_lens[n] in [queries,
+// max_pages_per_seq * page_size], and the page ids sequence n uses (its first
+// ceil(context_lens[n] / page_size) entries) in [0, num_pages). One InvalidArgument line for the
+// first bad value. MlaDecodePaged runs it on cpu; a caller whose tables live on the GPU checks
+// its host copies with it before uploading them.
+Status CheckPagedLatentIndices(const PagedLatentCache& cache, int64_t queries);
+
 // The widest cache row (D) the CUDA path takes (K3's is 576).
 inline constexpr int64_t kMaxMlaDecodeWidthCuda = 1024;
 

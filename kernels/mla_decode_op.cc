@@ -102,9 +102,21 @@ void DecodeCpu(const Tensor& q, const PagedLatentCache& cache, int64_t dv, doubl
   }
 }
 
-// The cpu index values: context lengths in [Q, max_pages * page_size], the page ids a sequence
-// uses in [0, num_pages).
-Status CheckIndicesCpu(const PagedLatentCache& cache, int64_t nq) {
+}  // namespace
+
+Status CheckPagedLatentIndices(const PagedLatentCache& cache, int64_t queries) {
+  const Tensor& bt = cache.block_table;
+  if (!cache.pages.defined() || cache.pages.ndim() != 3) {
+    return InvalidArgumentError(std::string(kOp) + ": pages " + Describe(cache.pages) +
+                                ", expected [num_pages, page_size, D]");
+  }
+  if (!bt.defined() || bt.ndim() != 2 || bt.dtype() != DType::kI32 || !bt.device().is_cpu()) {
+    return InvalidArgumentError(std::string(kOp) + ": block_table " + Describe(bt) +
+                                ", expected i32[N, max_pages_per_seq] on cpu");
+  }
+  ORRERY_RETURN_IF_ERROR(
+      ExpectAs(kOp, "context_lens", cache.context_lens, {bt.dim(0)}, DType::kI32, Device::Cpu()));
+  const int64_t nq = queries;
   const int64_t n_seq = cache.context_lens.dim(0), max_pages = cache.block_table.dim(1);
   const int64_t num_pages = cache.pages.dim(0), page_size = cache.pages.dim(1);
   const int32_t* lens = cache.context_lens.data<int32_t>();
@@ -128,8 +140,6 @@ Status CheckIndicesCpu(const PagedLatentCache& cache, int64_t nq) {
   }
   return Status::OK();
 }
-
-}  // namespace
 
 Status PagedLatentWrite(const Tensor& latents, const Tensor& slot_mapping, Tensor* pages) {
   ORRERY_RETURN_IF_ERROR(CheckFloat(kWriteOp, "latents", latents));
@@ -217,7 +227,7 @@ Status MlaDecodePaged(const Tensor& q, const PagedLatentCache& cache, int64_t dv
   ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "o", {n_seq, nq, heads, dv}, q.dtype(), q.device(), o));
   ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "lse", {n_seq, nq, heads}, DType::kF32, q.device(), lse));
   if (q.device().is_cpu()) {
-    ORRERY_RETURN_IF_ERROR(CheckIndicesCpu(cache, nq));
+    ORRERY_RETURN_IF_ERROR(CheckPagedLatentIndices(cache, nq));
     if (n_seq == 0 || heads == 0) return Status::OK();
     if (q.dtype() == DType::kF32) {
       DecodeCpu<float>(q, cache, dv, scale, o, lse);
@@ -227,8 +237,11 @@ Status MlaDecodePaged(const Tensor& q, const PagedLatentCache& cache, int64_t dv
     return Status::OK();
   }
   if (n_seq == 0 || heads == 0) return Status::OK();
-  return UnimplementedError(std::string(kOp) + ": " + q.ToString() +
-                            ": the CUDA kernel is not in this build yet (cpu only)");
+#if defined(ORRERY_KERNELS_CUDA)
+  return cuda::MlaDecodePagedCuda(q, cache, dv, scale, options.max_splits, o, lse);
+#else
+  return NoCuda(kOp, q);
+#endif
 }
 
 }  // namespace orrery::kernels
