@@ -17,6 +17,7 @@
 #include "model/chat_format.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "rollout/make_backend.h"
 
 namespace orrery {
 namespace {
@@ -34,15 +35,14 @@ int Pretrain(const CliArgs& args) {
   return s.ok() ? 0 : ReportError(s.status());
 }
 
-// Continues `prompt` in `slot` of `state` (emptied first) until <|end|>/<|endoftext|> or
-// max_tokens, with the model's decode state: one Prefill, then one DecodeStep per token. The prompt
-// and what is generated stay within the model's max_seq_len: a prompt that leaves no room is
-// refused, and generation stops at the limit.
-StatusOr<std::vector<int32_t>> Generate(model::Model& model, model::InferenceState& state,
-                                        int64_t slot, const ChatFormat& format,
+// Continues `prompt` in slot 0 of `backend` (emptied first) until <|end|>/<|endoftext|> or
+// max_tokens: one prefill feed, then one token per feed. The prompt and what is generated stay
+// within the model's max_seq_len: a prompt that leaves no room is refused, and generation stops at
+// the limit.
+StatusOr<std::vector<int32_t>> Generate(rollout::PolicyBackend& backend, int64_t max_seq_len,
+                                        const ChatFormat& format,
                                         const std::vector<int32_t>& prompt, int64_t max_tokens,
                                         const SamplingOptions& sampling, PhiloxGenerator& rng) {
-  const int64_t max_seq_len = model.config().max_seq_len;
   const int64_t prompt_len = static_cast<int64_t>(prompt.size());
   if (prompt_len >= max_seq_len) {
     return InvalidArgumentError("the prompt is " + std::to_string(prompt_len) +
@@ -50,16 +50,16 @@ StatusOr<std::vector<int32_t>> Generate(model::Model& model, model::InferenceSta
                                 std::to_string(max_seq_len) + ", leaving no room to generate");
   }
   max_tokens = std::min(max_tokens, max_seq_len - prompt_len);
-  ORRERY_RETURN_IF_ERROR(state.Reset(slot));
-  ORRERY_ASSIGN_OR_RETURN(model::StepOutput step, model.Prefill(&state, {slot}, {prompt}));
-  const int64_t vocab = model.config().vocab_size;
+  backend.Release(0);
+  ORRERY_ASSIGN_OR_RETURN(rollout::FeedResult step, backend.Feed({0}, {prompt}));
+  const int64_t vocab = backend.vocab_size();
   std::vector<int32_t> out;
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t next = SampleToken(step.logits.data<float>(), vocab, sampling, rng);
     out.push_back(next);
     if (next == format.end_of_turn_id() || next == format.end_of_text_id()) break;
     if (i + 1 < max_tokens) {
-      ORRERY_ASSIGN_OR_RETURN(step, model.DecodeStep(&state, {slot}, {next}));
+      ORRERY_ASSIGN_OR_RETURN(step, backend.Feed({0}, {{next}}));
     }
   }
   return out;
@@ -78,11 +78,18 @@ int GenerateCommand(const CliArgs& args) {
     return ReportError(InvalidArgumentError("--temperature must be >= 0 and --top-p in (0, 1]"));
   }
   PhiloxGenerator rng(static_cast<uint64_t>(args.Int("seed", 0)), 0);
-  StatusOr<std::unique_ptr<model::InferenceState>> state =
-      model::InferenceState::Create(*m->model, model::InferenceOptions{1, 0});
-  if (!state.ok()) return ReportError(state.status());
-  StatusOr<int64_t> slot = (*state)->Allocate();
-  if (!slot.ok()) return ReportError(slot.status());
+  const std::string device = args.Get("device", "cpu"), dtype = args.Get("dtype", "bf16");
+  if (device != "cpu" && device != "cuda") {
+    return ReportError(InvalidArgumentError("--device " + device + ": expected cpu or cuda"));
+  }
+  if (dtype != "bf16" && dtype != "f32") {
+    return ReportError(InvalidArgumentError("--dtype " + dtype + ": expected bf16 or f32"));
+  }
+  const int64_t max_seq_len = m->model->config().max_seq_len;
+  StatusOr<std::unique_ptr<rollout::PolicyBackend>> backend = rollout::MakePolicyBackend(
+      m->model.get(), device == "cuda" ? RunDevice::kCuda : RunDevice::kCpu,
+      dtype == "f32" ? DType::kF32 : DType::kBF16, 1, max_seq_len);
+  if (!backend.ok()) return ReportError(backend.status().WithContext("--device " + device));
 
   // Conversations whose assistant turn to generate: --prompt as one user message, or every line of
   // --prompts (chat-transcript JSONL, cut before its first assistant message).
@@ -124,7 +131,7 @@ int GenerateCommand(const CliArgs& args) {
     StatusOr<RenderedChat> p = m->format->RenderPrompt(prompts[i]);
     if (!p.ok()) return ReportError(p.status());
     StatusOr<std::vector<int32_t>> gen =
-        Generate(*m->model, **state, *slot, *m->format, p->ids, max_tokens, sampling, rng);
+        Generate(**backend, max_seq_len, *m->format, p->ids, max_tokens, sampling, rng);
     if (!gen.ok()) return ReportError(gen.status());
     StatusOr<ParsedAssistantTurn> turn = m->format->ParseAssistantTurn(*gen);
     const bool call = turn.ok() && !turn->message.tool_calls.empty();
@@ -179,7 +186,10 @@ void RegisterPretrainCommands(CliRegistry& registry) {
        {"--temperature", "0: greedy", CliKind::kFloat, false, "0"},
        {"--top-p", "nucleus sampling mass", CliKind::kFloat, false, "1"},
        {"--seed", "sampling seed", CliKind::kInt, false, "0"},
-       {"--show", "print this many generations", CliKind::kInt, false, "5"}},
+       {"--show", "print this many generations", CliKind::kInt, false, "5"},
+       {"--device", "cpu, or cuda: the GPU model on CUDA device 0", CliKind::kString, false, "cpu"},
+       {"--dtype", "the GPU model's compute dtype with --device cuda: bf16 or f32",
+        CliKind::kString, false, "bf16"}},
       GenerateCommand});
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/kda.h"
 #include "kernels/lm_head_loss.h"
 #include "kernels/matmul.h"
+#include "kernels/mla_decode.h"
 #include "kernels/mla_keys.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/short_conv.h"
@@ -1016,6 +1017,64 @@ Status RunLmHeadLoss(OpIo& io, Device device) {
   return Status::OK();
 }
 
+// ---- mla_decode: absorbed MLA decode over a paged latent cache (kernels/mla_decode.h) ----
+Status RunMlaDecode(OpIo& io, Device device) {
+  if (io.backward()) return io.Error("op mla_decode has no --backward (a decode step)");
+  ORRERY_ASSIGN_OR_RETURN(Tensor q, io.Float("q", 4, "[N, Q, H, D]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor pages, io.Float("pages", 3, "[num_pages, page_size, D]"));
+  const int64_t n = q.dim(0), nq = q.dim(1), h = q.dim(2), d = q.dim(3);
+  if (pages.dim(2) != d) {
+    return io.Error("tensor 'pages' is " + pages.ToString() +
+                    ", expected [num_pages, page_size, D = " + std::to_string(d) + "] (as q)");
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor table,
+                          io.Index("block_table", DType::kI32, "[N, max_pages_per_seq]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor lens, io.Index("context_lens", DType::kI32, "[N]"));
+  if (!table.defined() || table.ndim() != 2 || table.dim(0) != n) {
+    return io.Error("tensor 'block_table' is " +
+                    (table.defined() ? table.ToString() : std::string("missing")) +
+                    ", expected integers [N = " + std::to_string(n) + ", max_pages_per_seq]");
+  }
+  if (!lens.defined()) return io.Error("tensor 'context_lens' [N] is missing (op mla_decode)");
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("context_lens", lens, {n}, "[N], N = q's sequences"));
+  // K3's defaults: a 64-wide rope part after the latent, the MHA form's (128 + 64)^-1/2 scale.
+  ORRERY_ASSIGN_OR_RETURN(double dv_attr, io.Attr("dv", static_cast<double>(d > 64 ? d - 64 : d)));
+  ORRERY_ASSIGN_OR_RETURN(double scale, io.Attr("scale", 1.0 / std::sqrt(192.0)));
+  ORRERY_ASSIGN_OR_RETURN(double splits, io.Attr("max_splits", 0));
+  const int64_t dv = static_cast<int64_t>(dv_attr);
+  if (dv_attr != static_cast<double>(dv) || dv < 1 || dv > d) {
+    return InvalidArgumentError("--attr dv: expected an integer in [1, D = " + std::to_string(d) +
+                                "], got " + std::to_string(dv_attr));
+  }
+  if (splits != std::floor(splits) || splits < 0 || splits > kernels::kMaxMlaDecodeSplits) {
+    return InvalidArgumentError("--attr max_splits: expected an integer in [0, " +
+                                std::to_string(kernels::kMaxMlaDecodeSplits) + "], got " +
+                                std::to_string(splits));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  // The index values are checked here for either device (on cuda the op trusts them).
+  {
+    const kernels::PagedLatentCache host{pages, table, lens};
+    const Status st = kernels::CheckPagedLatentIndices(host, nq);
+    if (!st.ok()) return io.Error(st.message());
+  }
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "pages"));
+  kernels::PagedLatentCache cache;
+  ORRERY_ASSIGN_OR_RETURN(cache.pages, Upload(pages, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(cache.block_table, table.To(device));
+  ORRERY_ASSIGN_OR_RETURN(cache.context_lens, lens.To(device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor qg, Upload(q, dt, device));
+  kernels::MlaDecodeOptions opt;
+  opt.max_splits = static_cast<int>(splits);
+  Tensor o, lse;
+  const Status st =
+      kernels::MlaDecodePaged(qg, cache, dv, static_cast<float>(scale), opt, &o, &lse);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_RETURN_IF_ERROR(Emit(io, "o", o, {n, nq, h, dv}));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "lse", lse, {n, nq, h}));
+  return Status::OK();
+}
+
 template <typename Fn32, typename Fn64>
 Status ByDType(OpIo& io, Fn32 f32, Fn64 f64) {
   return io.compute() == DType::kF64 ? f64(io) : f32(io);
@@ -1025,8 +1084,9 @@ Status ByDType(OpIo& io, Fn32 f32, Fn64 f64) {
 
 const std::vector<std::string>& OpNames() {
   static const std::vector<std::string> names = {
-      "kda",    "kda_recurrent", "mla",      "moe",          "attn_res",  "situ_glu",    "rmsnorm",
-      "matmul", "short_conv",    "mla_keys", "sigmoid_gate", "embedding", "lm_head_loss"};
+      "kda",          "kda_recurrent", "mla",          "moe",        "attn_res",
+      "situ_glu",     "rmsnorm",       "matmul",       "short_conv", "mla_keys",
+      "sigmoid_gate", "embedding",     "lm_head_loss", "mla_decode"};
   return names;
 }
 
@@ -1074,6 +1134,8 @@ Status RunOp(const OpRunOptions& options) {
     st = RunEmbedding(io, device);
   } else if (options.op == "lm_head_loss") {
     st = RunLmHeadLoss(io, device);
+  } else if (options.op == "mla_decode") {
+    st = RunMlaDecode(io, device);
   } else {
     st = device.is_cuda() ? RunRmsNormCuda(io, device)
                           : ByDType(io, RunRmsNormTyped<float>, RunRmsNormTyped<double>);

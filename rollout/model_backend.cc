@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "rollout/feed_plan.h"
+
 namespace orrery::rollout {
 
 StatusOr<std::unique_ptr<ModelBackend>> ModelBackend::Create(model::Model* model, int max_slots,
@@ -36,85 +38,19 @@ void ModelBackend::Release(int slot) {
 
 StatusOr<FeedResult> ModelBackend::Feed(const std::vector<int>& slots,
                                         const std::vector<std::vector<int32_t>>& tokens) {
-  if (slots.empty() || slots.size() != tokens.size()) {
-    return InvalidArgumentError("model backend: feed needs one non-empty token list per slot");
-  }
-  std::vector<bool> seen(max_slots_, false);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const int s = slots[i];
-    if (s < 0 || s >= max_slots_ || seen[s]) {
-      return InvalidArgumentError("model backend: slot " + std::to_string(s) +
-                                  " is out of range or listed twice");
-    }
-    seen[s] = true;
-    if (tokens[i].empty()) return InvalidArgumentError("model backend: empty feed");
-    if (state_->length(s) + static_cast<int64_t>(tokens[i].size()) > max_context_) {
-      return OutOfRangeError("model backend: slot " + std::to_string(s) + " would exceed " +
-                             std::to_string(max_context_) + " tokens");
-    }
-    for (int32_t t : tokens[i]) {
-      if (t < 0 || t >= vocab_size()) {
-        return OutOfRangeError("model backend: token " + std::to_string(t) +
-                               " outside the vocabulary");
-      }
-    }
-  }
-  // Single tokens after a prefix decode; everything else prefills.
-  std::vector<int64_t> pre_slots, dec_slots;
-  std::vector<std::vector<int32_t>> pre_tokens;
-  std::vector<int32_t> dec_tokens;
-  struct Source {
-    bool decode;
-    int64_t row;        // row in that call's logits
-    int64_t first_tok;  // first token in that call's expert ids
-  };
-  std::vector<Source> sources;
-  int64_t pre_tok = 0;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (tokens[i].size() == 1 && state_->length(slots[i]) > 0) {
-      sources.push_back(
-          {true, static_cast<int64_t>(dec_slots.size()), static_cast<int64_t>(dec_slots.size())});
-      dec_slots.push_back(slots[i]);
-      dec_tokens.push_back(tokens[i][0]);
-    } else {
-      sources.push_back({false, static_cast<int64_t>(pre_slots.size()), pre_tok});
-      pre_slots.push_back(slots[i]);
-      pre_tokens.push_back(tokens[i]);
-      pre_tok += static_cast<int64_t>(tokens[i].size());
-    }
-  }
+  ORRERY_ASSIGN_OR_RETURN(FeedPlan plan,
+                          FeedPlan::Make(slots, tokens, max_slots_, max_context_, vocab_size(),
+                                         [this](int s) { return state_->length(s); }));
   model::StepOutput pre, dec;
-  if (!pre_slots.empty()) {
-    ORRERY_ASSIGN_OR_RETURN(pre, model_->Prefill(state_.get(), pre_slots, pre_tokens));
+  if (!plan.prefill_slots.empty()) {
+    ORRERY_ASSIGN_OR_RETURN(pre,
+                            model_->Prefill(state_.get(), plan.prefill_slots, plan.prefill_tokens));
   }
-  if (!dec_slots.empty()) {
-    ORRERY_ASSIGN_OR_RETURN(dec, model_->DecodeStep(state_.get(), dec_slots, dec_tokens));
+  if (!plan.decode_slots.empty()) {
+    ORRERY_ASSIGN_OR_RETURN(
+        dec, model_->DecodeStep(state_.get(), plan.decode_slots, plan.decode_tokens));
   }
-  for (model::StepOutput* o : {&pre, &dec}) {
-    if (o->logits.defined() && o->logits.dtype() != DType::kF32) {
-      ORRERY_ASSIGN_OR_RETURN(o->logits, o->logits.Cast(DType::kF32));
-    }
-  }
-  const int64_t v = vocab_size();
-  const int layers = moe_layers(), k = top_k();
-  int64_t fed = 0;
-  for (const auto& t : tokens) fed += static_cast<int64_t>(t.size());
-  FeedResult out;
-  out.logits = Tensor::Empty({static_cast<int64_t>(slots.size()), v}, DType::kF32);
-  out.expert_ids = Tensor::Empty({layers, fed, k}, DType::kI32);
-  int64_t at = 0;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const model::StepOutput& src = sources[i].decode ? dec : pre;
-    std::copy_n(src.logits.data<float>() + sources[i].row * v, v, out.logits.data<float>() + i * v);
-    const int64_t n = static_cast<int64_t>(tokens[i].size());
-    const int64_t src_tokens = layers > 0 ? src.expert_ids.dim(1) : 0;
-    for (int l = 0; l < layers; ++l) {
-      std::copy_n(src.expert_ids.data<int32_t>() + (l * src_tokens + sources[i].first_tok) * k,
-                  n * k, out.expert_ids.data<int32_t>() + (l * fed + at) * k);
-    }
-    at += n;
-  }
-  return out;
+  return plan.Merge(pre, dec, vocab_size(), moe_layers(), top_k());
 }
 
 Status ModelBackend::LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,

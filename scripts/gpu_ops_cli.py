@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """`orrery ops run --device cuda` against --device cpu on a GPU machine, through the CLI.
 
-For rmsnorm, situ_glu, matmul, short_conv, attn_res, mla, mla_keys, sigmoid_gate, moe, embedding
-and lm_head_loss: writes bf16 problems with the standard-library writer of
+For rmsnorm, situ_glu, matmul, short_conv, attn_res, mla, mla_keys, sigmoid_gate, moe, embedding,
+lm_head_loss and mla_decode: writes bf16 problems with the standard-library writer of
 tests/integration/ops_kda_test.py (integer inputs as i64), runs each op on --device cuda (bf16 in,
 as the GPU model computes) and on --device cpu (f32 on the same bf16 values), and compares every
 output by relative RMS error: 5e-3 for outputs rounded to bf16 on the GPU (bf16 rounding alone is
@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ops_kda_test as io  # noqa: E402  (the safetensors writer, reader and the runner)
 
 BF16_TOL, F32_TOL, MOE_TOL, EXACT = 5e-3, 2e-5, 2e-2, 0.0
-INTEGERS = ("cu_seqlens", "ids", "targets")  # stored as i64; "c" stays f32; the rest is bf16
+# Stored as i64; "c" stays f32; the rest is bf16.
+INTEGERS = ("cu_seqlens", "ids", "targets", "block_table", "context_lens")
 
 
 def rel_rms(got, want):
@@ -107,6 +108,19 @@ def main():
           "targets": ints(rng, 70, 300), "mask": ([70], [float(i % 5 != 0) for i in range(70)]),
           "dloss_sum": ([1], [1.0 / 64])},
          {"loss_sum": F32_TOL, "dx": BF16_TOL, "dw": BF16_TOL}),
+        # Absorbed MLA decode at K3's row (576 = 512 latent + 64 rope), 16 heads, 2 new tokens per
+        # sequence, three sequences over shuffled 16-token pages (the first page shared by two),
+        # split automatically and forced to 5 splits.
+        ("mla_decode", ["--attr", "dv=512"],
+         {"q": gauss(rng, [3, 2, 16, 576], 2.0), "pages": gauss(rng, [12, 16, 576]),
+          "block_table": ([3, 5], [7, 2, 11, 0, 5, 7, 0, 0, 0, 0, 3, 9, 1, 0, 0]),
+          "context_lens": ([3], [70, 2, 33])},
+         {"o": BF16_TOL, "lse": F32_TOL}),
+        ("mla_decode", ["--attr", "dv=512", "--attr", "max_splits=5"],
+         {"q": gauss(rng, [3, 2, 16, 576], 2.0), "pages": gauss(rng, [12, 16, 576]),
+          "block_table": ([3, 5], [7, 2, 11, 0, 5, 7, 0, 0, 0, 0, 3, 9, 1, 0, 0]),
+          "context_lens": ([3], [70, 2, 33])},
+         {"o": BF16_TOL, "lse": F32_TOL}),
     ]
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -5,6 +5,7 @@
 #include "actors/rl/policy_eval.h"
 #include "actors/rl/rl_config.h"
 #include "actors/rl/rl_roles.h"
+#include "core/run_config.h"
 #include "core/safetensors.h"
 #include "env/registry.h"
 #include "learner/policy_checkpoint.h"
@@ -36,6 +37,16 @@ int EvalCommand(const ConfigSections* sections, const CliArgs& args) {
   if (!policy.ok()) return ReportError(policy.status());
 
   PolicyEvalOptions o;
+  const RunConfig run = ReadRunConfig(root);
+  o.device = run.device;
+  o.dtype = run.dtype;
+  if (args.Has("device")) {
+    const std::string device = args.Get("device");
+    if (device != "cpu" && device != "cuda") {
+      return ReportError(InvalidArgumentError("--device " + device + ": expected cpu or cuda"));
+    }
+    o.device = device == "cuda" ? RunDevice::kCuda : RunDevice::kCpu;
+  }
   o.tasks = static_cast<int>(args.Int("tasks", rl.eval_tasks));
   o.slots = rl.slots;
   o.agent = rl.agent;
@@ -85,7 +96,9 @@ void RegisterRlCommands(CliRegistry& registry) {
        {"--temperature", "sampling temperature (0: greedy; default [rl] eval_temperature)",
         CliKind::kFloat, false, ""},
        {"--split", "train or test", CliKind::kString, false, "test"},
-       {"--json", "also write the result as JSON to this file", CliKind::kString, false, ""}},
+       {"--json", "also write the result as JSON to this file", CliKind::kString, false, ""},
+       {"--device", "cpu or cuda (default: the config's [run] device)", CliKind::kString, false,
+        ""}},
       [sections](const CliArgs& args) { return EvalCommand(sections, args); }});
 }
 

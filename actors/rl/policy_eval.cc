@@ -3,7 +3,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "rollout/model_backend.h"
+#include "rollout/make_backend.h"
 
 namespace orrery::rl_actors {
 
@@ -33,9 +33,13 @@ StatusOr<PolicyEvalResult> EvaluatePolicy(model::Model& model, const ChatFormat&
   }
   ORRERY_RETURN_IF_ERROR(rollout::ValidateAgentOptions(options.agent));
   const auto start = std::chrono::steady_clock::now();
-  ORRERY_ASSIGN_OR_RETURN(
-      std::unique_ptr<rollout::ModelBackend> backend,
-      rollout::ModelBackend::Create(&model, options.slots, options.agent.max_episode_tokens));
+  StatusOr<std::unique_ptr<rollout::PolicyBackend>> made = rollout::MakePolicyBackend(
+      &model, options.device, options.dtype, options.slots, options.agent.max_episode_tokens);
+  if (!made.ok()) {
+    return options.device == RunDevice::kCuda ? made.status().WithContext("run.device = \"cuda\"")
+                                              : made.status();
+  }
+  std::unique_ptr<rollout::PolicyBackend> backend = std::move(made).value();
   rollout::AgentLoop loop(backend.get(), &format, &env, options.agent);
   for (int i = 0; i < options.tasks; ++i) {
     ORRERY_ASSIGN_OR_RETURN(env::TaskRef task, env.Task(options.split, static_cast<uint64_t>(i)));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/run_config.h"
 #include "env/env.h"
 #include "model/chat_format.h"
 #include "model/model.h"
@@ -22,6 +23,9 @@ struct PolicyEvalOptions {
   int tasks = 50;
   int slots = 16;
   rollout::AgentOptions agent;  // sampling.temperature 0: greedy
+  // [run] device and dtype: the host model itself, or its upload to CUDA device 0.
+  RunDevice device = RunDevice::kCpu;
+  DType dtype = DType::kBF16;
 };
 
 struct PolicyEvalResult {
@@ -39,7 +43,8 @@ struct PolicyEvalResult {
 // True when the trajectory counts as a pass (see above).
 bool EpisodePassed(const rollout::Trajectory& t);
 
-// `model` is used in place (its decode state is created here and released on return).
+// `model` is used in place on the CPU, or uploaded to the GPU (the decode state is created here
+// and released on return).
 StatusOr<PolicyEvalResult> EvaluatePolicy(model::Model& model, const ChatFormat& format,
                                           env::Env& env, const PolicyEvalOptions& options);
 

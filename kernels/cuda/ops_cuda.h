@@ -12,6 +12,10 @@
 #include "kernels/matmul.h"
 #include "kernels/situ.h"
 
+namespace orrery::kernels {
+struct PagedLatentCache;  // kernels/mla_decode.h
+}  // namespace orrery::kernels
+
 namespace orrery::kernels::cuda {
 
 // c = alpha op(a) op(b) + beta c through cuBLASLt (kernels/matmul.h).
@@ -108,5 +112,13 @@ Status SigmoidCuda(const Tensor& x, Tensor* y);
 Status AddIntoCuda(const Tensor& x, float alpha, Tensor* y);
 // y = x converted (f32 / bf16 either way; the same dtype copies).
 Status CastIntoCuda(const Tensor& x, Tensor* y);
+
+// The paged latent cache of MLA decode (kernels/mla_decode.h), bf16 or f32, checked by the caller:
+// the latents' rows copied into their slots; the absorbed decode with `splits` splits of each
+// context (0: chosen from the batch, the capacity and the SM count; else at most
+// kMaxMlaDecodeSplits).
+Status PagedLatentWriteCuda(const Tensor& latents, const Tensor& slot_mapping, Tensor* pages);
+Status MlaDecodePagedCuda(const Tensor& q, const PagedLatentCache& cache, int64_t dv, float scale,
+                          int splits, Tensor* o, Tensor* lse);
 
 }  // namespace orrery::kernels::cuda

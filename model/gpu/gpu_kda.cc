@@ -6,6 +6,7 @@
 #include "kernels/gates.h"
 #include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rows.h"
 #include "kernels/short_conv.h"
 #include "model/gpu/gpu_layers.h"
 
@@ -82,12 +83,69 @@ Status GpuKda::Forward(const Tensor& x, const Sequences& s, bool training, Tenso
   }
   c->saved = out.saved;
   ORRERY_ASSIGN_OR_RETURN(c->o, out.o.Reshape({s.n * h_, vd_}));
+  return Output(x, s.n, c, y);
+}
+
+Status GpuKda::Output(const Tensor& x, int64_t n, Cache* c, Tensor* y) const {
   ORRERY_RETURN_IF_ERROR(
       kernels::RmsNorm(c->o, onorm_.compute, c_->rms_norm_eps, &c->on, &c->o_rstd));
-  ORRERY_ASSIGN_OR_RETURN(c->on, c->on.Reshape({s.n, h_ * vd_}));
+  ORRERY_ASSIGN_OR_RETURN(c->on, c->on.Reshape({n, h_ * vd_}));
   ORRERY_RETURN_IF_ERROR(Linear(x, wg_, &c->gate));
   ORRERY_RETURN_IF_ERROR(kernels::SigmoidGate(c->on, c->gate, &c->og));
   return Linear(c->og, wo_, y);
+}
+
+Status GpuKda::Infer(const Tensor& x, const InferenceSegments& s, KdaSlotState* st,
+                     Tensor* y) const {
+  Cache c;
+  ORRERY_RETURN_IF_ERROR(Linear(x, wq_, &c.qh));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wk_, &c.kh));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wv_, &c.vh));
+  // Short conv + SiLU over each slot's window [history ; new rows]; the window's last
+  // conv_size - 1 pre-conv rows become the slot's history (the host KdaLayer::Infer's window).
+  const struct {
+    const Tensor& pre;
+    const Weight& conv;
+    Tensor* out;
+    Tensor* hist;
+  } streams[3] = {{c.qh, cq_, &c.qc, &st->conv[0]},
+                  {c.kh, ck_, &c.kc, &st->conv[1]},
+                  {c.vh, cv_, &c.v, &st->conv[2]}};
+  for (const auto& stream : streams) {
+    if (!s.ext_index.defined()) {  // conv_size 1: no history
+      ORRERY_RETURN_IF_ERROR(
+          kernels::ShortConvSilu(stream.pre, stream.conv.compute, s.cu_device, stream.out));
+      continue;
+    }
+    const int64_t hist_rows = stream.hist->dim(0), width = stream.pre.dim(1);
+    ORRERY_ASSIGN_OR_RETURN(
+        Tensor both, Tensor::Allocate({hist_rows + s.n, width}, stream.pre.dtype(), x.device()));
+    ORRERY_ASSIGN_OR_RETURN(Tensor both_hist, both.Slice(0, hist_rows));
+    ORRERY_ASSIGN_OR_RETURN(Tensor both_new, both.Slice(hist_rows, hist_rows + s.n));
+    ORRERY_RETURN_IF_ERROR(both_hist.CopyFrom(*stream.hist));
+    ORRERY_RETURN_IF_ERROR(both_new.CopyFrom(stream.pre));
+    Tensor window, conv_out;
+    ORRERY_RETURN_IF_ERROR(kernels::GatherRows(both, s.ext_index, &window));
+    ORRERY_RETURN_IF_ERROR(
+        kernels::ShortConvSilu(window, stream.conv.compute, s.ext_cu, &conv_out));
+    ORRERY_RETURN_IF_ERROR(kernels::GatherRows(conv_out, s.new_rows, stream.out));
+    ORRERY_RETURN_IF_ERROR(kernels::GatherRows(window, s.hist_rows, stream.hist));
+  }
+  ORRERY_RETURN_IF_ERROR(Linear(x, fa_, &c.fa));
+  ORRERY_RETURN_IF_ERROR(Linear(c.fa, fb_, &c.z));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wb_, &c.bl));
+  Sequences seq;
+  seq.n = s.n;
+  seq.cu_host = s.cu_host;
+  kernels::KdaInputs in = Inputs(c, seq);
+  in.initial_state = st->state;
+  kernels::KdaOptions o = Options(false);
+  o.output_final_state = true;
+  kernels::KdaOutputs out;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaForward(in, o, &out));
+  st->state = out.final_state;
+  ORRERY_ASSIGN_OR_RETURN(c.o, out.o.Reshape({s.n * h_, vd_}));
+  return Output(x, s.n, &c, y);
 }
 
 Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {

@@ -8,6 +8,7 @@
 // upstream gradient in the compute dtype and adds its input gradient into an fp32 tensor.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -46,6 +47,53 @@ struct Sequences {
   int64_t n = 0;     // tokens
   Tensor cu_host;    // i64 [docs + 1] on the CPU (the KDA op)
   Tensor cu_device;  // the same on the device (conv, attention)
+};
+
+// ---- inference over slots (model/gpu/gpu_inference.h) ----
+// The new tokens of one inference call: one segment per slot, in call order, packed to n rows.
+struct InferenceSegments {
+  int64_t n = 0;
+  std::vector<int64_t> cu;  // [segments + 1] offsets
+  Tensor cu_host;           // the same, i64 on the CPU (the KDA op takes it there)
+  Tensor cu_device;         // and on the device
+  // The short conv over each segment's window [its conv_size - 1 history rows ; its new rows]:
+  // the windows are packed as "ext" rows, gathered from [all histories ; all new rows]. Built once
+  // per call and shared by every KDA layer. With conv_size 1 there is no history (all undefined).
+  Tensor ext_index;  // i32 [segments * hist + n]: for each ext row, its row in [histories ; new]
+  Tensor ext_cu;     // i64 [segments + 1] on the device: the windows' offsets in ext
+  Tensor new_rows;   // i32 [n]: the ext rows of the new tokens
+  Tensor hist_rows;  // i32 [segments * hist]: the ext rows that become each segment's history
+};
+
+// One KDA layer's state for the slots of a call, gathered in call order; Infer advances it.
+struct KdaSlotState {
+  Tensor state;    // f32 [segments, H, K, V]
+  Tensor conv[3];  // compute dtype [segments * (conv_size - 1), width]: q, k, v pre-conv rows
+};
+
+// The call's view of the MLA layers' paged latent caches (the same pages in every MLA layer;
+// only the pool tensor differs), in kernels/mla_decode.h's terms.
+struct MlaPagedCall {
+  Tensor slot_mapping;  // i32 [n]: page * page_size + offset of each new token
+  Tensor block_table;   // i32 [segments, max_pages]
+  Tensor context_lens;  // i32 [segments]: tokens of each slot after this call
+  // Every segment has the same length (decode: 1): one attention call over all of them;
+  // otherwise one call per segment.
+  bool uniform = false;
+};
+
+// One forward of the stack over an inference call's new tokens (GpuModel::RunInference). The
+// sequence mixers, which read and write the slots' state, are the caller's.
+class GpuKda;
+class GpuMla;
+using InferenceMixer = std::function<Status(int64_t layer, const GpuKda* kda, const GpuMla* mla,
+                                            const Tensor& x, Tensor* y)>;
+struct InferencePass {
+  Tensor tokens;         // i32 [n] on the device
+  Tensor last;           // i32 [segments] on the device: the rows whose next-token logits to return
+  InferenceMixer mixer;  // layer l's mixer on its normalised input x [n, d]: *y [n, d]
+  Tensor logits;         // out: f32 [segments, vocab] on the device
+  std::vector<Tensor> expert_ids;  // out: per MoE layer, i32 [n, top_k] on the device
 };
 
 // ---- helpers over kernels::Matmul and the element-wise ops ----
@@ -90,9 +138,14 @@ class GpuKda {
   };
   Status Forward(const Tensor& x, const Sequences& s, bool training, Tensor* y, Cache* c) const;
   Status Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const;
+  // Inference: the new tokens x [n, d] of the call's segments continue from `st` (the chunked
+  // core from each slot's state, the conv over its history), which is advanced; *y [n, d].
+  Status Infer(const Tensor& x, const InferenceSegments& s, KdaSlotState* st, Tensor* y) const;
 
  private:
   kernels::KdaOptions Options(bool training) const;
+  // The per-head output RMSNorm, the sigmoid gate and W_o from c->o [n*H, V]; *y.
+  Status Output(const Tensor& x, int64_t n, Cache* c, Tensor* y) const;
   kernels::KdaInputs Inputs(const Cache& c, const Sequences& s) const;
   const ModelConfig* c_ = nullptr;
   int64_t h_ = 0, kd_ = 0, vd_ = 0;
@@ -108,8 +161,18 @@ class GpuMla {
   };
   Status Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c) const;
   Status Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const;
+  // Inference, the absorbed form (host MlaLayer::Infer): the latent rows [c-hat | k^R] of the new
+  // tokens x [n, d] are written into `pages` (this layer's pool [num_pages, page_size, dc + dr])
+  // at call.slot_mapping, the absorbed queries attend over each slot's pages
+  // (kernels::MlaDecodePaged), and W_UV, the gate and W_o follow; *y [n, d].
+  Status Infer(const Tensor& x, const InferenceSegments& s, const MlaPagedCall& call, Tensor* pages,
+               Tensor* y) const;
 
  private:
+  // q [n, H * dqk] from x (through the q LoRA when configured).
+  Status Queries(const Tensor& x, Cache* c) const;
+  // The sigmoid gate (when configured) and W_o from the attention output o [n, H * dv]; *y.
+  Status Output(const Tensor& x, const Tensor& o, Cache* c, Tensor* y) const;
   const ModelConfig* c_ = nullptr;
   int64_t h_ = 0, dn_ = 0, dv_ = 0, dqk_ = 0;
   double scale_ = 1;

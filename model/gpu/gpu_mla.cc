@@ -6,9 +6,12 @@
 
 #include "kernels/attention.h"
 #include "kernels/gates.h"
+#include "kernels/matmul.h"
+#include "kernels/mla_decode.h"
 #include "kernels/mla_keys.h"
 #include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rows.h"
 #include "model/gpu/gpu_layers.h"
 
 namespace orrery::model::gpu {
@@ -40,18 +43,28 @@ Status GpuMla::Init(const WeightTable& t, const ModelConfig& c, const std::strin
   return Status::OK();
 }
 
-Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c) const {
-  c->x = x;
-  kernels::PhaseScope scope("fwd.mla");
-  const int64_t n = s.n;
+Status GpuMla::Queries(const Tensor& x, Cache* c) const {
   if (c_->mla.q_lora_rank > 0) {
     ORRERY_RETURN_IF_ERROR(Linear(x, wqa_, &c->qa));
     ORRERY_RETURN_IF_ERROR(
         kernels::RmsNorm(c->qa, qnorm_.compute, c_->mla.lora_eps, &c->qan, &c->qa_rstd));
-    ORRERY_RETURN_IF_ERROR(Linear(c->qan, wqb_, &c->q));
-  } else {
-    ORRERY_RETURN_IF_ERROR(Linear(x, wq_, &c->q));
+    return Linear(c->qan, wqb_, &c->q);
   }
+  return Linear(x, wq_, &c->q);
+}
+
+Status GpuMla::Output(const Tensor& x, const Tensor& o, Cache* c, Tensor* y) const {
+  if (!c_->mla.output_gate) return Linear(o, wo_, y);
+  ORRERY_RETURN_IF_ERROR(Linear(x, wg_, &c->gl));
+  ORRERY_RETURN_IF_ERROR(kernels::SigmoidGate(o, c->gl, &c->og));
+  return Linear(c->og, wo_, y);
+}
+
+Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c) const {
+  c->x = x;
+  kernels::PhaseScope scope("fwd.mla");
+  const int64_t n = s.n;
+  ORRERY_RETURN_IF_ERROR(Queries(x, c));
   Tensor kr;
   ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c->cl));
   ORRERY_RETURN_IF_ERROR(Linear(x, wr_, &kr));
@@ -67,10 +80,76 @@ Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c)
         kernels::CausalAttention(q3, c->k, c->v, s.cu_device, scale_, &c->o, &c->lse));
   }
   ORRERY_ASSIGN_OR_RETURN(Tensor o2, c->o.Reshape({n, h_ * dv_}));
-  if (!c_->mla.output_gate) return Linear(o2, wo_, y);
-  ORRERY_RETURN_IF_ERROR(Linear(x, wg_, &c->gl));
-  ORRERY_RETURN_IF_ERROR(kernels::SigmoidGate(o2, c->gl, &c->og));
-  return Linear(c->og, wo_, y);
+  return Output(x, o2, c, y);
+}
+
+Status GpuMla::Infer(const Tensor& x, const InferenceSegments& s, const MlaPagedCall& call,
+                     Tensor* pages, Tensor* y) const {
+  const int64_t n = s.n, dc = c_->mla.kv_lora_rank, dr = c_->mla.qk_rope_head_dim, w = dc + dr;
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  Cache c;
+  ORRERY_RETURN_IF_ERROR(Queries(x, &c));
+  // The new tokens' latent rows [c-hat (normalised) | k^R] into their pages.
+  Tensor kr, latents;
+  ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c.cl));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wr_, &kr));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNorm(c.cl, kvnorm_.compute, c_->mla.lora_eps, &c.chat, &c.c_rstd));
+  ORRERY_ASSIGN_OR_RETURN(latents, Tensor::Allocate({n, w}, dt, dev));
+  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c.chat, 0, dc, &latents, 0));
+  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(kr, 0, dr, &latents, dc));
+  ORRERY_RETURN_IF_ERROR(kernels::PagedLatentWrite(latents, call.slot_mapping, pages));
+  // Absorbed queries qa [n, H, dc + dr] = [q^N_h W_UK,h | q^R_h], W_UK,h the rows
+  // h*(dn+dv) .. h*(dn+dv)+dn of W_kvb [H*(dn+dv), dc] (W_UV,h the next dv rows).
+  ORRERY_ASSIGN_OR_RETURN(Tensor qa, Tensor::Allocate({n, h_ * w}, dt, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor qn, Tensor::Allocate({n, dn_}, dt, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor qk, Tensor::Allocate({n, dc}, dt, dev));
+  for (int64_t h = 0; h < h_; ++h) {
+    ORRERY_ASSIGN_OR_RETURN(Weight uk, wkvb_.Rows(h * (dn_ + dv_), h * (dn_ + dv_) + dn_));
+    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c.q, h * dqk_, dn_, &qn, 0));
+    ORRERY_RETURN_IF_ERROR(kernels::Matmul(qn, uk.compute, kernels::MatmulOptions{}, &qk));
+    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(qk, 0, dc, &qa, h * w));
+    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c.q, h * dqk_ + dn_, dr, &qa, h * w + dc));
+  }
+  // Attention over each slot's pages: the latent output ol [n, H, dc].
+  ORRERY_ASSIGN_OR_RETURN(Tensor ol, Tensor::Allocate({n, h_ * dc}, dt, dev));
+  const int64_t segments = static_cast<int64_t>(s.cu.size()) - 1;
+  const int64_t calls = call.uniform ? 1 : segments;
+  for (int64_t i = 0; i < calls; ++i) {
+    const int64_t b = call.uniform ? 0 : s.cu[i], e = call.uniform ? n : s.cu[i + 1];
+    const int64_t seqs = call.uniform ? segments : 1, q_len = (e - b) / seqs;
+    kernels::PagedLatentCache cache;
+    cache.pages = *pages;
+    if (call.uniform) {
+      cache.block_table = call.block_table;
+      cache.context_lens = call.context_lens;
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(cache.block_table, call.block_table.Slice(i, i + 1));
+      ORRERY_ASSIGN_OR_RETURN(cache.context_lens, call.context_lens.Slice(i, i + 1));
+    }
+    ORRERY_ASSIGN_OR_RETURN(Tensor q4, qa.Slice(b, e));
+    ORRERY_ASSIGN_OR_RETURN(q4, q4.Reshape({seqs, q_len, h_, w}));
+    Tensor o, lse;
+    ORRERY_RETURN_IF_ERROR(
+        kernels::MlaDecodePaged(q4, cache, dc, static_cast<float>(scale_), &o, &lse));
+    ORRERY_ASSIGN_OR_RETURN(Tensor dst, ol.Slice(b, e));
+    ORRERY_ASSIGN_OR_RETURN(o, o.Reshape({e - b, h_ * dc}));
+    ORRERY_RETURN_IF_ERROR(dst.CopyFrom(o));
+  }
+  // Per head o_h = ol_h W_UV,h^T, then the gate and W_o.
+  ORRERY_ASSIGN_OR_RETURN(Tensor o2, Tensor::Allocate({n, h_ * dv_}, dt, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor olh, Tensor::Allocate({n, dc}, dt, dev));
+  ORRERY_ASSIGN_OR_RETURN(Tensor oh, Tensor::Allocate({n, dv_}, dt, dev));
+  kernels::MatmulOptions nt;
+  nt.trans_b = true;
+  for (int64_t h = 0; h < h_; ++h) {
+    ORRERY_ASSIGN_OR_RETURN(Weight uv, wkvb_.Rows(h * (dn_ + dv_) + dn_, (h + 1) * (dn_ + dv_)));
+    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(ol, h * dc, dc, &olh, 0));
+    ORRERY_RETURN_IF_ERROR(kernels::Matmul(olh, uv.compute, nt, &oh));
+    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(oh, 0, dv_, &o2, h * dv_));
+  }
+  return Output(x, o2, &c, y);
 }
 
 Status GpuMla::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {

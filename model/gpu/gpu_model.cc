@@ -12,8 +12,10 @@
 #include "kernels/embedding.h"
 #include "kernels/gates.h"
 #include "kernels/lm_head_loss.h"
+#include "kernels/matmul.h"
 #include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rows.h"
 #include "model/gpu/gpu_layers.h"
 #include "model/quantile_balancing.h"
 
@@ -282,6 +284,85 @@ class GpuModel::Impl {
     lc.dropped = true;
   }
 
+  // AttnResMix of `blocks` and the partial sum `partial` (no gradient kept).
+  Status MixOnly(const std::vector<Tensor>& blocks, const Tensor& partial, const Weight& w,
+                 const Weight& g, Tensor* h) {
+    std::vector<Tensor> src = blocks;
+    src.push_back(partial);
+    return kernels::AttnResMix(src, w.compute, g.compute, config.rms_norm_eps, h, nullptr);
+  }
+
+  // The forward of Run without caches or loss (the same residual graph, layer by layer), the
+  // mixers the pass's, then the next-token logits of the rows pass->last.
+  Status Infer(gpu::InferencePass* pass) {
+    const ModelConfig& c = config;
+    const int64_t s = c.attn_res_block_size;
+    Tensor p, n1, r1, n2, r2;
+    ORRERY_RETURN_IF_ERROR(kernels::EmbeddingGather(embed.compute, pass->tokens, &p));
+    std::vector<Tensor> blocks;
+    pass->expert_ids.clear();
+    int64_t moe_index = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      Layer& layer = layers[l];
+      Tensor attn_in = p;
+      if (s > 0 && !blocks.empty()) {
+        attn_in = Tensor();
+        ORRERY_RETURN_IF_ERROR(MixOnly(blocks, p, layer.attn_res_w, layer.attn_res_g, &attn_in));
+      }
+      if (s > 0 && l % s == 0) {
+        blocks.push_back(p);
+        p = Tensor();
+      }
+      n1 = r1 = Tensor();
+      ORRERY_RETURN_IF_ERROR(
+          kernels::RmsNorm(attn_in, layer.norm1.compute, c.rms_norm_eps, &n1, &r1));
+      Tensor a;
+      ORRERY_RETURN_IF_ERROR(pass->mixer(l, layer.kda.get(), layer.mla.get(), n1, &a));
+      if (p.defined()) {
+        ORRERY_RETURN_IF_ERROR(kernels::AddInto(a, 1.0f, &p));
+      } else {
+        p = a;
+      }
+      Tensor mlp_in = p;
+      if (s > 0) {
+        mlp_in = Tensor();
+        ORRERY_RETURN_IF_ERROR(MixOnly(blocks, p, layer.mlp_res_w, layer.mlp_res_g, &mlp_in));
+      }
+      n2 = r2 = Tensor();
+      ORRERY_RETURN_IF_ERROR(
+          kernels::RmsNorm(mlp_in, layer.norm2.compute, c.rms_norm_eps, &n2, &r2));
+      Tensor f;
+      if (layer.moe) {
+        ORRERY_ASSIGN_OR_RETURN(Tensor bias, biases[moe_index].To(device));
+        gpu::GpuMoe::Cache mc;
+        ORRERY_RETURN_IF_ERROR(layer.moe->Forward(n2, bias, Tensor(), &f, &mc));
+        pass->expert_ids.push_back(mc.ids);
+        ++moe_index;
+      } else {
+        gpu::GpuMlp::Cache mc;
+        ORRERY_RETURN_IF_ERROR(layer.mlp->Forward(n2, &f, &mc));
+      }
+      // p is this pass's own partial sum (a block source is never added to: p starts afresh
+      // after it is pushed), so the sublayer outputs add in place.
+      ORRERY_RETURN_IF_ERROR(kernels::AddInto(f, 1.0f, &p));
+    }
+    Tensor h = p;
+    if (s > 0) {
+      h = Tensor();
+      ORRERY_RETURN_IF_ERROR(MixOnly(blocks, p, out_res_w, out_res_g, &h));
+    }
+    Tensor hn, hr, last;
+    ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(h, final_norm.compute, c.rms_norm_eps, &hn, &hr));
+    ORRERY_RETURN_IF_ERROR(kernels::GatherRows(hn, pass->last, &last));
+    // f32 logits: bf16 operands accumulate into an f32 output with beta = 1 (kernels/matmul.h).
+    ORRERY_ASSIGN_OR_RETURN(pass->logits,
+                            gpu::ZerosOn({last.dim(0), c.vocab_size}, DType::kF32, device));
+    kernels::MatmulOptions o;
+    o.trans_b = true;
+    o.beta = options.compute_dtype == DType::kF32 ? 0.0f : 1.0f;
+    return kernels::Matmul(last, head.compute, o, &pass->logits);
+  }
+
   StatusOr<GpuLoss> Run(const GpuBatch& batch, double grad_scale, bool backward) {
     const ModelConfig& c = config;
     kernels::PhaseScope upload_scope("batch.check_upload");
@@ -502,6 +583,8 @@ StatusOr<GpuLoss> GpuModel::ForwardBackward(const GpuBatch& batch, double grad_s
                                             bool backward) {
   return impl_->Run(batch, grad_scale, backward);
 }
+
+Status GpuModel::RunInference(gpu::InferencePass* pass) { return impl_->Infer(pass); }
 
 Status GpuModel::UpdateBalancing(BalancingMetrics* metrics) {
   const ModelConfig& c = impl_->config;

@@ -31,6 +31,10 @@
 
 namespace orrery::model {
 
+namespace gpu {
+struct InferencePass;
+}
+
 struct GpuModelOptions {
   DType compute_dtype = DType::kBF16;  // kBF16, or kF32 (the debug mode)
   // A CUDA device, or the CPU with kF32: then every op runs its CPU twin, which checks the GPU
@@ -95,6 +99,11 @@ class GpuModel {
   // Copies the master weights and the balancing biases into `host` (same config), e.g. to save
   // with Model::Save or to run the host model on the GPU model's weights.
   Status CopyToHost(Model* host) const;
+
+  // Inference, internal to model/gpu (GpuInferenceState, model/gpu/gpu_inference.h): one forward
+  // of the stack over the pass's new tokens with its sequence mixers, the balancing biases of the
+  // time and no routing forced; fills the pass's logits and expert ids.
+  Status RunInference(gpu::InferencePass* pass);
 
   class Impl;
 

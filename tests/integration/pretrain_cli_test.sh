@@ -102,6 +102,16 @@ PY
 "$orrery" generate --checkpoint "$tmp/run" --prompt "What is 2+3?" --max-tokens 8 >"$tmp/g.txt" 2>&1 ||
   fail "generate failed: $(cat "$tmp/g.txt")"
 grep -q "generated: " "$tmp/g.txt" || fail "no generation: $(cat "$tmp/g.txt")"
+# --device cuda: the GPU model generates where a GPU is visible; elsewhere one clear line.
+if "$orrery" generate --checkpoint "$tmp/run" --prompt "What is 2+3?" --max-tokens 8 \
+  --device cuda --dtype f32 >"$tmp/gc.txt" 2>&1; then
+  grep -q "generated: " "$tmp/gc.txt" || fail "no generation on cuda: $(cat "$tmp/gc.txt")"
+else
+  [ "$(wc -l <"$tmp/gc.txt")" -eq 1 ] || fail "generate --device cuda: not one line: $(cat "$tmp/gc.txt")"
+  grep -qE "^orrery: --device cuda: gpu model: no CUDA device 0 is visible to this process" \
+    "$tmp/gc.txt" || fail "generate --device cuda: unexpected message: $(cat "$tmp/gc.txt")"
+fi
+expect_error "expected cpu or cuda" "$orrery" generate --checkpoint "$tmp/run" --prompt hi --device tpu
 # A prompt near the limit: generation stops at max_seq_len instead of failing.
 "$orrery" generate --checkpoint "$tmp/run" --prompt "$(python3 -c 'print("one two three " * 20)')" \
   --max-tokens 400 >"$tmp/g2.txt" 2>&1 || fail "generate near max_seq_len failed: $(cat "$tmp/g2.txt")"

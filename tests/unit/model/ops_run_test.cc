@@ -11,6 +11,7 @@
 
 #include "core/philox.h"
 #include "core/safetensors.h"
+#include "kernels/mla_decode.h"
 
 namespace orrery::model {
 namespace {
@@ -373,6 +374,50 @@ TEST(OpsRunTest, CudaWithoutAGpuIsOneClearError) {
                                 : "--device cuda: this build has no CUDA support")
         << op;
   }
+}
+
+// mla_decode through files equals the op on the same values (K3's defaults replaced by attributes),
+// and the index values are checked before either device runs.
+TEST(OpsRunTest, MlaDecodeMatchesTheOpAndChecksIndices) {
+  PhiloxGenerator gen(9, 1);
+  const Tensor table = Tensor::FromVector<int32_t>({2, 3}, {2, 0, 3, 1, 3, 3});
+  Tensors in{{"q", Random({2, 2, 3, 10}, gen)},
+             {"pages", Random({4, 4, 10}, gen)},
+             {"block_table", table},
+             {"context_lens", Tensor::FromVector<int32_t>({2}, {9, 3})}};
+  const std::map<std::string, std::string> attrs{{"dv", "6"}, {"scale", "0.4"}};
+  StatusOr<Tensors> r = RunOpFile("mla_decode", in, false, attrs);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const kernels::PagedLatentCache cache{in.at("pages"), table, in.at("context_lens")};
+  Tensor o, lse;
+  ASSERT_TRUE(kernels::MlaDecodePaged(in.at("q"), cache, 6, 0.4f, &o, &lse).ok());
+  ASSERT_EQ(r->at("o").shape(), (Shape{2, 2, 3, 6}));
+  for (int64_t i = 0; i < o.numel(); ++i) {
+    EXPECT_EQ(r->at("o").data<double>()[i], o.data<double>()[i]) << i;
+  }
+  ASSERT_EQ(r->at("lse").shape(), (Shape{2, 2, 3}));
+  for (int64_t i = 0; i < lse.numel(); ++i) {
+    EXPECT_EQ(r->at("lse").data<float>()[i], lse.data<float>()[i]) << i;
+  }
+
+  const auto expect_error = [&](const Tensors& bad, bool backward, const std::string& want) {
+    StatusOr<Tensors> e = RunOpFile("mla_decode", bad, backward, attrs);
+    ASSERT_FALSE(e.ok()) << want;
+    EXPECT_NE(e.status().message().find(want), std::string::npos) << e.status().message();
+    EXPECT_EQ(e.status().message().find('\n'), std::string::npos) << e.status().message();
+  };
+  Tensors bad = in;
+  bad["context_lens"] = Tensor::FromVector<int32_t>({2}, {9, 13});
+  expect_error(bad, false, "context_lens[1] = 13, expected in [2 (Q), 12");
+  bad = in;
+  bad["block_table"] = Tensor::FromVector<int32_t>({2, 3}, {2, 7, 3, 1, 3, 3});
+  expect_error(bad, false, "block_table[0, 1] = 7, expected a page id in [0, 4)");
+  expect_error(in, true, "op mla_decode has no --backward");
+  StatusOr<Tensors> e = RunOpFile("mla_decode", in, false, {{"dv", "11"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--attr dv: expected an integer in [1, D = 10]"),
+            std::string::npos)
+      << e.status().message();
 }
 
 }  // namespace

@@ -1,0 +1,525 @@
+// GpuInferenceState (model/gpu/gpu_inference.h): slot and page bookkeeping on the host, state and
+// page pools on the device, and the inference pass over the GpuModel (GpuModel::RunInference with
+// the KDA and MLA layers' Infer as its sequence mixers).
+#include "model/gpu/gpu_inference.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <utility>
+
+#include "kernels/rows.h"
+#include "model/gpu/gpu_layers.h"
+
+namespace orrery::model {
+namespace {
+
+Tensor I32(const std::vector<int32_t>& v) {
+  return Tensor::FromVector<int32_t>({static_cast<int64_t>(v.size())}, v);
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+struct GpuInferenceState::Impl {
+  GpuModel* model = nullptr;
+  ModelConfig c;
+  GpuInferenceOptions options;
+  Device device;
+  DType dtype = DType::kF32;        // the compute dtype: conv history and latent pages
+  int64_t hist = 0;                 // conv_size - 1
+  int64_t latent = 0;               // dc + dr
+  std::vector<int64_t> kind_index;  // per layer: its index among the KDA or the MLA layers
+  // Per KDA layer: [S, H, K, V] f32, and q, k, v history [S, hist, width].
+  std::vector<Tensor> kda_state;
+  std::vector<std::array<Tensor, 3>> conv;
+  std::vector<Tensor> pools;  // per MLA layer: [num_pages, page_size, latent]
+  std::vector<bool> used;
+  std::vector<int64_t> length;
+  std::vector<std::vector<int32_t>> block;  // per slot: its pages in token order
+  std::vector<int32_t> refs;                // per page: slots holding it
+  std::vector<int32_t> free_pages;          // a stack
+
+  void Unref(int32_t page) {
+    if (--refs[static_cast<size_t>(page)] == 0) free_pages.push_back(page);
+  }
+  int32_t Take() {
+    const int32_t p = free_pages.back();
+    free_pages.pop_back();
+    refs[static_cast<size_t>(p)] = 1;
+    return p;
+  }
+  void DropPages(int64_t slot) {
+    for (int32_t p : block[static_cast<size_t>(slot)]) Unref(p);
+    block[static_cast<size_t>(slot)].clear();
+  }
+
+  Status ZeroSlot(int64_t slot) {
+    for (Tensor& t : kda_state) {
+      ORRERY_ASSIGN_OR_RETURN(Tensor row, t.Slice(slot, slot + 1));
+      ORRERY_RETURN_IF_ERROR(row.SetZero());
+    }
+    for (auto& per : conv) {
+      for (Tensor& t : per) {
+        if (!t.defined()) continue;
+        ORRERY_ASSIGN_OR_RETURN(Tensor row, t.Slice(slot, slot + 1));
+        ORRERY_RETURN_IF_ERROR(row.SetZero());
+      }
+    }
+    DropPages(slot);
+    length[static_cast<size_t>(slot)] = 0;
+    return Status::OK();
+  }
+
+  // Pages a feed of m tokens into `slot` takes from the pool (a copy-on-write one included).
+  int64_t PagesNeeded(int64_t slot, int64_t m) const {
+    if (pools.empty()) return 0;
+    const auto& b = block[static_cast<size_t>(slot)];
+    const int64_t len = length[static_cast<size_t>(slot)], ps = options.page_size;
+    int64_t need = CeilDiv(len + m, ps) - static_cast<int64_t>(b.size());
+    if (len % ps != 0 && refs[static_cast<size_t>(b.back())] > 1) ++need;
+    return need;
+  }
+
+  Status Check(const std::vector<int64_t>& slots,
+               const std::vector<std::vector<int32_t>>& feeds) const;
+  StatusOr<StepOutput> Extend(const std::vector<int64_t>& slots,
+                              const std::vector<std::vector<int32_t>>& feeds);
+  // One forward pass; every feed at most prefill_chunk tokens; pages already checked.
+  StatusOr<StepOutput> Pass(const std::vector<int64_t>& slots,
+                            const std::vector<std::vector<int32_t>>& feeds);
+  Status RunPass(const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& feeds,
+                 StepOutput* out);
+};
+
+Status GpuInferenceState::Impl::Check(const std::vector<int64_t>& slots,
+                                      const std::vector<std::vector<int32_t>>& feeds) const {
+  if (slots.empty()) return InvalidArgumentError("gpu inference: no slots given");
+  if (slots.size() != feeds.size()) {
+    return InvalidArgumentError("gpu inference: " + std::to_string(slots.size()) + " slots but " +
+                                std::to_string(feeds.size()) + " token lists");
+  }
+  std::vector<bool> seen(used.size(), false);
+  int64_t pages = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const int64_t s = slots[i];
+    if (s < 0 || s >= static_cast<int64_t>(used.size())) {
+      return InvalidArgumentError("gpu inference: slot " + std::to_string(s) + " is outside [0, " +
+                                  std::to_string(used.size()) + ")");
+    }
+    if (!used[static_cast<size_t>(s)]) {
+      return FailedPreconditionError("gpu inference: slot " + std::to_string(s) +
+                                     " is not allocated");
+    }
+    if (seen[static_cast<size_t>(s)]) {
+      return InvalidArgumentError("gpu inference: slot " + std::to_string(s) +
+                                  " appears twice in one call");
+    }
+    seen[static_cast<size_t>(s)] = true;
+    if (feeds[i].empty()) {
+      return InvalidArgumentError("gpu inference: the token list of slot " + std::to_string(s) +
+                                  " is empty");
+    }
+    for (int32_t id : feeds[i]) {
+      if (id < 0 || id >= c.vocab_size) {
+        return InvalidArgumentError("gpu inference: token id " + std::to_string(id) + " for slot " +
+                                    std::to_string(s) + " is outside the vocabulary [0, " +
+                                    std::to_string(c.vocab_size) + ")");
+      }
+    }
+    const int64_t m = static_cast<int64_t>(feeds[i].size());
+    const int64_t total = length[static_cast<size_t>(s)] + m;
+    if (total > options.max_tokens_per_slot) {
+      return ResourceExhaustedError("gpu inference: slot " + std::to_string(s) + " would hold " +
+                                    std::to_string(total) +
+                                    " tokens, more than max_tokens_per_slot = " +
+                                    std::to_string(options.max_tokens_per_slot));
+    }
+    pages += PagesNeeded(s, m);
+  }
+  if (!pools.empty() && pages > static_cast<int64_t>(free_pages.size())) {
+    return ResourceExhaustedError("gpu inference: the call needs " + std::to_string(pages) +
+                                  " latent pages, " + std::to_string(free_pages.size()) + " of " +
+                                  std::to_string(options.num_pages) +
+                                  " are free (release finished slots, or raise num_pages)");
+  }
+  return Status::OK();
+}
+
+StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
+    const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& feeds) {
+  ORRERY_RETURN_IF_ERROR(Check(slots, feeds));
+  const int64_t chunk = options.prefill_chunk;
+  bool fits = true;
+  for (const auto& f : feeds) fits = fits && static_cast<int64_t>(f.size()) <= chunk;
+  if (fits) return Pass(slots, feeds);
+  // Successive chunks: each slot's logits from its last chunk, its expert ids in token order.
+  const int64_t ns = static_cast<int64_t>(slots.size()), k = c.moe.top_k;
+  const int64_t nmoe = c.num_moe_layers();
+  std::vector<int64_t> base(slots.size() + 1, 0);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    base[i + 1] = base[i] + static_cast<int64_t>(feeds[i].size());
+  }
+  StepOutput out;
+  out.logits = Tensor::Empty({ns, c.vocab_size}, DType::kF32);
+  out.expert_ids = Tensor::Zeros({nmoe, base.back(), nmoe > 0 ? k : 0}, DType::kI32);
+  for (int64_t off = 0;; off += chunk) {
+    std::vector<int64_t> sub_slots, which;
+    std::vector<std::vector<int32_t>> sub_feeds;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const int64_t m = static_cast<int64_t>(feeds[i].size());
+      if (off >= m) continue;
+      sub_slots.push_back(slots[i]);
+      which.push_back(static_cast<int64_t>(i));
+      sub_feeds.emplace_back(feeds[i].begin() + off, feeds[i].begin() + std::min(m, off + chunk));
+    }
+    if (sub_slots.empty()) break;
+    ORRERY_ASSIGN_OR_RETURN(StepOutput part, Pass(sub_slots, sub_feeds));
+    int64_t at = 0;
+    for (size_t j = 0; j < which.size(); ++j) {
+      const int64_t i = which[j], m = static_cast<int64_t>(sub_feeds[j].size());
+      std::copy_n(part.logits.data<float>() + static_cast<int64_t>(j) * c.vocab_size, c.vocab_size,
+                  out.logits.data<float>() + i * c.vocab_size);
+      for (int64_t l = 0; l < nmoe; ++l) {
+        std::copy_n(part.expert_ids.data<int32_t>() + (l * part.expert_ids.dim(1) + at) * k, m * k,
+                    out.expert_ids.data<int32_t>() + (l * base.back() + base[i] + off) * k);
+      }
+      at += m;
+    }
+  }
+  return out;
+}
+
+StatusOr<StepOutput> GpuInferenceState::Impl::Pass(const std::vector<int64_t>& slots,
+                                                   const std::vector<std::vector<int32_t>>& feeds) {
+  // Pages first (copy-on-write of a shared, partially filled last page, then new pages to hold
+  // the feed), undone if the pass fails.
+  const int64_t ps = options.page_size;
+  std::vector<std::vector<int32_t>> saved_blocks;
+  std::vector<int32_t> taken, cow_sources;
+  if (!pools.empty()) {
+    for (int64_t s : slots) {
+      auto& b = block[static_cast<size_t>(s)];
+      saved_blocks.push_back(b);
+      const int64_t len = length[static_cast<size_t>(s)];
+      if (len % ps != 0 && refs[static_cast<size_t>(b.back())] > 1) {
+        const int32_t from = b.back(), to = Take();
+        taken.push_back(to);
+        for (Tensor& pool : pools) {
+          ORRERY_ASSIGN_OR_RETURN(Tensor dst, pool.Slice(to, to + 1));
+          ORRERY_ASSIGN_OR_RETURN(Tensor src, pool.Slice(from, from + 1));
+          ORRERY_RETURN_IF_ERROR(dst.CopyFrom(src));
+        }
+        Unref(from);
+        cow_sources.push_back(from);
+        b.back() = to;
+      }
+    }
+    for (size_t i = 0; i < slots.size(); ++i) {
+      auto& b = block[static_cast<size_t>(slots[i])];
+      const int64_t end =
+          length[static_cast<size_t>(slots[i])] + static_cast<int64_t>(feeds[i].size());
+      while (static_cast<int64_t>(b.size()) * ps < end) {
+        taken.push_back(Take());
+        b.push_back(taken.back());
+      }
+    }
+  }
+  StepOutput out;
+  Status st = RunPass(slots, feeds, &out);
+  if (!st.ok()) {
+    for (int32_t p : cow_sources) ++refs[static_cast<size_t>(p)];  // shared: never freed
+    for (int32_t p : taken) Unref(p);
+    for (size_t i = 0; i < saved_blocks.size(); ++i) {
+      block[static_cast<size_t>(slots[i])] = std::move(saved_blocks[i]);
+    }
+    return st;
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    length[static_cast<size_t>(slots[i])] += static_cast<int64_t>(feeds[i].size());
+  }
+  return out;
+}
+
+Status GpuInferenceState::Impl::RunPass(const std::vector<int64_t>& slots,
+                                        const std::vector<std::vector<int32_t>>& feeds,
+                                        StepOutput* out) {
+  const int64_t ns = static_cast<int64_t>(slots.size()), ps = options.page_size;
+  // Host index arrays of the call.
+  gpu::InferenceSegments seg;
+  seg.cu.push_back(0);
+  std::vector<int32_t> tokens, last, slot_index, mapping, context, table;
+  int64_t max_pages = 1;
+  bool uniform = true;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const int64_t s = slots[i], len = length[static_cast<size_t>(s)];
+    const int64_t m = static_cast<int64_t>(feeds[i].size());
+    tokens.insert(tokens.end(), feeds[i].begin(), feeds[i].end());
+    seg.cu.push_back(seg.cu.back() + m);
+    last.push_back(static_cast<int32_t>(seg.cu.back() - 1));
+    slot_index.push_back(static_cast<int32_t>(s));
+    uniform = uniform && m == static_cast<int64_t>(feeds[0].size());
+    context.push_back(static_cast<int32_t>(len + m));
+    max_pages = std::max(max_pages, CeilDiv(len + m, ps));
+    if (!pools.empty()) {
+      const auto& b = block[static_cast<size_t>(s)];
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t pos = len + j;
+        mapping.push_back(static_cast<int32_t>(b[pos / ps] * ps + pos % ps));
+      }
+    }
+  }
+  const int64_t n = seg.cu.back();
+  seg.n = n;
+  seg.cu_host = Tensor::FromVector<int64_t>({ns + 1}, seg.cu);
+  ORRERY_ASSIGN_OR_RETURN(seg.cu_device, seg.cu_host.To(device));
+  if (hist > 0) {
+    std::vector<int32_t> ext, new_rows, hist_rows;
+    std::vector<int64_t> ext_cu{0};
+    for (int64_t i = 0; i < ns; ++i) {
+      const int64_t m = seg.cu[i + 1] - seg.cu[i], start = ext_cu.back();
+      for (int64_t r = 0; r < hist; ++r) ext.push_back(static_cast<int32_t>(i * hist + r));
+      for (int64_t t = 0; t < m; ++t) {
+        ext.push_back(static_cast<int32_t>(ns * hist + seg.cu[i] + t));
+        new_rows.push_back(static_cast<int32_t>(start + hist + t));
+      }
+      ext_cu.push_back(start + hist + m);
+      for (int64_t r = 0; r < hist; ++r) {
+        hist_rows.push_back(static_cast<int32_t>(ext_cu.back() - hist + r));
+      }
+    }
+    ORRERY_ASSIGN_OR_RETURN(seg.ext_index, I32(ext).To(device));
+    ORRERY_ASSIGN_OR_RETURN(seg.new_rows, I32(new_rows).To(device));
+    ORRERY_ASSIGN_OR_RETURN(seg.hist_rows, I32(hist_rows).To(device));
+    ORRERY_ASSIGN_OR_RETURN(seg.ext_cu, Tensor::FromVector<int64_t>({ns + 1}, ext_cu).To(device));
+  }
+  gpu::MlaPagedCall call;
+  call.uniform = uniform;
+  if (!pools.empty()) {
+    table.assign(static_cast<size_t>(ns * max_pages), 0);
+    for (int64_t i = 0; i < ns; ++i) {
+      const auto& b = block[static_cast<size_t>(slots[i])];
+      std::copy(b.begin(), b.end(), table.begin() + i * max_pages);
+    }
+    ORRERY_ASSIGN_OR_RETURN(call.slot_mapping, I32(mapping).To(device));
+    ORRERY_ASSIGN_OR_RETURN(call.block_table,
+                            Tensor::FromVector<int32_t>({ns, max_pages}, table).To(device));
+    ORRERY_ASSIGN_OR_RETURN(call.context_lens, I32(context).To(device));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor slot_dev, I32(slot_index).To(device));
+
+  // The slots' KDA and conv state, gathered in call order (scattered back after the pass).
+  std::vector<gpu::KdaSlotState> kda(kda_state.size());
+  for (size_t i = 0; i < kda_state.size(); ++i) {
+    ORRERY_RETURN_IF_ERROR(kernels::GatherRows(kda_state[i], slot_dev, &kda[i].state));
+    for (int j = 0; j < 3 && hist > 0; ++j) {
+      Tensor rows;
+      ORRERY_RETURN_IF_ERROR(kernels::GatherRows(conv[i][j], slot_dev, &rows));
+      ORRERY_ASSIGN_OR_RETURN(kda[i].conv[j], rows.Reshape({ns * hist, rows.dim(2)}));
+    }
+  }
+  gpu::InferencePass pass;
+  ORRERY_ASSIGN_OR_RETURN(pass.tokens, I32(tokens).To(device));
+  ORRERY_ASSIGN_OR_RETURN(pass.last, I32(last).To(device));
+  pass.mixer = [&](int64_t l, const gpu::GpuKda* k, const gpu::GpuMla* a, const Tensor& x,
+                   Tensor* y) -> Status {
+    const size_t index = static_cast<size_t>(kind_index[static_cast<size_t>(l)]);
+    if (k != nullptr) return k->Infer(x, seg, &kda[index], y);
+    return a->Infer(x, seg, call, &pools[index], y);
+  };
+  ORRERY_RETURN_IF_ERROR(model->RunInference(&pass));
+
+  ORRERY_ASSIGN_OR_RETURN(out->logits, pass.logits.To(Device::Cpu()));
+  const int64_t nmoe = static_cast<int64_t>(pass.expert_ids.size()), k = c.moe.top_k;
+  out->expert_ids = Tensor::Zeros({nmoe, n, nmoe > 0 ? k : 0}, DType::kI32);
+  for (int64_t l = 0; l < nmoe; ++l) {
+    ORRERY_ASSIGN_OR_RETURN(Tensor ids, pass.expert_ids[static_cast<size_t>(l)].To(Device::Cpu()));
+    std::copy_n(ids.data<int32_t>(), n * k, out->expert_ids.data<int32_t>() + l * n * k);
+  }
+  for (size_t i = 0; i < kda_state.size(); ++i) {
+    ORRERY_RETURN_IF_ERROR(kernels::ScatterRows(kda[i].state, slot_dev, &kda_state[i]));
+    for (int j = 0; j < 3 && hist > 0; ++j) {
+      ORRERY_ASSIGN_OR_RETURN(Tensor rows,
+                              kda[i].conv[j].Reshape({ns, hist, kda[i].conv[j].dim(1)}));
+      ORRERY_RETURN_IF_ERROR(kernels::ScatterRows(rows, slot_dev, &conv[i][j]));
+    }
+  }
+  return Status::OK();
+}
+
+GpuInferenceState::GpuInferenceState(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuInferenceState::~GpuInferenceState() = default;
+
+StatusOr<std::unique_ptr<GpuInferenceState>> GpuInferenceState::Create(
+    GpuModel* model, const GpuInferenceOptions& options) {
+  const ModelConfig& c = model->config();
+  GpuInferenceOptions o = options;
+  if (o.max_tokens_per_slot == 0) o.max_tokens_per_slot = c.max_seq_len;
+  if (o.num_slots < 1 || o.page_size < 1 || o.prefill_chunk < 1 || o.num_pages < 0 ||
+      o.max_tokens_per_slot < 1 || o.max_tokens_per_slot > c.max_seq_len) {
+    return InvalidArgumentError(
+        "gpu inference: expected num_slots, page_size and prefill_chunk >= 1, num_pages >= 0 and "
+        "max_tokens_per_slot in [0, max_seq_len = " +
+        std::to_string(c.max_seq_len) + "]; got num_slots " + std::to_string(o.num_slots) +
+        ", page_size " + std::to_string(o.page_size) + ", prefill_chunk " +
+        std::to_string(o.prefill_chunk) + ", num_pages " + std::to_string(o.num_pages) +
+        ", max_tokens_per_slot " + std::to_string(options.max_tokens_per_slot));
+  }
+  if (o.num_pages == 0) o.num_pages = o.num_slots * CeilDiv(o.max_tokens_per_slot, o.page_size);
+  if (o.num_pages * o.page_size > (int64_t{1} << 31) - 1) {
+    return InvalidArgumentError(
+        "gpu inference: num_pages * page_size = " + std::to_string(o.num_pages * o.page_size) +
+        " latent rows exceed the i32 slot mapping");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->model = model;
+  impl->c = c;
+  impl->options = o;
+  impl->device = model->device();
+  impl->dtype = model->compute_dtype();
+  impl->hist = c.kda.conv_size - 1;
+  impl->latent = c.mla.kv_lora_rank + c.mla.qk_rope_head_dim;
+  const int64_t s = o.num_slots;
+  const int64_t widths[3] = {c.kda_key_width(), c.kda_key_width(), c.kda_value_width()};
+  int64_t kda_layers = 0, mla_layers = 0;
+  for (LayerKind kind : c.layers) {
+    if (kind == LayerKind::kKda) {
+      impl->kind_index.push_back(kda_layers++);
+      ORRERY_ASSIGN_OR_RETURN(Tensor state,
+                              Tensor::Allocate({s, c.kda.heads, c.kda.head_k_dim, c.kda.head_v_dim},
+                                               DType::kF32, impl->device));
+      impl->kda_state.push_back(state);
+      std::array<Tensor, 3> conv;
+      for (int j = 0; j < 3 && impl->hist > 0; ++j) {
+        ORRERY_ASSIGN_OR_RETURN(
+            conv[j], Tensor::Allocate({s, impl->hist, widths[j]}, impl->dtype, impl->device));
+      }
+      impl->conv.push_back(conv);
+    } else {
+      impl->kind_index.push_back(mla_layers++);
+      StatusOr<Tensor> pool =
+          Tensor::Allocate({o.num_pages, o.page_size, impl->latent}, impl->dtype, impl->device);
+      if (!pool.ok()) {
+        return pool.status().WithContext(
+            "gpu inference: the latent page pool of " + std::to_string(o.num_pages) + " pages (" +
+            std::to_string(o.num_pages * o.page_size * impl->latent *
+                           static_cast<int64_t>(DTypeSize(impl->dtype))) +
+            " bytes per MLA layer)");
+      }
+      impl->pools.push_back(*pool);
+    }
+  }
+  impl->used.assign(static_cast<size_t>(s), false);
+  impl->length.assign(static_cast<size_t>(s), 0);
+  impl->block.assign(static_cast<size_t>(s), {});
+  impl->refs.assign(static_cast<size_t>(o.num_pages), 0);
+  for (int64_t p = o.num_pages - 1; p >= 0; --p) {
+    impl->free_pages.push_back(static_cast<int32_t>(p));
+  }
+  return std::unique_ptr<GpuInferenceState>(new GpuInferenceState(std::move(impl)));
+}
+
+int64_t GpuInferenceState::num_slots() const { return static_cast<int64_t>(impl_->used.size()); }
+
+int64_t GpuInferenceState::num_free() const {
+  return std::count(impl_->used.begin(), impl_->used.end(), false);
+}
+
+StatusOr<int64_t> GpuInferenceState::Allocate() {
+  for (size_t s = 0; s < impl_->used.size(); ++s) {
+    if (impl_->used[s]) continue;
+    ORRERY_RETURN_IF_ERROR(impl_->ZeroSlot(static_cast<int64_t>(s)));
+    impl_->used[s] = true;
+    return static_cast<int64_t>(s);
+  }
+  return ResourceExhaustedError("gpu inference: all " + std::to_string(impl_->used.size()) +
+                                " slots are in use");
+}
+
+Status GpuInferenceState::CheckSlot(int64_t slot) const {
+  if (slot < 0 || slot >= num_slots()) {
+    return InvalidArgumentError("gpu inference: slot " + std::to_string(slot) + " is outside [0, " +
+                                std::to_string(num_slots()) + ")");
+  }
+  if (!impl_->used[static_cast<size_t>(slot)]) {
+    return FailedPreconditionError("gpu inference: slot " + std::to_string(slot) +
+                                   " is not allocated");
+  }
+  return Status::OK();
+}
+
+Status GpuInferenceState::Release(int64_t slot) {
+  ORRERY_RETURN_IF_ERROR(CheckSlot(slot));
+  impl_->DropPages(slot);
+  impl_->length[static_cast<size_t>(slot)] = 0;
+  impl_->used[static_cast<size_t>(slot)] = false;
+  return Status::OK();
+}
+
+Status GpuInferenceState::Reset(int64_t slot) {
+  ORRERY_RETURN_IF_ERROR(CheckSlot(slot));
+  return impl_->ZeroSlot(slot);
+}
+
+Status GpuInferenceState::CopySlot(int64_t src, int64_t dst) {
+  ORRERY_RETURN_IF_ERROR(CheckSlot(src));
+  ORRERY_RETURN_IF_ERROR(CheckSlot(dst));
+  if (src == dst) return Status::OK();
+  Impl& m = *impl_;
+  auto copy_row = [&](Tensor& t) -> Status {
+    ORRERY_ASSIGN_OR_RETURN(Tensor to, t.Slice(dst, dst + 1));
+    ORRERY_ASSIGN_OR_RETURN(Tensor from, t.Slice(src, src + 1));
+    return to.CopyFrom(from);
+  };
+  for (Tensor& t : m.kda_state) ORRERY_RETURN_IF_ERROR(copy_row(t));
+  for (auto& per : m.conv) {
+    for (Tensor& t : per) {
+      if (t.defined()) ORRERY_RETURN_IF_ERROR(copy_row(t));
+    }
+  }
+  m.DropPages(dst);
+  m.block[static_cast<size_t>(dst)] = m.block[static_cast<size_t>(src)];
+  for (int32_t p : m.block[static_cast<size_t>(dst)]) ++m.refs[static_cast<size_t>(p)];
+  m.length[static_cast<size_t>(dst)] = m.length[static_cast<size_t>(src)];
+  return Status::OK();
+}
+
+bool GpuInferenceState::in_use(int64_t slot) const {
+  return slot >= 0 && slot < num_slots() && impl_->used[static_cast<size_t>(slot)];
+}
+
+int64_t GpuInferenceState::length(int64_t slot) const {
+  return slot >= 0 && slot < num_slots() ? impl_->length[static_cast<size_t>(slot)] : 0;
+}
+
+int64_t GpuInferenceState::page_size() const { return impl_->options.page_size; }
+int64_t GpuInferenceState::num_pages() const { return impl_->options.num_pages; }
+int64_t GpuInferenceState::free_pages() const {
+  return static_cast<int64_t>(impl_->free_pages.size());
+}
+
+int64_t GpuInferenceState::bytes() const {
+  int64_t total = 0;
+  for (const Tensor& t : impl_->kda_state) total += static_cast<int64_t>(t.nbytes());
+  for (const auto& per : impl_->conv) {
+    for (const Tensor& t : per) total += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  }
+  for (const Tensor& t : impl_->pools) total += static_cast<int64_t>(t.nbytes());
+  return total;
+}
+
+StatusOr<StepOutput> GpuInferenceState::Prefill(const std::vector<int64_t>& slots,
+                                                const std::vector<std::vector<int32_t>>& tokens) {
+  return impl_->Extend(slots, tokens);
+}
+
+StatusOr<StepOutput> GpuInferenceState::DecodeStep(const std::vector<int64_t>& slots,
+                                                   const std::vector<int32_t>& tokens) {
+  std::vector<std::vector<int32_t>> feeds;
+  feeds.reserve(tokens.size());
+  for (int32_t t : tokens) feeds.push_back({t});
+  return impl_->Extend(slots, feeds);
+}
+
+}  // namespace orrery::model

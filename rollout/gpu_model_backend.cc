@@ -1,0 +1,106 @@
+#include "rollout/gpu_model_backend.h"
+
+#include <map>
+
+#include "rollout/feed_plan.h"
+
+namespace orrery::rollout {
+
+StatusOr<std::unique_ptr<GpuModelBackend>> GpuModelBackend::Create(
+    model::Model& host, const GpuBackendOptions& options) {
+  const int64_t max_context =
+      options.max_context > 0 ? options.max_context : host.config().max_seq_len;
+  if (options.max_slots < 1 || max_context < 2) {
+    return InvalidArgumentError("gpu model backend: max_slots must be >= 1 and max_context >= 2");
+  }
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<model::GpuModel> gpu,
+                          model::GpuModel::FromHost(host, options.model));
+  model::GpuInferenceOptions io;
+  io.num_slots = options.max_slots;
+  io.max_tokens_per_slot = max_context;
+  io.page_size = options.page_size;
+  io.num_pages = options.num_pages;
+  ORRERY_ASSIGN_OR_RETURN(auto state, model::GpuInferenceState::Create(gpu.get(), io));
+  for (int s = 0; s < options.max_slots; ++s) {
+    ORRERY_ASSIGN_OR_RETURN(int64_t slot, state->Allocate());
+    if (slot != s) return InternalError("gpu model backend: slots are not handed out in order");
+  }
+  return std::unique_ptr<GpuModelBackend>(
+      new GpuModelBackend(std::move(gpu), std::move(state), options.max_slots, max_context));
+}
+
+GpuModelBackend::GpuModelBackend(std::unique_ptr<model::GpuModel> model,
+                                 std::unique_ptr<model::GpuInferenceState> state, int max_slots,
+                                 int64_t max_context)
+    : model_(std::move(model)),
+      state_(std::move(state)),
+      max_slots_(max_slots),
+      max_context_(max_context) {}
+
+int64_t GpuModelBackend::vocab_size() const { return model_->config().vocab_size; }
+int GpuModelBackend::moe_layers() const {
+  return static_cast<int>(model_->config().num_moe_layers());
+}
+int GpuModelBackend::top_k() const { return static_cast<int>(model_->config().moe.top_k); }
+
+void GpuModelBackend::Release(int slot) {
+  if (slot >= 0 && slot < max_slots_) (void)state_->Reset(slot);
+}
+
+StatusOr<FeedResult> GpuModelBackend::Feed(const std::vector<int>& slots,
+                                           const std::vector<std::vector<int32_t>>& tokens) {
+  ORRERY_ASSIGN_OR_RETURN(FeedPlan plan,
+                          FeedPlan::Make(slots, tokens, max_slots_, max_context_, vocab_size(),
+                                         [this](int s) { return state_->length(s); }));
+  model::StepOutput pre, dec;
+  if (!plan.prefill_slots.empty()) {
+    ORRERY_ASSIGN_OR_RETURN(pre, state_->Prefill(plan.prefill_slots, plan.prefill_tokens));
+  }
+  if (!plan.decode_slots.empty()) {
+    ORRERY_ASSIGN_OR_RETURN(dec, state_->DecodeStep(plan.decode_slots, plan.decode_tokens));
+  }
+  return plan.Merge(pre, dec, vocab_size(), moe_layers(), top_k());
+}
+
+Status GpuModelBackend::LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
+                                    int64_t version) {
+  // Every parameter (its fp32 master) and balancing bias by name, checked before any is written.
+  std::map<std::string, Tensor> targets;
+  for (model::GpuParameter& p : model_->parameters()) targets.emplace(p.name, p.master);
+  const model::ModelConfig& c = model_->config();
+  std::vector<Tensor>& biases = model_->balancing_biases();
+  for (size_t i = 0; i < biases.size(); ++i) {
+    targets.emplace("layers." + std::to_string(c.first_k_dense + static_cast<int64_t>(i)) +
+                        ".moe.balancing_bias",
+                    biases[i]);
+  }
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [name, t] : named) {
+    auto it = targets.find(name);
+    if (it == targets.end()) {
+      return NotFoundError("weights: the model has no tensor '" + name + "'");
+    }
+    if (t.shape() != it->second.shape()) {
+      return InvalidArgumentError("weights: tensor '" + name + "' is " + t.ToString() +
+                                  ", the model's is " + it->second.ToString());
+    }
+    given[name] = &t;
+  }
+  for (const auto& [name, t] : targets) {
+    if (!given.count(name)) return NotFoundError("weights: tensor '" + name + "' is missing");
+  }
+  for (const auto& [name, src] : given) {
+    Tensor& dst = targets[name];
+    if (src->dtype() == dst.dtype()) {
+      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(*src));
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(Tensor cast, src->Cast(dst.dtype()));
+      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(cast));
+    }
+  }
+  ORRERY_RETURN_IF_ERROR(model_->RefreshComputeCopies());
+  version_ = version;
+  return Status::OK();
+}
+
+}  // namespace orrery::rollout

@@ -1,0 +1,65 @@
+// GpuModelBackend: a PolicyBackend over model::GpuModel and its device decode state
+// (model/gpu/gpu_inference.h: KDA and conv state per slot, the MLA latent cache in pages). Like
+// ModelBackend, multi-token feeds go through one Prefill call and single tokens through one
+// batched DecodeStep call, each the GPU twin of the host model's.
+//
+// LoadWeights writes the GpuModel's fp32 masters and balancing biases in place and refreshes its
+// compute copies; every slot's cache is kept (partial rollouts, as with ModelBackend).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/gpu/gpu_inference.h"
+#include "model/gpu/gpu_model.h"
+#include "model/model.h"
+#include "rollout/policy_backend.h"
+
+namespace orrery::rollout {
+
+struct GpuBackendOptions {
+  model::GpuModelOptions model;  // device and compute dtype
+  int max_slots = 1;
+  int64_t max_context = 0;  // 0: the model's max_seq_len
+  // Latent pages (model::GpuInferenceOptions); 0 pages: enough for every slot at max_context.
+  int64_t page_size = 64;
+  int64_t num_pages = 0;
+};
+
+class GpuModelBackend : public PolicyBackend {
+ public:
+  // Uploads `host` (an f32 model; only read here) to the device. Fails with one line without a
+  // CUDA device (model::GpuModel::FromHost) or when the state does not fit.
+  static StatusOr<std::unique_ptr<GpuModelBackend>> Create(model::Model& host,
+                                                           const GpuBackendOptions& options);
+
+  int64_t vocab_size() const override;
+  int moe_layers() const override;
+  int top_k() const override;
+  int max_slots() const override { return max_slots_; }
+  int64_t max_context() const override { return max_context_; }
+  StatusOr<FeedResult> Feed(const std::vector<int>& slots,
+                            const std::vector<std::vector<int32_t>>& tokens) override;
+  void Release(int slot) override;
+  Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
+                     int64_t version) override;
+  int64_t version() const override { return version_; }
+
+  model::GpuModel& model() { return *model_; }
+  model::GpuInferenceState& state() { return *state_; }
+
+ private:
+  GpuModelBackend(std::unique_ptr<model::GpuModel> model,
+                  std::unique_ptr<model::GpuInferenceState> state, int max_slots,
+                  int64_t max_context);
+
+  std::unique_ptr<model::GpuModel> model_;
+  std::unique_ptr<model::GpuInferenceState> state_;
+  int max_slots_;
+  int64_t max_context_;
+  int64_t version_ = 0;
+};
+
+}  // namespace orrery::rollout

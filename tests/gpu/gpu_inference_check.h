@@ -1,0 +1,351 @@
+// The checks of the GPU inference engine (model/gpu/gpu_inference.h) against the host model's
+// inference path (Model::Prefill / DecodeStep over model::InferenceState, itself checked against
+// the full forward in tests/unit/model/inference_test.cc), shared by the unit test on the ops' CPU
+// twins (tests/unit/model/gpu_inference_cpu_test.cc) and the GPU test
+// (tests/gpu/gpu_inference_test.cc). Both sides start from the same host weights; tokens are
+// fixed (not sampled) so a step feeds both the same input.
+//
+// The model has every layer kind (KDA with head size 64, the tensor-core path on CUDA; MLA through
+// the q LoRA; a dense MLP and LatentMoE layers; Block AttnRes of two layers), two MLA layers so
+// the page pools of several layers must agree, and conv_size 4 so the conv history matters.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/philox.h"
+#include "model/config.h"
+#include "model/gpu/gpu_inference.h"
+#include "model/gpu/gpu_model.h"
+#include "model/inference_state.h"
+#include "model/model.h"
+#include "tests/unit/kernels/kda_test_util.h"
+
+namespace orrery::model::inference_check {
+
+inline StatusOr<ModelConfig> Config(int64_t max_seq_len) {
+  const std::string text = R"(
+[model]
+vocab_size = 131
+hidden_size = 64
+num_layers = 4
+full_attn_layers = [2, 4]
+first_k_dense = 1
+dense_intermediate = 96
+max_seq_len = )" + std::to_string(max_seq_len) +
+                           R"(
+[model.kda]
+heads = 2
+head_k_dim = 64
+head_v_dim = 64
+conv_size = 4
+decay_rank = 16
+chunk_size = 64
+[model.mla]
+heads = 2
+q_lora_rank = 32
+kv_lora_rank = 32
+qk_nope_head_dim = 16
+qk_rope_head_dim = 8
+v_head_dim = 16
+[model.moe]
+num_experts = 8
+top_k = 2
+num_shared_experts = 1
+expert_intermediate = 32
+shared_intermediate = 32
+latent_dim = 32
+[model.attn_res]
+block_size = 2
+)";
+  ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseString(text, "infer.toml"));
+  ConfigTable root = doc.root();
+  StatusOr<ModelConfig> c = ReadModelConfig(root);
+  ORRERY_RETURN_IF_ERROR(doc.Finish());
+  return c;
+}
+
+// A host model with its parameters moved off their init (zero AttnRes queries, unit gains), so
+// that every path of the stack matters.
+inline std::unique_ptr<Model> HostModel(int64_t max_seq_len = 4096) {
+  StatusOr<ModelConfig> c = Config(max_seq_len);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return nullptr;
+  auto m = Model::Create(*c, 41, DType::kF32);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  if (!m.ok()) return nullptr;
+  PhiloxGenerator gen(19, 4);
+  for (Parameter& p : (*m)->parameters()) {
+    float* w = p.value.data<float>();
+    for (int64_t i = 0; i < p.value.numel(); ++i) w[i] += static_cast<float>(0.05 * gen.Normal());
+  }
+  return std::move(m).value();
+}
+
+inline std::vector<int32_t> Tokens(int64_t len, uint64_t seed) {
+  PhiloxGenerator gen(seed, 7);
+  std::vector<int32_t> out(static_cast<size_t>(len));
+  for (auto& t : out) t = static_cast<int32_t>(gen.UniformInt(131));
+  return out;
+}
+
+// How close the GPU side must be: the relative RMS error of each call's logits against the
+// host's, and the fraction of routed expert ids that may differ (0: all equal).
+struct Tolerance {
+  double logits = 0;
+  double ids = 0;
+};
+
+struct Stats {
+  double worst_logits = 0;
+  int64_t ids = 0, ids_differing = 0;
+};
+
+inline void Compare(const StepOutput& host, const StepOutput& gpu, const Tolerance& tol,
+                    const std::string& what, Stats* stats) {
+  ASSERT_EQ(host.logits.shape(), gpu.logits.shape()) << what;
+  ASSERT_EQ(gpu.logits.dtype(), DType::kF32) << what;
+  const double err = kernels::testing::RelRmsError(gpu.logits, host.logits);
+  stats->worst_logits = std::max(stats->worst_logits, err);
+  EXPECT_LT(err, tol.logits) << what;
+  ASSERT_EQ(host.expert_ids.shape(), gpu.expert_ids.shape()) << what;
+  int64_t differing = 0;
+  for (int64_t i = 0; i < host.expert_ids.numel(); ++i) {
+    differing += host.expert_ids.data<int32_t>()[i] != gpu.expert_ids.data<int32_t>()[i];
+  }
+  stats->ids += host.expert_ids.numel();
+  stats->ids_differing += differing;
+  EXPECT_LE(static_cast<double>(differing), tol.ids * static_cast<double>(host.expert_ids.numel()))
+      << what << ": " << differing << " of " << host.expert_ids.numel() << " expert ids differ";
+}
+
+inline void Report(const char* name, const Stats& s) {
+  std::printf("%s: worst logits rel RMS %.3g, expert ids differing %lld of %lld\n", name,
+              s.worst_logits, static_cast<long long>(s.ids_differing),
+              static_cast<long long>(s.ids));
+}
+
+inline std::unique_ptr<GpuModel> Upload(Model& host, Device device, DType dtype) {
+  GpuModelOptions o;
+  o.device = device;
+  o.compute_dtype = dtype;
+  auto g = GpuModel::FromHost(host, o);
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return g.ok() ? std::move(g).value() : nullptr;
+}
+
+// Three slots of different lengths in pages of 4 tokens (each slot's rows spread over several
+// pages, interleaved with the other slots' as the batched decode steps take new pages): a prefill
+// of 37, 5 and 20 tokens (the 37 in chunks of 16, prefill_chunk), six batched decode steps, a
+// second turn of 9 and 3 tokens into slots 2 and 0 (multi-turn: the slots continue), then decode
+// steps over all three and over a subset in another order.
+inline void MultiSlot(Device device, DType dtype, const Tolerance& tol) {
+  auto host = HostModel();
+  ASSERT_TRUE(host);
+  auto gpu = Upload(*host, device, dtype);
+  ASSERT_TRUE(gpu);
+  auto hs = InferenceState::Create(*host, InferenceOptions{3, 0});
+  ASSERT_TRUE(hs.ok());
+  GpuInferenceOptions go;
+  go.num_slots = 3;
+  go.page_size = 4;
+  go.num_pages = 64;
+  go.prefill_chunk = 16;
+  auto gs = GpuInferenceState::Create(gpu.get(), go);
+  ASSERT_TRUE(gs.ok()) << gs.status().ToString();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(*(*hs)->Allocate(), i);
+    ASSERT_EQ(*(*gs)->Allocate(), i);
+  }
+  Stats stats;
+  auto prefill = [&](const std::vector<int64_t>& slots,
+                     const std::vector<std::vector<int32_t>>& feeds, const std::string& what) {
+    auto h = host->Prefill(hs->get(), slots, feeds);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    auto g = (*gs)->Prefill(slots, feeds);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    Compare(*h, *g, tol, what, &stats);
+  };
+  auto decode = [&](const std::vector<int64_t>& slots, const std::vector<int32_t>& tokens,
+                    const std::string& what) {
+    auto h = host->DecodeStep(hs->get(), slots, tokens);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    auto g = (*gs)->DecodeStep(slots, tokens);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    Compare(*h, *g, tol, what, &stats);
+  };
+  prefill({0, 1, 2}, {Tokens(37, 1), Tokens(5, 2), Tokens(20, 3)}, "prefill");
+  if (::testing::Test::HasFatalFailure()) return;
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<int32_t> t = Tokens(3, 100 + step);
+    decode({0, 1, 2}, t, "decode " + std::to_string(step));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  prefill({2, 0}, {Tokens(9, 4), Tokens(3, 5)}, "second turn");
+  if (::testing::Test::HasFatalFailure()) return;
+  for (int step = 0; step < 5; ++step) {
+    decode({1, 2, 0}, Tokens(3, 200 + step),
+           "decode after the second turn " + std::to_string(step));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  decode({2, 1}, Tokens(2, 300), "decode of a subset");
+  for (int64_t s = 0; s < 3; ++s) EXPECT_EQ((*gs)->length(s), (*hs)->length(s)) << s;
+  Report("multi-slot", stats);
+}
+
+// A shared prompt prefilled once and copied to two more slots (pages shared, none taken), then
+// divergent continuations (the first decode copies the shared, partially filled last page for
+// the two slots that still share it; the third writes in place): every step equals three
+// separate prefills of the prompt on the host followed by the same continuations. Releasing the
+// slots returns every page.
+inline void Fork(Device device, DType dtype, const Tolerance& tol) {
+  auto host = HostModel();
+  ASSERT_TRUE(host);
+  auto gpu = Upload(*host, device, dtype);
+  ASSERT_TRUE(gpu);
+  auto hs = InferenceState::Create(*host, InferenceOptions{3, 0});
+  ASSERT_TRUE(hs.ok());
+  GpuInferenceOptions go;
+  go.num_slots = 3;
+  go.page_size = 4;
+  go.num_pages = 40;
+  auto gs = GpuInferenceState::Create(gpu.get(), go);
+  ASSERT_TRUE(gs.ok()) << gs.status().ToString();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(*(*hs)->Allocate(), i);
+    ASSERT_EQ(*(*gs)->Allocate(), i);
+  }
+  const std::vector<int32_t> prompt = Tokens(10, 9);  // 3 pages, the last holding 2 rows
+  Stats stats;
+  auto h = host->Prefill(hs->get(), {0, 1, 2}, {prompt, prompt, prompt});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  auto g = (*gs)->Prefill({0}, {prompt});
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  {
+    // The host's first segment: logits row 0, expert ids of the first 10 tokens.
+    StepOutput first;
+    ASSERT_TRUE(h->logits.Slice(0, 1).ok());
+    first.logits = h->logits.Slice(0, 1).value().Clone();
+    const int64_t layers = h->expert_ids.dim(0), k = h->expert_ids.dim(2), n = h->expert_ids.dim(1);
+    first.expert_ids = Tensor::Zeros({layers, 10, k}, DType::kI32);
+    for (int64_t l = 0; l < layers; ++l) {
+      std::copy_n(h->expert_ids.data<int32_t>() + l * n * k, 10 * k,
+                  first.expert_ids.data<int32_t>() + l * 10 * k);
+    }
+    Compare(first, *g, tol, "shared prompt", &stats);
+  }
+  const int64_t start = (*gs)->free_pages();
+  EXPECT_EQ(start, 40 - 3);
+  ASSERT_TRUE((*gs)->CopySlot(0, 1).ok());
+  ASSERT_TRUE((*gs)->CopySlot(0, 2).ok());
+  EXPECT_EQ((*gs)->free_pages(), start) << "a copied slot shares its source's pages";
+  EXPECT_EQ((*gs)->length(2), 10);
+  for (int step = 0; step < 8; ++step) {
+    const std::vector<int32_t> t = Tokens(3, 500 + step);  // different tokens per slot
+    auto hd = host->DecodeStep(hs->get(), {0, 1, 2}, t);
+    ASSERT_TRUE(hd.ok()) << hd.status().ToString();
+    auto gd = (*gs)->DecodeStep({0, 1, 2}, t);
+    ASSERT_TRUE(gd.ok()) << gd.status().ToString();
+    Compare(*hd, *gd, tol, "divergent decode " + std::to_string(step), &stats);
+    if (step == 0) {
+      EXPECT_EQ((*gs)->free_pages(), start - 2) << "copy-on-write of the shared last page";
+    }
+  }
+  // Tokens 10..17: pages 3 and 4 of each slot are its own; 0..1 still shared.
+  EXPECT_EQ((*gs)->free_pages(), 40 - 2 - 3 * 3);
+  // A second turn of different lengths on each branch.
+  const std::vector<std::vector<int32_t>> turn = {Tokens(7, 11), Tokens(2, 12), Tokens(13, 13)};
+  auto ht = host->Prefill(hs->get(), {2, 0, 1}, {turn[2], turn[0], turn[1]});
+  ASSERT_TRUE(ht.ok()) << ht.status().ToString();
+  auto gt = (*gs)->Prefill({2, 0, 1}, {turn[2], turn[0], turn[1]});
+  ASSERT_TRUE(gt.ok()) << gt.status().ToString();
+  Compare(*ht, *gt, tol, "second turn of the branches", &stats);
+  for (int64_t s = 0; s < 3; ++s) ASSERT_TRUE((*gs)->Release(s).ok());
+  EXPECT_EQ((*gs)->free_pages(), 40) << "released slots return every page";
+  Report("fork", stats);
+}
+
+// Episodes of random lengths joining, forking and leaving: after each round every page is back
+// (the pool's free count returns to its start), and the slots' lengths are what was fed.
+inline void PagesNeverLeak(Device device, DType dtype, int episodes) {
+  auto host = HostModel();
+  ASSERT_TRUE(host);
+  auto gpu = Upload(*host, device, dtype);
+  ASSERT_TRUE(gpu);
+  GpuInferenceOptions go;
+  go.num_slots = 4;
+  go.page_size = 3;
+  go.num_pages = 4 * 20;
+  auto gs = GpuInferenceState::Create(gpu.get(), go);
+  ASSERT_TRUE(gs.ok()) << gs.status().ToString();
+  PhiloxGenerator gen(77, 1);
+  for (int e = 0; e < episodes; ++e) {
+    auto a = (*gs)->Allocate();
+    ASSERT_TRUE(a.ok());
+    const int64_t len = 1 + static_cast<int64_t>(gen.UniformInt(20));
+    ASSERT_TRUE((*gs)->Prefill({*a}, {Tokens(len, 1000 + e)}).ok());
+    std::vector<int64_t> slots = {*a};
+    const int64_t forks = static_cast<int64_t>(gen.UniformInt(4));  // 0..3 more branches
+    for (int64_t f = 0; f < forks; ++f) {
+      auto b = (*gs)->Allocate();
+      ASSERT_TRUE(b.ok());
+      ASSERT_TRUE((*gs)->CopySlot(*a, *b).ok());
+      slots.push_back(*b);
+    }
+    const int64_t steps = static_cast<int64_t>(gen.UniformInt(8));
+    for (int64_t t = 0; t < steps; ++t) {
+      auto d = (*gs)->DecodeStep(slots, Tokens(static_cast<int64_t>(slots.size()), 5000 + t));
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+    }
+    for (int64_t s : slots) {
+      EXPECT_EQ((*gs)->length(s), len + steps);
+      ASSERT_TRUE((*gs)->Release(s).ok());
+    }
+    ASSERT_EQ((*gs)->free_pages(), go.num_pages) << "episode " << e;
+    ASSERT_EQ((*gs)->num_free(), go.num_slots);
+  }
+}
+
+// An empty pool is a ResourceExhausted error before anything changes, never a truncation.
+inline void PoolExhaustion(Device device, DType dtype) {
+  auto host = HostModel();
+  ASSERT_TRUE(host);
+  auto gpu = Upload(*host, device, dtype);
+  ASSERT_TRUE(gpu);
+  GpuInferenceOptions go;
+  go.num_slots = 2;
+  go.page_size = 4;
+  go.num_pages = 4;
+  auto gs = GpuInferenceState::Create(gpu.get(), go);
+  ASSERT_TRUE(gs.ok()) << gs.status().ToString();
+  const int64_t a = *(*gs)->Allocate(), b = *(*gs)->Allocate();
+  auto too_long = (*gs)->Prefill({a}, {Tokens(17, 1)});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_EQ(too_long.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(too_long.status().message().find("needs 5 latent pages, 4 of 4 are free"),
+            std::string::npos)
+      << too_long.status().message();
+  EXPECT_EQ((*gs)->length(a), 0);
+  EXPECT_EQ((*gs)->free_pages(), 4);
+  ASSERT_TRUE((*gs)->Prefill({a}, {Tokens(12, 2)}).ok());
+  ASSERT_TRUE((*gs)->Prefill({b}, {Tokens(4, 3)}).ok());
+  EXPECT_EQ((*gs)->free_pages(), 0);
+  // Both slots' pages are full: one more token each needs two pages.
+  auto step = (*gs)->DecodeStep({a, b}, {1, 2});
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), StatusCode::kResourceExhausted) << step.status().ToString();
+  EXPECT_EQ((*gs)->length(a), 12);
+  EXPECT_EQ((*gs)->length(b), 4);
+  ASSERT_TRUE((*gs)->Release(b).ok());
+  ASSERT_TRUE((*gs)->DecodeStep({a}, {1}).ok()) << "a page freed by a release is used again";
+  EXPECT_EQ((*gs)->length(a), 13);
+}
+
+}  // namespace orrery::model::inference_check
