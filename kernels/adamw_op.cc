@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/elementwise_check.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
 #endif
@@ -24,6 +25,7 @@ Status ExpectF32(const char* op, const char* name, const Tensor& t) {
 }  // namespace
 
 Status SquaredNorm(const std::vector<Tensor>& xs, Tensor* sumsq) {
+  PhaseScope phase("op.squared_norm");
   if (xs.empty()) return InvalidArgumentError("squared_norm: no tensors");
   const Device device = xs[0].device();
   for (const Tensor& x : xs) {
@@ -71,6 +73,7 @@ Status ClipFactor(const Tensor& sumsq, double max_norm, Tensor* factor) {
 
 Status AdamWStep(const AdamWStepArgs& args, const Tensor& grad, const Tensor& grad_factor,
                  Tensor* param, Tensor* m, Tensor* v, Tensor* param_bf16) {
+  PhaseScope phase("op.adamw_step");
   constexpr const char* kOp = "adamw";
   if (args.step < 1 || args.beta1 < 0 || args.beta1 >= 1 || args.beta2 < 0 || args.beta2 >= 1 ||
       args.eps <= 0 || args.weight_decay < 0) {

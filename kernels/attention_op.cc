@@ -6,6 +6,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise_check.h"
 #include "kernels/mla_attention.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
 #endif
@@ -93,6 +94,7 @@ void BackwardCpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 
 Status CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                        double scale, Tensor* o, Tensor* lse) {
+  PhaseScope phase("op.attention");
   ORRERY_RETURN_IF_ERROR(CheckInputs(q, k, v, cu_seqlens));
   ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "o", v, o));
   ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "lse", {q.dim(0), q.dim(1)}, LseType(q), q.device(), lse));
@@ -115,6 +117,7 @@ Status CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
 Status CausalAttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                            const Tensor& lse, const Tensor& d_o, const Tensor& cu_seqlens,
                            double scale, Tensor* dq, Tensor* dk, Tensor* dv) {
+  PhaseScope phase("op.attention_grad");
   ORRERY_RETURN_IF_ERROR(CheckInputs(q, k, v, cu_seqlens));
   ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "o", o, v));
   ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "lse", lse, {q.dim(0), q.dim(1)}, LseType(q), q.device()));

@@ -4,6 +4,7 @@
 
 #include "kernels/attn_res.h"
 #include "kernels/elementwise_check.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
 #endif
@@ -88,6 +89,7 @@ Status ZeroedOrChecked(const char* name, int64_t d, DType dtype, Device device, 
 
 Status AttnResMix(const std::vector<Tensor>& sources, const Tensor& w, const Tensor& gamma,
                   double eps, Tensor* h, Tensor* p) {
+  PhaseScope phase("op.attn_res_mix");
   ORRERY_RETURN_IF_ERROR(CheckInputs(sources, w, gamma));
   const Tensor& s0 = sources[0];
   const int64_t n = static_cast<int64_t>(sources.size());
@@ -114,6 +116,7 @@ Status AttnResMix(const std::vector<Tensor>& sources, const Tensor& w, const Ten
 Status AttnResMixGrad(const std::vector<Tensor>& sources, const Tensor& w, const Tensor& gamma,
                       double eps, const Tensor& p, const Tensor& dh, std::vector<Tensor>* d_sources,
                       Tensor* dw, Tensor* dgamma) {
+  PhaseScope phase("op.attn_res_mix_grad");
   ORRERY_RETURN_IF_ERROR(CheckInputs(sources, w, gamma));
   const Tensor& s0 = sources[0];
   const size_t n = sources.size();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/elementwise_check.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
 #endif
@@ -68,6 +69,7 @@ Status ScatterCpu(const Tensor& ids, const Tensor& dy, Tensor* dtable) {
 }  // namespace
 
 Status EmbeddingGather(const Tensor& table, const Tensor& ids, Tensor* y) {
+  PhaseScope phase("op.embedding");
   constexpr const char* kOp = "embedding";
   if (!table.defined() || y == nullptr) return InvalidArgumentError("embedding: table, y required");
   ORRERY_RETURN_IF_ERROR(CheckFloat(kOp, "table", table));
@@ -87,6 +89,7 @@ Status EmbeddingGather(const Tensor& table, const Tensor& ids, Tensor* y) {
 }
 
 Status EmbeddingScatterAdd(const Tensor& ids, const Tensor& dy, Tensor* dtable) {
+  PhaseScope phase("op.embedding_grad");
   constexpr const char* kOp = "embedding_backward";
   if (!dy.defined() || dtable == nullptr || !dtable->defined()) {
     return InvalidArgumentError("embedding_backward: dy and a defined dtable are required");

@@ -5,6 +5,7 @@
 #include "core/half.h"
 #include "kernels/elementwise_check.h"
 #include "kernels/gates.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
 #endif
@@ -44,6 +45,7 @@ bool F32OrBf16(DType dt) { return dt == DType::kF32 || dt == DType::kBF16; }
 }  // namespace
 
 Status SigmoidGate(const Tensor& x, const Tensor& z, Tensor* y) {
+  PhaseScope phase("op.sigmoid_gate");
   constexpr const char* kOp = "sigmoid_gate";
   ORRERY_RETURN_IF_ERROR(CheckX(kOp, x));
   ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "z", z, x));
@@ -65,6 +67,7 @@ Status SigmoidGate(const Tensor& x, const Tensor& z, Tensor* y) {
 }
 
 Status SigmoidGateGrad(const Tensor& x, const Tensor& z, const Tensor& dy, Tensor* dx, Tensor* dz) {
+  PhaseScope phase("op.sigmoid_gate_grad");
   constexpr const char* kOp = "sigmoid_gate";
   ORRERY_RETURN_IF_ERROR(CheckX(kOp, x));
   ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "z", z, x));
@@ -90,6 +93,7 @@ Status SigmoidGateGrad(const Tensor& x, const Tensor& z, const Tensor& dy, Tenso
 }
 
 Status Sigmoid(const Tensor& x, Tensor* y) {
+  PhaseScope phase("op.sigmoid");
   constexpr const char* kOp = "sigmoid";
   ORRERY_RETURN_IF_ERROR(CheckX(kOp, x));
   if (!y->defined()) {
@@ -116,6 +120,7 @@ Status Sigmoid(const Tensor& x, Tensor* y) {
 }
 
 Status AddInto(const Tensor& x, float alpha, Tensor* y) {
+  PhaseScope phase("op.add_into");
   constexpr const char* kOp = "add_into";
   if (!x.defined()) return InvalidArgumentError(std::string(kOp) + ": x is undefined");
   const bool mixed = x.dtype() == DType::kBF16;  // into f32, on either device
@@ -147,6 +152,7 @@ Status AddInto(const Tensor& x, float alpha, Tensor* y) {
 }
 
 Status CastInto(const Tensor& x, Tensor* y) {
+  PhaseScope phase("op.cast_into");
   constexpr const char* kOp = "cast_into";
   if (!x.defined() || !F32OrBf16(x.dtype())) {
     return InvalidArgumentError(std::string(kOp) + ": x " +

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "kernels/elementwise_check.h"
+#include "kernels/phase_profile.h"
 #include "kernels/situ.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
@@ -27,6 +28,7 @@ Status CheckA(const Tensor& a) {
 }  // namespace
 
 Status Glu(const GluActivation& act, const Tensor& a, const Tensor& u, Tensor* h) {
+  PhaseScope phase("op.glu");
   ORRERY_RETURN_IF_ERROR(CheckA(a));
   ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "u", u, a));
   ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "h", a, h));
@@ -48,6 +50,7 @@ Status Glu(const GluActivation& act, const Tensor& a, const Tensor& u, Tensor* h
 
 Status GluGrad(const GluActivation& act, const Tensor& a, const Tensor& u, const Tensor& dh,
                Tensor* da, Tensor* du) {
+  PhaseScope phase("op.glu_grad");
   ORRERY_RETURN_IF_ERROR(CheckA(a));
   ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "u", u, a));
   ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "dh", dh, a));

@@ -7,6 +7,7 @@
 #include "kernels/cpu/kda_cpu.h"
 #include "kernels/kda_problem.h"
 #include "kernels/kda_transforms.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/kda_cuda.h"
 #endif
@@ -210,6 +211,7 @@ Status RunBackward(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
 }  // namespace
 
 Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* out) {
+  PhaseScope phase("op.kda_forward");
   ORRERY_ASSIGN_OR_RETURN(KdaProblem p, ValidateKdaInputs(in, options));
   ORRERY_RETURN_IF_ERROR(ValidateKdaTransformInputs(p, in, options.transforms));
   out->saved.reset();
@@ -226,6 +228,7 @@ Status KdaForward(const KdaInputs& in, const KdaOptions& options, KdaOutputs* ou
 
 Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final_state,
                    const KdaOptions& options, KdaGrads* grads, const KdaSaved* saved) {
+  PhaseScope phase("op.kda_backward");
   ORRERY_ASSIGN_OR_RETURN(KdaProblem p, ValidateKdaInputs(in, options));
   ORRERY_RETURN_IF_ERROR(ValidateKdaTransformInputs(p, in, options.transforms));
   if (!d_o.defined()) return InvalidArgumentError("kda backward: d_o is missing");

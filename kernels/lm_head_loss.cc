@@ -8,6 +8,7 @@
 
 #include "kernels/elementwise_check.h"
 #include "kernels/matmul.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
 #endif
@@ -57,6 +58,7 @@ Status RowsCrossEntropyCpu(Tensor* logits, const Tensor& targets, const Tensor& 
 Status LmHeadCrossEntropy(const Tensor& x, const Tensor& w, const Tensor& targets,
                           const Tensor& mask, const LmHeadLossOptions& o, double* loss_sum,
                           Tensor* dx, Tensor* dw) {
+  PhaseScope phase("op.lm_head_loss");
   if (loss_sum == nullptr) return Bad("loss_sum is required");
   if (!x.defined() || !w.defined() || x.ndim() != 2 || w.ndim() != 2 || x.dim(1) != w.dim(1)) {
     return Bad("x " + (x.defined() ? x.ToString() : std::string("undefined")) + " and w " +

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/gemm.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
 #endif
@@ -16,6 +17,7 @@ Status Bad(const std::string& what) { return InvalidArgumentError("matmul: " + w
 }  // namespace
 
 Status Matmul(const Tensor& a, const Tensor& b, const MatmulOptions& o, Tensor* c) {
+  PhaseScope phase("op.matmul");
   if (!a.defined() || !b.defined() || c == nullptr) return Bad("a, b and c are required");
   if (a.ndim() != 2 || b.ndim() != 2) {
     return Bad("a " + a.ToString() + " and b " + b.ToString() + " must be 2-D");

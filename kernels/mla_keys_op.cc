@@ -3,6 +3,7 @@
 
 #include "kernels/elementwise_check.h"
 #include "kernels/mla_keys.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
 #endif
@@ -56,6 +57,7 @@ void Scatter(const T* dk, const T* dvv, int64_t n, int64_t h, int64_t dn, int64_
 }  // namespace
 
 Status MlaKeysValues(const Tensor& kv, const Tensor& kr, int64_t nope_dim, Tensor* k, Tensor* v) {
+  PhaseScope phase("op.mla_keys");
   ORRERY_RETURN_IF_ERROR(CheckDType("kv", kv));
   if (kv.ndim() != 3 || nope_dim < 0 || nope_dim > kv.dim(2)) {
     return InvalidArgumentError(std::string(kOp) + ": kv " + kv.ToString() +
@@ -91,6 +93,7 @@ Status MlaKeysValues(const Tensor& kv, const Tensor& kr, int64_t nope_dim, Tenso
 
 Status MlaKeysValuesGrad(const Tensor& dk, const Tensor& dv, int64_t nope_dim, Tensor* dkv,
                          Tensor* dkr) {
+  PhaseScope phase("op.mla_keys_grad");
   ORRERY_RETURN_IF_ERROR(CheckDType("dk", dk));
   if (dk.ndim() != 3 || nope_dim < 0 || nope_dim > dk.dim(2)) {
     return InvalidArgumentError(std::string(kOp) + ": dk " + dk.ToString() +

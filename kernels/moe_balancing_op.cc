@@ -5,6 +5,7 @@
 #include "kernels/elementwise_check.h"
 #include "kernels/moe.h"
 #include "kernels/moe_balancing.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/moe_cuda.h"
 #endif
@@ -13,6 +14,7 @@ namespace orrery::kernels {
 
 Status QuantileThresholds(const Tensor& scores, const Tensor& bias, int64_t top_k, bool exclusive,
                           Tensor* thresholds) {
+  PhaseScope phase("op.quantile_thresholds");
   constexpr const char* kOp = "quantile_thresholds";
   if (!scores.defined() || scores.ndim() != 2 || scores.dtype() != DType::kF32 ||
       scores.dim(0) < 1 || scores.dim(1) < 2 || scores.dim(1) > kMaxExperts) {

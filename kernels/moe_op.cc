@@ -9,6 +9,7 @@
 #include "kernels/elementwise_check.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/moe_cuda.h"
 // The primitive on the tensors' device (the ops have refused cuda tensors in a CPU-only build).
@@ -167,6 +168,7 @@ Status CheckExperts(const char* op, const Tensor& xl, const Tensor& ids, const T
 
 Status RouteTopK(const Tensor& scores, const Tensor& bias, const Tensor& forced, int64_t top_k,
                  double routed_scale, Tensor* ids, Tensor* weights) {
+  PhaseScope phase("op.route_topk");
   constexpr const char* kOp = "route_topk";
   ORRERY_RETURN_IF_ERROR(CheckScores(kOp, scores));
   const int64_t n = scores.dim(0), e = scores.dim(1);
@@ -189,6 +191,7 @@ Status RouteTopK(const Tensor& scores, const Tensor& bias, const Tensor& forced,
 
 Status RouteTopKGrad(const Tensor& scores, const Tensor& ids, const Tensor& dweights,
                      double routed_scale, Tensor* dlogits) {
+  PhaseScope phase("op.route_topk_grad");
   constexpr const char* kOp = "route_topk_backward";
   ORRERY_RETURN_IF_ERROR(CheckScores(kOp, scores));
   const int64_t n = scores.dim(0), e = scores.dim(1);
@@ -211,6 +214,7 @@ Status RouteTopKGrad(const Tensor& scores, const Tensor& ids, const Tensor& dwei
 Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, const Tensor& w1,
                   const Tensor& w3, const Tensor& w2, const GluActivation& act, Tensor* y,
                   MoeExpertsSaved* saved) {
+  PhaseScope phase("op.moe_experts");
   constexpr const char* kOp = "moe_experts";
   ExpertsDims d;
   ORRERY_RETURN_IF_ERROR(CheckExperts(kOp, xl, ids, weights, w1, w3, w2, &d));
@@ -267,6 +271,7 @@ Status MoeExpertsGrad(const Tensor& xl, const Tensor& ids, const Tensor& weights
                       const Tensor& w3, const Tensor& w2, const GluActivation& act,
                       const MoeExpertsSaved& saved, const Tensor& dy, Tensor* dxl, Tensor* dweights,
                       Tensor* dw1, Tensor* dw3, Tensor* dw2) {
+  PhaseScope phase("op.moe_experts_grad");
   constexpr const char* kOp = "moe_experts_backward";
   ExpertsDims d;
   ORRERY_RETURN_IF_ERROR(CheckExperts(kOp, xl, ids, weights, w1, w3, w2, &d));

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "kernels/elementwise_check.h"
+#include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
@@ -43,6 +44,7 @@ const T* OrNull(const Tensor& t) {
 }  // namespace
 
 Status RmsNorm(const Tensor& x, const Tensor& w, double eps, Tensor* y, Tensor* rstd) {
+  PhaseScope phase("op.rms_norm");
   ORRERY_RETURN_IF_ERROR(CheckInputs(x, w));
   ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "y", x, y));
   ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "rstd", {x.dim(0)}, RstdType(x), x.device(), rstd));
@@ -66,6 +68,7 @@ Status RmsNorm(const Tensor& x, const Tensor& w, double eps, Tensor* y, Tensor* 
 
 Status RmsNormGrad(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                    Tensor* dx, Tensor* dw) {
+  PhaseScope phase("op.rms_norm_grad");
   ORRERY_RETURN_IF_ERROR(CheckInputs(x, w));
   ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "dy", dy, x));
   if (!rstd.defined() || rstd.shape() != Shape{x.dim(0)} || rstd.dtype() != RstdType(x) ||

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/elementwise_check.h"
+#include "kernels/phase_profile.h"
 #include "kernels/short_conv.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
@@ -69,6 +70,7 @@ StatusOr<std::vector<int64_t>> CheckedStarts(const Tensor& x, const Tensor& cu) 
 }  // namespace
 
 Status ShortConvSilu(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens, Tensor* y) {
+  PhaseScope phase("op.short_conv_silu");
   ORRERY_RETURN_IF_ERROR(CheckInputs(x, w));
   ORRERY_ASSIGN_OR_RETURN(const std::vector<int64_t> cu, CheckedStarts(x, cu_seqlens));
   ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "y", x, y));
@@ -93,6 +95,7 @@ Status ShortConvSilu(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
 
 Status ShortConvSiluGrad(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
                          const Tensor& dy, Tensor* dx, Tensor* dw) {
+  PhaseScope phase("op.short_conv_silu_grad");
   ORRERY_RETURN_IF_ERROR(CheckInputs(x, w));
   ORRERY_ASSIGN_OR_RETURN(const std::vector<int64_t> cu, CheckedStarts(x, cu_seqlens));
   ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "dy", dy, x));

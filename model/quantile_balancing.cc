@@ -4,6 +4,8 @@
 #include <cmath>
 #include <functional>
 
+#include "kernels/moe.h"
+#include "kernels/moe_balancing.h"
 #include "model/layers.h"
 
 namespace orrery::model {
@@ -16,6 +18,20 @@ std::vector<double> Loads(const std::vector<float>& s, int64_t m, int64_t n, int
   SelectTopK(s.data(), b, m, n, k, ids.data());
   std::vector<double> load(static_cast<size_t>(n), 0.0);
   for (int32_t id : ids) load[id] += 1.0;
+  for (double& l : load) l /= q;
+  return load;
+}
+
+// Load per expert / q when routing `s` [m, n] (on its device) by top-k of s + b.
+StatusOr<std::vector<double>> LoadsWhereScoresAre(const Tensor& s, const Tensor& b, int64_t k,
+                                                  double q) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor bd, b.To(s.device()));
+  Tensor ids, weights;
+  ORRERY_RETURN_IF_ERROR(kernels::RouteTopK(s, bd, Tensor(), k, 1.0, &ids, &weights));
+  ORRERY_ASSIGN_OR_RETURN(Tensor host_ids, ids.To(Device::Cpu()));
+  std::vector<double> load(static_cast<size_t>(s.dim(1)), 0.0);
+  const int32_t* id = host_ids.data<int32_t>();
+  for (int64_t i = 0; i < host_ids.numel(); ++i) load[id[i]] += 1.0;
   for (double& l : load) l /= q;
   return load;
 }
@@ -89,6 +105,60 @@ Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const Moe
     b[j] = nb;
   }
   result->max_violation_after = MaxViolation(Loads(s, m, n, k, b, q));
+  return Status::OK();
+}
+
+Status QuantileBalancingStepWhereScoresAre(const std::vector<Tensor>& scores,
+                                           const MoeConfig& config, Tensor* bias,
+                                           QuantileBalancingResult* result) {
+  const int64_t n = config.num_experts, k = config.top_k;
+  if (bias->dtype() != DType::kF32 || bias->numel() != n || !bias->device().is_cpu()) {
+    return InvalidArgumentError("quantile balancing: bias must be f32 [" + std::to_string(n) +
+                                "] on the cpu");
+  }
+  if (scores.empty()) return Status::OK();
+  int64_t m = 0;
+  for (const Tensor& t : scores) {
+    if (t.dtype() != DType::kF32 || t.ndim() != 2 || t.dim(1) != n ||
+        !(t.device() == scores[0].device())) {
+      return InvalidArgumentError("quantile balancing: scores must be f32 [m, " +
+                                  std::to_string(n) + "] on one device, got " + t.ToString());
+    }
+    m += t.dim(0);
+  }
+  if (m == 0 || k >= n) return Status::OK();
+  Tensor all = scores[0];
+  if (scores.size() > 1) {  // the micro-batches side by side: the quantiles are over all of them
+    ORRERY_ASSIGN_OR_RETURN(all, Tensor::Allocate({m, n}, DType::kF32, scores[0].device()));
+    int64_t row = 0;
+    for (const Tensor& t : scores) {
+      ORRERY_ASSIGN_OR_RETURN(Tensor dst, all.Slice(row, row + t.dim(0)));
+      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(t));
+      row += t.dim(0);
+    }
+  }
+  const double q = static_cast<double>(m * k) / static_cast<double>(n);
+  ORRERY_ASSIGN_OR_RETURN(result->load, LoadsWhereScoresAre(all, *bias, k, q));
+  result->max_violation_before = MaxViolation(result->load);
+  ORRERY_ASSIGN_OR_RETURN(Tensor bd, bias->To(all.device()));
+  Tensor c;
+  ORRERY_RETURN_IF_ERROR(kernels::QuantileThresholds(
+      all, bd, k, config.balancing == Balancing::kQuantileExclusive, &c));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ch, c.To(Device::Cpu()));
+  float* b = bias->data<float>();
+  const double* cj = ch.data<double>();
+  // As QuantileBalancingStep: b_j - eta c_j, re-centred, in f64 then rounded once to f32.
+  double mean = 0;
+  for (int64_t j = 0; j < n; ++j) mean += b[j] - config.balancing_step * cj[j];
+  mean /= static_cast<double>(n);
+  result->bias_change = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float nb = static_cast<float>(b[j] - config.balancing_step * cj[j] - mean);
+    result->bias_change += std::abs(nb - b[j]);
+    b[j] = nb;
+  }
+  ORRERY_ASSIGN_OR_RETURN(std::vector<double> after, LoadsWhereScoresAre(all, *bias, k, q));
+  result->max_violation_after = MaxViolation(after);
   return Status::OK();
 }
 

@@ -28,4 +28,13 @@ struct QuantileBalancingResult {
 Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const MoeConfig& config,
                              Tensor* bias, QuantileBalancingResult* result);
 
+// The same step with the scores left where the model keeps them (f32 [m_i, n] on one device, any;
+// the ops of kernels/moe.h and kernels/moe_balancing.h run there): only the routing ids for the
+// loads ([m, k] i32, before and after) and the n thresholds reach the host, where `bias` (host f32
+// [n]) is updated. Equal to QuantileBalancingStep on the same scores: the thresholds are exact
+// order statistics and the selection is SelectTopK's.
+Status QuantileBalancingStepWhereScoresAre(const std::vector<Tensor>& scores,
+                                           const MoeConfig& config, Tensor* bias,
+                                           QuantileBalancingResult* result);
+
 }  // namespace orrery::model

@@ -4,6 +4,7 @@
 // gate, and it keeps its chunk intermediates for the backward), the per-head output RMSNorm, the
 // sigmoid output gate and W_o.
 #include "kernels/gates.h"
+#include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/short_conv.h"
 #include "model/gpu/gpu_layers.h"
@@ -64,6 +65,7 @@ kernels::KdaInputs GpuKda::Inputs(const Cache& c, const Sequences& s) const {
 Status GpuKda::Forward(const Tensor& x, const Sequences& s, bool training, Tensor* y,
                        Cache* c) const {
   c->x = x;
+  kernels::PhaseScope scope("fwd.kda");
   ORRERY_RETURN_IF_ERROR(Linear(x, wq_, &c->qh));
   ORRERY_RETURN_IF_ERROR(Linear(x, wk_, &c->kh));
   ORRERY_RETURN_IF_ERROR(Linear(x, wv_, &c->vh));
@@ -74,7 +76,10 @@ Status GpuKda::Forward(const Tensor& x, const Sequences& s, bool training, Tenso
   ORRERY_RETURN_IF_ERROR(Linear(c->fa, fb_, &c->z));
   ORRERY_RETURN_IF_ERROR(Linear(x, wb_, &c->bl));
   kernels::KdaOutputs out;
-  ORRERY_RETURN_IF_ERROR(kernels::KdaForward(Inputs(*c, s), Options(training), &out));
+  {
+    kernels::PhaseScope core("fwd.kda.core");
+    ORRERY_RETURN_IF_ERROR(kernels::KdaForward(Inputs(*c, s), Options(training), &out));
+  }
   c->saved = out.saved;
   ORRERY_ASSIGN_OR_RETURN(c->o, out.o.Reshape({s.n * h_, vd_}));
   ORRERY_RETURN_IF_ERROR(
@@ -86,6 +91,7 @@ Status GpuKda::Forward(const Tensor& x, const Sequences& s, bool training, Tenso
 }
 
 Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {
+  kernels::PhaseScope scope("bwd.kda");
   Tensor dog, don, dgate;
   ORRERY_RETURN_IF_ERROR(LinearGradChain(c.og, wo_, dy, &dog));
   ORRERY_RETURN_IF_ERROR(kernels::SigmoidGateGrad(c.on, c.gate, dog, &don, &dgate));
@@ -97,8 +103,11 @@ Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Te
       kernels::RmsNormGrad(c.o, onorm_.compute, c.o_rstd, don_rows, &d_o, &onorm_grad));
   ORRERY_ASSIGN_OR_RETURN(d_o, d_o.Reshape({1, s.n, h_, vd_}));
   kernels::KdaGrads g;
-  ORRERY_RETURN_IF_ERROR(
-      kernels::KdaBackward(Inputs(c, s), d_o, Tensor(), Options(true), &g, c.saved.get()));
+  {
+    kernels::PhaseScope core("bwd.kda.core");
+    ORRERY_RETURN_IF_ERROR(
+        kernels::KdaBackward(Inputs(c, s), d_o, Tensor(), Options(true), &g, c.saved.get()));
+  }
   Tensor da_log = a_log_.grad, ddt = dt_bias_.grad;
   ORRERY_RETURN_IF_ERROR(Accumulate(g.da_log, &da_log));
   ORRERY_ASSIGN_OR_RETURN(Tensor ddt_src, g.ddt_bias.Reshape(ddt.shape()));

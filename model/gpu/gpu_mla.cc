@@ -7,6 +7,7 @@
 #include "kernels/attention.h"
 #include "kernels/gates.h"
 #include "kernels/mla_keys.h"
+#include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
 #include "model/gpu/gpu_layers.h"
 
@@ -41,6 +42,7 @@ Status GpuMla::Init(const WeightTable& t, const ModelConfig& c, const std::strin
 
 Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c) const {
   c->x = x;
+  kernels::PhaseScope scope("fwd.mla");
   const int64_t n = s.n;
   if (c_->mla.q_lora_rank > 0) {
     ORRERY_RETURN_IF_ERROR(Linear(x, wqa_, &c->qa));
@@ -59,8 +61,11 @@ Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c)
   ORRERY_ASSIGN_OR_RETURN(Tensor kv3, c->kv.Reshape({n, h_, dn_ + dv_}));
   ORRERY_RETURN_IF_ERROR(kernels::MlaKeysValues(kv3, kr, dn_, &c->k, &c->v));
   ORRERY_ASSIGN_OR_RETURN(Tensor q3, c->q.Reshape({n, h_, dqk_}));
-  ORRERY_RETURN_IF_ERROR(
-      kernels::CausalAttention(q3, c->k, c->v, s.cu_device, scale_, &c->o, &c->lse));
+  {
+    kernels::PhaseScope attn("fwd.mla.attention");
+    ORRERY_RETURN_IF_ERROR(
+        kernels::CausalAttention(q3, c->k, c->v, s.cu_device, scale_, &c->o, &c->lse));
+  }
   ORRERY_ASSIGN_OR_RETURN(Tensor o2, c->o.Reshape({n, h_ * dv_}));
   if (!c_->mla.output_gate) return Linear(o2, wo_, y);
   ORRERY_RETURN_IF_ERROR(Linear(x, wg_, &c->gl));
@@ -69,6 +74,7 @@ Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c)
 }
 
 Status GpuMla::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {
+  kernels::PhaseScope scope("bwd.mla");
   const int64_t n = s.n;
   ORRERY_ASSIGN_OR_RETURN(Tensor o2, c.o.Reshape({n, h_ * dv_}));
   Tensor dattn;
@@ -83,8 +89,11 @@ Status GpuMla::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Te
   ORRERY_ASSIGN_OR_RETURN(Tensor d_o, dattn.Reshape({n, h_, dv_}));
   ORRERY_ASSIGN_OR_RETURN(Tensor q3, c.q.Reshape({n, h_, dqk_}));
   Tensor dq, dk, dv;
-  ORRERY_RETURN_IF_ERROR(kernels::CausalAttentionGrad(q3, c.k, c.v, c.o, c.lse, d_o, s.cu_device,
-                                                      scale_, &dq, &dk, &dv));
+  {
+    kernels::PhaseScope attn("bwd.mla.attention");
+    ORRERY_RETURN_IF_ERROR(kernels::CausalAttentionGrad(q3, c.k, c.v, c.o, c.lse, d_o, s.cu_device,
+                                                        scale_, &dq, &dk, &dv));
+  }
   Tensor dkv, dkr;
   ORRERY_RETURN_IF_ERROR(kernels::MlaKeysValuesGrad(dk, dv, dn_, &dkv, &dkr));
   ORRERY_ASSIGN_OR_RETURN(dkv, dkv.Reshape({n, h_ * (dn_ + dv_)}));

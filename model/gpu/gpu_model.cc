@@ -12,6 +12,7 @@
 #include "kernels/embedding.h"
 #include "kernels/gates.h"
 #include "kernels/lm_head_loss.h"
+#include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
 #include "model/gpu/gpu_layers.h"
 #include "model/quantile_balancing.h"
@@ -107,7 +108,7 @@ class GpuModel::Impl {
   std::vector<Weight> roots;  // the tensors that own storage (compute copies refreshed from them)
   gpu::WeightTable table;
   std::vector<Tensor> biases;
-  std::vector<std::vector<Tensor>> kept_scores;  // per MoE layer, per micro-batch: host f32
+  std::vector<std::vector<Tensor>> kept_scores;  // per MoE layer, per micro-batch: f32, device
   std::vector<Layer> layers;
   Weight embed, out_res_w, out_res_g, final_norm, head;
 
@@ -199,6 +200,7 @@ class GpuModel::Impl {
 
   StatusOr<ValuePtr> MixForward(const std::vector<ValuePtr>& blocks, const ValuePtr& partial,
                                 const Weight& w, const Weight& g, Mix* mix) {
+    kernels::PhaseScope scope("fwd.attn_res");
     mix->sources = blocks;
     mix->sources.push_back(partial);
     std::vector<Tensor> src;
@@ -212,6 +214,7 @@ class GpuModel::Impl {
   // dout: the gradient of the mix's output in the compute dtype.
   Status MixBackward(const Mix& mix, const ValuePtr& out, const Tensor& dout, const Weight& w,
                      const Weight& g) {
+    kernels::PhaseScope scope("bwd.attn_res");
     if (mix.identity) {
       ORRERY_ASSIGN_OR_RETURN(Tensor * og, Grad(out));
       return kernels::AddInto(dout, 1.0f, og);
@@ -230,6 +233,7 @@ class GpuModel::Impl {
   // RMSNorm backward from an fp32 upstream gradient; the input gradient in the compute dtype.
   StatusOr<Tensor> NormBackward(const Tensor& x, const Weight& w, const Tensor& rstd,
                                 const Tensor& dy32) {
+    kernels::PhaseScope scope("bwd.norm");
     ORRERY_ASSIGN_OR_RETURN(Tensor dy, gpu::As(dy32, options.compute_dtype));
     Tensor dx, dw = w.grad;
     ORRERY_RETURN_IF_ERROR(kernels::RmsNormGrad(x, w.compute, rstd, dy, &dx, &dw));
@@ -240,8 +244,11 @@ class GpuModel::Impl {
   Status MixerForward(int64_t l, const gpu::Sequences& seq, bool training, LayerCache& lc,
                       Tensor* a) {
     Layer& layer = layers[l];
-    ORRERY_RETURN_IF_ERROR(
-        kernels::RmsNorm(lc.attn_in->v, layer.norm1.compute, config.rms_norm_eps, &lc.n1, &lc.r1));
+    {
+      kernels::PhaseScope scope("fwd.norm");
+      ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(lc.attn_in->v, layer.norm1.compute,
+                                              config.rms_norm_eps, &lc.n1, &lc.r1));
+    }
     if (layer.kda) return layer.kda->Forward(lc.n1, seq, training, a, &lc.kda);
     return layer.mla->Forward(lc.n1, seq, a, &lc.mla);
   }
@@ -251,9 +258,15 @@ class GpuModel::Impl {
   Status FeedForward(int64_t l, const Tensor& bias, const Tensor& forced, LayerCache& lc,
                      Tensor* f) {
     Layer& layer = layers[l];
-    ORRERY_RETURN_IF_ERROR(
-        kernels::RmsNorm(lc.mlp_in->v, layer.norm2.compute, config.rms_norm_eps, &lc.n2, &lc.r2));
-    if (!layer.moe) return layer.mlp->Forward(lc.n2, f, &lc.mlp);
+    {
+      kernels::PhaseScope scope("fwd.norm");
+      ORRERY_RETURN_IF_ERROR(
+          kernels::RmsNorm(lc.mlp_in->v, layer.norm2.compute, config.rms_norm_eps, &lc.n2, &lc.r2));
+    }
+    if (!layer.moe) {
+      kernels::PhaseScope scope("fwd.mlp");
+      return layer.mlp->Forward(lc.n2, f, &lc.mlp);
+    }
     ORRERY_RETURN_IF_ERROR(layer.moe->Forward(lc.n2, bias, forced, f, &lc.moe));
     lc.ids = lc.moe.ids;
     return Status::OK();
@@ -271,6 +284,7 @@ class GpuModel::Impl {
 
   StatusOr<GpuLoss> Run(const GpuBatch& batch, double grad_scale, bool backward) {
     const ModelConfig& c = config;
+    kernels::PhaseScope upload_scope("batch.check_upload");
     ORRERY_RETURN_IF_ERROR(CheckBatch(batch, c));
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
     gpu::Sequences seq;
@@ -293,9 +307,14 @@ class GpuModel::Impl {
                             Tensor::FromVector<int32_t>({n}, targets).To(device));
     ORRERY_ASSIGN_OR_RETURN(Tensor mask_dev, Tensor::FromVector<float>({n}, mask).To(device));
 
+    upload_scope.Stop();
+
     // ---- forward ----
     Tensor emb;
-    ORRERY_RETURN_IF_ERROR(kernels::EmbeddingGather(embed.compute, tokens, &emb));
+    {
+      kernels::PhaseScope scope("fwd.embed");
+      ORRERY_RETURN_IF_ERROR(kernels::EmbeddingGather(embed.compute, tokens, &emb));
+    }
     ValuePtr emb_node = NewValue(emb);
     const int64_t s = c.attn_res_block_size;
     ValuePtr p = emb_node;
@@ -343,16 +362,16 @@ class GpuModel::Impl {
           ORRERY_ASSIGN_OR_RETURN(forced, fl.To(device));
         }
         ORRERY_RETURN_IF_ERROR(FeedForward(l, bias, forced, lc, &f));
-        if (backward) {
-          ORRERY_ASSIGN_OR_RETURN(Tensor host_scores, lc.moe.scores.To(Device::Cpu()));
-          kept_scores[moe_index].push_back(host_scores);
-        }
+        // Kept for UpdateBalancing (on the device: only thresholds and loads leave it).
+        if (backward) kept_scores[moe_index].push_back(lc.moe.scores);
         ++moe_index;
       } else {
         ORRERY_RETURN_IF_ERROR(FeedForward(l, bias, Tensor(), lc, &f));
       }
       lc.f = NewValue(f);
+      kernels::PhaseScope residual("fwd.residual");
       ORRERY_ASSIGN_OR_RETURN(lc.p_end, Sum(p, lc.f));
+      residual.Stop();
       p = lc.p_end;
       if (!backward || options.recompute_layers) Drop(lc);
     }
@@ -365,6 +384,7 @@ class GpuModel::Impl {
       out_mix.identity = true;
     }
     Tensor hn, hr;
+    kernels::PhaseScope head_scope("fwd_bwd.head_loss");
     ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(h->v, final_norm.compute, c.rms_norm_eps, &hn, &hr));
     kernels::LmHeadLossOptions lo;
     lo.grad_scale = grad_scale;
@@ -378,26 +398,31 @@ class GpuModel::Impl {
     Tensor dh, final_grad = final_norm.grad;
     ORRERY_RETURN_IF_ERROR(
         kernels::RmsNormGrad(h->v, final_norm.compute, hr, dhn, &dh, &final_grad));
+    head_scope.Stop();
     ORRERY_RETURN_IF_ERROR(MixBackward(out_mix, h, dh, out_res_w, out_res_g));
     for (int64_t l = c.num_layers - 1; l >= 0; --l) {
       Layer& layer = layers[l];
       LayerCache& lc = lcs[l];
       if (lc.dropped) {  // re-run the layer from its inputs, with the forward's routing
+        kernels::PhaseScope scope("bwd.recompute");
         Tensor a, f;
         ORRERY_RETURN_IF_ERROR(MixerForward(l, seq, true, lc, &a));
         ORRERY_RETURN_IF_ERROR(FeedForward(l, Tensor(), lc.ids, lc, &f));
       }
       // p_end = p_mid + f.
+      kernels::PhaseScope residual("bwd.residual");
       ORRERY_ASSIGN_OR_RETURN(Tensor * g_end, Grad(lc.p_end));
       ORRERY_ASSIGN_OR_RETURN(Tensor * g_mid, Grad(lc.p_mid));
       ORRERY_ASSIGN_OR_RETURN(Tensor * g_f, Grad(lc.f));
       ORRERY_RETURN_IF_ERROR(kernels::AddInto(*g_end, 1.0f, g_mid));
       ORRERY_RETURN_IF_ERROR(kernels::AddInto(*g_end, 1.0f, g_f));
       ORRERY_ASSIGN_OR_RETURN(Tensor df, gpu::As(*g_f, options.compute_dtype));
+      residual.Stop();
       Tensor dn2;
       if (layer.moe) {
         ORRERY_RETURN_IF_ERROR(layer.moe->Backward(lc.moe, df, &dn2));
       } else {
+        kernels::PhaseScope scope("bwd.mlp");
         ORRERY_RETURN_IF_ERROR(layer.mlp->Backward(lc.mlp, df, &dn2));
       }
       ORRERY_ASSIGN_OR_RETURN(Tensor dmlp_in, NormBackward(lc.mlp_in->v, layer.norm2, lc.r2, dn2));
@@ -424,6 +449,7 @@ class GpuModel::Impl {
           MixBackward(lc.attn_mix, lc.attn_in, dattn_in, layer.attn_res_w, layer.attn_res_g));
       lc = LayerCache();  // this layer's activations are no longer needed
     }
+    kernels::PhaseScope embed_scope("bwd.embed");
     ORRERY_ASSIGN_OR_RETURN(Tensor * g_emb, Grad(emb_node));
     ORRERY_ASSIGN_OR_RETURN(Tensor demb, gpu::As(*g_emb, options.compute_dtype));
     Tensor embed_grad = embed.grad;
@@ -486,10 +512,10 @@ Status GpuModel::UpdateBalancing(BalancingMetrics* metrics) {
   if (c.moe.balancing == Balancing::kNone || c.num_moe_layers() == 0) return Status::OK();
   for (size_t l = 0; l < impl_->biases.size(); ++l) {
     if (kept[l].empty()) continue;
-    std::vector<const Tensor*> scores;
-    for (const Tensor& t : kept[l]) scores.push_back(&t);
+    kernels::PhaseScope scope("balancing.layer");
     QuantileBalancingResult r;
-    ORRERY_RETURN_IF_ERROR(QuantileBalancingStep(scores, c.moe, &impl_->biases[l], &r));
+    ORRERY_RETURN_IF_ERROR(
+        QuantileBalancingStepWhereScoresAre(kept[l], c.moe, &impl_->biases[l], &r));
     metrics->load.push_back(r.load);
     metrics->max_violation_before.push_back(r.max_violation_before);
     metrics->max_violation_after.push_back(r.max_violation_after);

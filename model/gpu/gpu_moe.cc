@@ -3,6 +3,7 @@
 // weights), the latent down-projection, the routed experts (stacked, kernels::MoeExperts), the
 // latent RMSNorm, the up-projection and the full-width shared expert.
 #include "kernels/gates.h"
+#include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
 #include "model/gpu/gpu_layers.h"
 #include "model/layers.h"
@@ -66,6 +67,7 @@ Status GpuMoe::Init(const WeightTable& t, const ModelConfig& c, const std::strin
 Status GpuMoe::Forward(const Tensor& x, const Tensor& bias, const Tensor& forced, Tensor* y,
                        Cache* c) const {
   c->x = x;
+  kernels::PhaseScope scope("fwd.moe");
   // The router in fp32 (K3's router precision): scores = sigmoid(x W_r^T).
   ORRERY_ASSIGN_OR_RETURN(c->x32, As(x, DType::kF32));
   Tensor logits;
@@ -78,8 +80,12 @@ Status GpuMoe::Forward(const Tensor& x, const Tensor& bias, const Tensor& forced
     c->xl = Tensor();
     ORRERY_RETURN_IF_ERROR(Linear(x, down_, &c->xl));
   }
-  ORRERY_RETURN_IF_ERROR(kernels::MoeExperts(c->xl, c->ids, c->weights, w1_.compute, w3_.compute,
-                                             w2_.compute, ActivationOf(*c_), &c->yl, &c->experts));
+  {
+    kernels::PhaseScope experts("fwd.moe.experts");
+    ORRERY_RETURN_IF_ERROR(kernels::MoeExperts(c->xl, c->ids, c->weights, w1_.compute, w3_.compute,
+                                               w2_.compute, ActivationOf(*c_), &c->yl,
+                                               &c->experts));
+  }
   Tensor yn = c->yl;
   if (c_->moe.latent_norm) {
     ORRERY_RETURN_IF_ERROR(
@@ -98,6 +104,7 @@ Status GpuMoe::Forward(const Tensor& x, const Tensor& bias, const Tensor& forced
 }
 
 Status GpuMoe::Backward(const Cache& c, const Tensor& dy, Tensor* dx) const {
+  kernels::PhaseScope scope("bwd.moe");
   if (has_shared_) ORRERY_RETURN_IF_ERROR(shared_.Backward(c.shared, dy, dx));
   Tensor dyn = dy;
   if (c_->moe.latent_dim > 0) {
@@ -113,9 +120,12 @@ Status GpuMoe::Backward(const Cache& c, const Tensor& dy, Tensor* dx) const {
   }
   ORRERY_ASSIGN_OR_RETURN(Tensor dxl, ZerosOn(c.xl.shape(), DType::kF32, c.xl.device()));
   Tensor dweights, dw1 = w1_.grad, dw3 = w3_.grad, dw2 = w2_.grad;
-  ORRERY_RETURN_IF_ERROR(kernels::MoeExpertsGrad(c.xl, c.ids, c.weights, w1_.compute, w3_.compute,
-                                                 w2_.compute, ActivationOf(*c_), c.experts, dyl,
-                                                 &dxl, &dweights, &dw1, &dw3, &dw2));
+  {
+    kernels::PhaseScope experts("bwd.moe.experts");
+    ORRERY_RETURN_IF_ERROR(kernels::MoeExpertsGrad(c.xl, c.ids, c.weights, w1_.compute, w3_.compute,
+                                                   w2_.compute, ActivationOf(*c_), c.experts, dyl,
+                                                   &dxl, &dweights, &dw1, &dw3, &dw2));
+  }
   if (c_->moe.latent_dim > 0) {
     ORRERY_ASSIGN_OR_RETURN(Tensor dxl_c, As(dxl, c.xl.dtype()));
     ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, down_, dxl_c, dx));

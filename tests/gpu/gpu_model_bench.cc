@@ -4,8 +4,9 @@
 //   gpu_model_bench CONFIG SEQ_LEN ROWS [STEPS] [bf16|f32] [recompute]
 //
 // Prints one line: tokens per step, ms per step, tokens/s, model TFLOP/s and MFU against the
-// H200's 989 dense bf16 TFLOP/s, and the peak device memory of the caching allocator. FLOPs per
-// token: 3 x the forward FLOPs of model/config.h's ComputeParamBreakdown at this context (2 per
+// H200's 989 dense bf16 TFLOP/s, and the peak device memory of the caching allocator; then the
+// phase profile (kernels/phase_profile.h) of one more step: device and host time per phase. FLOPs
+// per token: 3 x the forward FLOPs of model/config.h's ComputeParamBreakdown at this context (2 per
 // active matmul parameter plus the causal attention and KDA cores, spec §2.7), i.e. the usual
 // 6 x active parameters plus the cores.
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "core/device.h"
 #include "core/philox.h"
+#include "kernels/phase_profile.h"
 #include "learner/adamw.h"
 #include "learner/gpu_trainable.h"
 #include "model/config.h"
@@ -70,13 +72,26 @@ int main(int argc, char** argv) {
   for (int64_t r = 0; r <= rows; ++r) batch.cu_seqlens.push_back(static_cast<int32_t>(r * seq));
   batch.num_targets = rows * seq;
   auto step = [&]() -> Status {
-    ORRERY_RETURN_IF_ERROR(adamw->ZeroGrad());
-    ORRERY_ASSIGN_OR_RETURN(LossSum l, trainable.ForwardBackward(batch, 1.0 / batch.num_targets));
-    (void)l;
-    ORRERY_ASSIGN_OR_RETURN(auto balance, trainable.UpdateBalancing());
-    (void)balance;
-    ORRERY_ASSIGN_OR_RETURN(double norm, adamw->ClipGradNorm(1.0));
-    (void)norm;
+    {
+      kernels::PhaseScope scope("step.zero_grad");
+      ORRERY_RETURN_IF_ERROR(adamw->ZeroGrad());
+    }
+    {
+      kernels::PhaseScope scope("step.forward_backward");
+      ORRERY_ASSIGN_OR_RETURN(LossSum l, trainable.ForwardBackward(batch, 1.0 / batch.num_targets));
+      (void)l;
+    }
+    {
+      kernels::PhaseScope scope("step.balancing");
+      ORRERY_ASSIGN_OR_RETURN(auto balance, trainable.UpdateBalancing());
+      (void)balance;
+    }
+    {
+      kernels::PhaseScope scope("step.clip");
+      ORRERY_ASSIGN_OR_RETURN(double norm, adamw->ClipGradNorm(1.0));
+      (void)norm;
+    }
+    kernels::PhaseScope scope("step.adamw");
     return adamw->Step(1e-4);
   };
   // Two warm-up steps (allocator, cuBLASLt heuristics), then the timed ones; the loss read back
@@ -101,5 +116,15 @@ int main(int argc, char** argv) {
       o.recompute_layers ? " recompute" : "", static_cast<long long>(rows),
       static_cast<long long>(seq), sec * 1e3, tokens / sec, flops / sec / 1e12,
       100.0 * flops / sec / 989e12, static_cast<double>(mem.peak_bytes_in_use) / (1 << 30));
+  // One profiled step (events on the ops' stream; the profile's own cost is a few us per scope).
+  if (Status s = kernels::PhaseProfile::Start(Device::Cuda(0)); !s.ok()) return Fail(s);
+  const auto p0 = std::chrono::steady_clock::now();
+  if (Status s = step(); !s.ok()) return Fail(s);
+  auto times = kernels::PhaseProfile::Stop();
+  if (!times.ok()) return Fail(times.status());
+  const double step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
+  std::printf("profiled step: %.1f ms wall\n%s", step_ms,
+              kernels::PhaseProfile::Format(*times, step_ms).c_str());
   return 0;
 }

@@ -105,8 +105,9 @@ TEST_P(ShortConvGpuTest, ForwardAndBackwardMatchCpuTwin) {
 // W = 1 (no history), 4 (the spec's), 16 (the largest the config and the kernel take).
 INSTANTIATE_TEST_SUITE_P(All, ShortConvGpuTest,
                          ::testing::Combine(::testing::Values(DType::kBF16, DType::kF32),
-                                            ::testing::Values(int64_t{1}, int64_t{4},
-                                                              int64_t{16})));
+                                            // 2-4 compiled as constants, 1 and 16 generic
+                                            ::testing::Values(int64_t{1}, int64_t{2}, int64_t{3},
+                                                              int64_t{4}, int64_t{16})));
 
 TEST(ShortConvGpuErrors, RejectBadInputs) {
   SKIP_WITHOUT_GPU();

@@ -56,5 +56,46 @@ TEST(QuantileBalancingTest, CutoffFormBalancesASkewedRouter) {
   RunBalancing(Balancing::kQuantileCutoff, "cutoff");
 }
 
+// The step the GPU model takes (scores where they are, through the ops) against the host step on
+// the same micro-batches: bit-equal biases and metrics, both forms, over several steps (the biases
+// feed back into the next step's selection). On the cpu the ops are their CPU twins; the GPU model
+// test compares the CUDA path through the same function.
+TEST(QuantileBalancingTest, StepWhereScoresAreEqualsTheHostStep) {
+  for (Balancing form : {Balancing::kQuantileExclusive, Balancing::kQuantileCutoff}) {
+    MoeConfig c;
+    c.num_experts = 12;
+    c.top_k = 3;
+    c.balancing = form;
+    Tensor host_bias = Tensor::Zeros({12}, DType::kF32);
+    Tensor ops_bias = Tensor::Zeros({12}, DType::kF32);
+    for (int step = 0; step < 3; ++step) {
+      Tensor a = SkewedScores(300, 12, 7 + step), b = SkewedScores(77, 12, 70 + step);
+      QuantileBalancingResult want, got;
+      ASSERT_TRUE(QuantileBalancingStep({&a, &b}, c, &host_bias, &want).ok());
+      const Status s = QuantileBalancingStepWhereScoresAre({a, b}, c, &ops_bias, &got);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      for (int64_t j = 0; j < 12; ++j) {
+        ASSERT_EQ(ops_bias.data<float>()[j], host_bias.data<float>()[j]) << "expert " << j;
+      }
+      EXPECT_EQ(got.load, want.load);
+      EXPECT_EQ(got.max_violation_before, want.max_violation_before);
+      EXPECT_EQ(got.max_violation_after, want.max_violation_after);
+      EXPECT_EQ(got.bias_change, want.bias_change);
+    }
+  }
+}
+
+TEST(QuantileBalancingTest, StepWhereScoresAreRejectsMixedShapes) {
+  MoeConfig c;
+  c.num_experts = 12;
+  c.top_k = 3;
+  Tensor bias = Tensor::Zeros({12}, DType::kF32);
+  Tensor a = SkewedScores(10, 12, 1), wrong = SkewedScores(10, 11, 2);
+  QuantileBalancingResult r;
+  const Status s = QuantileBalancingStepWhereScoresAre({a, wrong}, c, &bias, &r);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("scores must be f32 [m, 12]"), std::string::npos) << s.ToString();
+}
+
 }  // namespace
 }  // namespace orrery::model
