@@ -7,6 +7,7 @@
 
 #include "kernels/elementwise_check.h"
 #include "kernels/mla_decode.h"
+#include "kernels/phase_profile.h"
 #if defined(ORRERY_KERNELS_CUDA)
 #include "kernels/cuda/ops_cuda.h"
 #endif
@@ -142,6 +143,7 @@ Status CheckPagedLatentIndices(const PagedLatentCache& cache, int64_t queries) {
 }
 
 Status PagedLatentWrite(const Tensor& latents, const Tensor& slot_mapping, Tensor* pages) {
+  PhaseScope phase("op.paged_latent_write");
   ORRERY_RETURN_IF_ERROR(CheckFloat(kWriteOp, "latents", latents));
   if (latents.ndim() != 2 || latents.dim(1) < 1) {
     return InvalidArgumentError(std::string(kWriteOp) + ": latents " + latents.ToString() +
@@ -187,6 +189,7 @@ Status MlaDecodePaged(const Tensor& q, const PagedLatentCache& cache, int64_t dv
 
 Status MlaDecodePaged(const Tensor& q, const PagedLatentCache& cache, int64_t dv, float scale,
                       const MlaDecodeOptions& options, Tensor* o, Tensor* lse) {
+  PhaseScope phase("op.mla_decode");
   ORRERY_RETURN_IF_ERROR(CheckFloat(kOp, "q", q));
   if (q.ndim() != 4 || q.dim(1) < 1 || q.dim(3) < 1) {
     return InvalidArgumentError(std::string(kOp) + ": q " + q.ToString() +
