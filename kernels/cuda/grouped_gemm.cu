@@ -227,7 +227,7 @@ __device__ __forceinline__ void ExpertRows(const Off* offsets, int e, int64_t m,
 // The forward (kAIMajor = true, kBJMajor = true) and the input grad (true, false): one C tile of
 // expert rows. a: [M, lda] row-major; w: [E, ...] with w_stride elements per expert; c: [M, ldc].
 template <Product kProduct, typename Off, typename OutT>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     RowTilesKernel(const __nv_bfloat16* __restrict__ a, const __nv_bfloat16* __restrict__ w,
                    const Off* __restrict__ offsets, int num_experts, int64_t m, int64_t n_out,
                    int64_t k_sum, int64_t tiles_j, OutT* __restrict__ c, bool add) {
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // The weight grad: dW_e [N, K] += dY[rows_e]^T X[rows_e]; CTA (x, y) = (tile of dW_e, e).
 template <typename Off>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     WeightGradKernel(const __nv_bfloat16* __restrict__ dy, const __nv_bfloat16* __restrict__ x,
                      const Off* __restrict__ offsets, int64_t m, int64_t n, int64_t k,
                      int64_t tiles_j, float* __restrict__ dw) {
