@@ -13,7 +13,9 @@
 // for r = 0..7).
 //
 // 8 warps, 2 (i) x 4 (j), each a 64 x 32 piece: 4 x 4 mma.sync.m16n8k16 tiles, 64 f32 sums per
-// lane. K-steps of 32 staged by cp.async in a 3-stage pipeline. Fragments (kernels/cuda/
+// lane. K-steps of 32 staged by cp.async in a 3-stage pipeline (60 KB of shared memory). Two CTAs
+// per SM (__launch_bounds__ min 2: ptxas fits the kernels in 128 registers without spills; with 1
+// they took 150-156), so that one CTA's loads overlap the other's MMAs. Fragments (kernels/cuda/
 // kda_mma.cuh; g = lane / 4, t = lane % 4):
 //   i-major A: LoadFragAx4 (ldmatrix.x4; matrices rows 0-7 | 8-15 x k 0-7 | 8-15 give a[0..3] =
 //              A[g][2t], A[g+8][2t], A[g][2t+8], A[g+8][2t+8]).
