@@ -178,7 +178,7 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
     const Status st = GroupedGemmForward(xg, wg, p.offsets_gpu, &y);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ExpectExpertsClose(y, y_ref, poison, p, false, out == DType::kF32 ? kF32Tol : kBf16Tol,
-                       std::string("forward y ") + DTypeName(out));
+                       std::string("forward y ") + std::string(DTypeName(out)));
   }
 
   // Input grad: overwritten (f32, bf16) and accumulated (f32, bf16) onto random starts.
@@ -197,9 +197,9 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
           want.data<double>()[i] += start64.data<double>()[i];
         }
       }
-      ExpectExpertsClose(
-          dx, want, start, p, false, out == DType::kF32 ? kF32Tol : kBf16Tol,
-          std::string("input grad dx ") + DTypeName(out) + (acc ? " accumulated" : ""));
+      ExpectExpertsClose(dx, want, start, p, false, out == DType::kF32 ? kF32Tol : kBf16Tol,
+                         std::string("input grad dx ") + std::string(DTypeName(out)) +
+                             (acc ? " accumulated" : ""));
     }
   }
 
