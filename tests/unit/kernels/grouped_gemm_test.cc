@@ -78,10 +78,11 @@ TEST(GroupedGemmCpuTest, BadArgumentsAreOneClearLine) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message().rfind("grouped_gemm_forward: offsets i64[2]", 0), 0u) << st.ToString();
   st = GroupedGemmForward(Tensor::Empty({4, 8}, DType::kF32), w, off, &y);
-  EXPECT_EQ(st.message().rfind("grouped_gemm_forward: w f64[2, 6, 8], expected f32", 0), 0u)
+  EXPECT_EQ(st.message().rfind("grouped_gemm_forward: w f64[2, 6, 8] on cpu, expected f32", 0), 0u)
       << st.ToString();
   st = GroupedGemmForward(Tensor::Empty({4, 7}, DType::kF64), w, off, &y);
-  EXPECT_EQ(st.message().rfind("grouped_gemm_forward: x f64[4, 7], expected f64[4, 8]", 0), 0u)
+  EXPECT_EQ(st.message().rfind("grouped_gemm_forward: x f64[4, 7] on cpu, expected f64[4, 8]", 0),
+            0u)
       << st.ToString();
   Tensor dx;
   st = GroupedGemmInputGrad(Tensor::Empty({4, 6}, DType::kF64), w, off, true, &dx);
