@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/grouped_gemm.h"
 #include "kernels/situ.h"
 
 namespace orrery::kernels {
@@ -52,12 +53,15 @@ Status RouteTopKGrad(const Tensor& scores, const Tensor& ids, const Tensor& dwei
 // index p = token * top_k + slot; "rows" are the pairs sorted by expert (a stable counting sort:
 // within an expert, by p), so expert e owns rows [offsets[e], offsets[e + 1]).
 struct MoeExpertsSaved {
-  Tensor perm;                   // i32 [M]: row -> p
-  Tensor rank;                   // i32 [N, top_k]: p -> row (the inverse of perm)
-  std::vector<int64_t> offsets;  // [E + 1], on the host
-  Tensor xg;                     // [M, L] the gathered inputs xl[p / top_k]
-  Tensor a, u;                   // [M, F] the GLU pre-activations (w1 and w3 products)
-  Tensor o;                      // [M, L] the expert outputs before weighting (for dweights)
+  Tensor perm;  // i32 [M]: row -> p
+  Tensor rank;  // i32 [N, top_k]: p -> row (the inverse of perm)
+  // [E + 1] on the host: on cpu, and on cuda when the per-expert loop ran (read back); empty
+  // after cuda's grouped path, which keeps them on the device only.
+  std::vector<int64_t> offsets;
+  Tensor offsets_device;  // i32 [E + 1] on cuda (undefined on cpu)
+  Tensor xg;              // [M, L] the gathered inputs xl[p / top_k]
+  Tensor a, u;            // [M, F] the GLU pre-activations (w1 and w3 products)
+  Tensor o;               // [M, L] the expert outputs before weighting (for dweights)
 };
 
 // The routed experts' weighted latent sum (spec §5.2):
@@ -66,23 +70,34 @@ struct MoeExpertsSaved {
 // [N, k]; weights [N, k] (xl's dtype on cpu, f32 on cuda); experts stacked: w1, w3 [E, F, L] and
 // w2 [E, L, F] in xl's dtype. y [N, L] in xl's dtype, overwritten (allocated when undefined).
 // saved may be null (inference). An id outside [0, E) fails with InvalidArgument.
-// Per expert the products are kernels::Matmul on row views (cuBLASLt on cuda): the rows of one
-// expert are contiguous after the permutation. This needs the per-expert counts on the host: one
-// device-to-host copy of E + 1 ints (and a stream synchronisation) per call.
+// The rows of one expert are contiguous after the permutation. The products:
+//   grouped path (cuda, bf16, F and L multiples of kGroupedGemmDimMultiple, options.grouped_gemm):
+//       one kernels/grouped_gemm.h launch per product for all experts, the offsets staying on the
+//       device: no read back, no stream synchronisation. The ids are not checked on this path
+//       (RouteTopK's are valid by construction): an id outside [0, E) is not reported, its pair
+//       lands in no expert's rows and its term reads some expert row (wrong, but no access outside
+//       the tensors).
+//   loop path (cpu, and cuda otherwise): kernels::Matmul on each expert's row views (cuBLASLt on
+//       cuda). This needs the per-expert counts on the host: one device-to-host copy of E + 2
+//       ints (and a stream synchronisation) per call, which also checks the ids.
+struct MoeExpertsOptions {
+  bool grouped_gemm = true;  // false: the loop path everywhere (tests compare the two)
+};
 Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, const Tensor& w1,
                   const Tensor& w3, const Tensor& w2, const GluActivation& act, Tensor* y,
-                  MoeExpertsSaved* saved);
+                  MoeExpertsSaved* saved, const MoeExpertsOptions& options = {});
 
 // Backward of MoeExperts from its saved state and the upstream dy [N, L] (xl's dtype; on cuda
 // also f32). Gradient dtype G: xl's on cpu, f32 on cuda.
 //   dxl [N, L] G, accumulated (+=; allocated zeroed when undefined);
 //   dweights [N, k] G, overwritten (allocated when undefined): dot(dy[t], E_{ids[t,j]}(xl[t]));
 //   dw1, dw3 [E, F, L] and dw2 [E, L, F] G, accumulated (allocated zeroed when undefined).
-// The GLU output h is recomputed from the saved a, u. No device-to-host copy: the per-expert
-// offsets come from saved.
+// The GLU output h is recomputed from the saved a, u. The grouped path as for MoeExperts (the
+// offsets from saved.offsets_device, no device-to-host copy); the loop path takes saved.offsets,
+// or reads the device's back when the forward ran grouped.
 Status MoeExpertsGrad(const Tensor& xl, const Tensor& ids, const Tensor& weights, const Tensor& w1,
                       const Tensor& w3, const Tensor& w2, const GluActivation& act,
                       const MoeExpertsSaved& saved, const Tensor& dy, Tensor* dxl, Tensor* dweights,
-                      Tensor* dw1, Tensor* dw3, Tensor* dw2);
+                      Tensor* dw1, Tensor* dw3, Tensor* dw2, const MoeExpertsOptions& options = {});
 
 }  // namespace orrery::kernels

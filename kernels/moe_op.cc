@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/moe_cpu.h"
 #include "kernels/elementwise_check.h"
+#include "kernels/grouped_gemm.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/phase_profile.h"
@@ -164,6 +165,13 @@ Status CheckExperts(const char* op, const Tensor& xl, const Tensor& ids, const T
   return ExpectAs(op, "weights", weights, {d->n, d->k}, d->route_type, d->device);
 }
 
+// Whether the experts' products take the grouped GEMMs (kernels/moe.h): bf16 on cuda, dims the
+// kernels take.
+bool Grouped(const ExpertsDims& d, const MoeExpertsOptions& options) {
+  return options.grouped_gemm && !d.device.is_cpu() && d.dtype == DType::kBF16 &&
+         GroupedGemmSupports(d.f, d.l);
+}
+
 }  // namespace
 
 Status RouteTopK(const Tensor& scores, const Tensor& bias, const Tensor& forced, int64_t top_k,
@@ -213,7 +221,7 @@ Status RouteTopKGrad(const Tensor& scores, const Tensor& ids, const Tensor& dwei
 
 Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, const Tensor& w1,
                   const Tensor& w3, const Tensor& w2, const GluActivation& act, Tensor* y,
-                  MoeExpertsSaved* saved) {
+                  MoeExpertsSaved* saved, const MoeExpertsOptions& options) {
   PhaseScope phase("op.moe_experts");
   constexpr const char* kOp = "moe_experts";
   ExpertsDims d;
@@ -234,13 +242,24 @@ Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, co
     s.offsets.assign(static_cast<size_t>(d.e + 1), 0);
     return Status::OK();
   }
+  const bool grouped = Grouped(d, options);
   int64_t bad = -1;
   ORRERY_RETURN_IF_ERROR(
       ORRERY_MOE_DISPATCH(d.device, MoePermuteCpu(ids, d.e, &s.perm, &s.rank, &s.offsets, &bad),
-                          MoePermuteCuda(ids, d.e, &s.perm, &s.rank, &s.offsets, &bad)));
+                          MoePermuteCuda(ids, d.e, &s.perm, &s.rank, &s.offsets_device,
+                                         grouped ? nullptr : &s.offsets, &bad)));
   if (bad >= 0) return BadExpertId(kOp, ids, bad, d.e);
   ORRERY_RETURN_IF_ERROR(ORRERY_MOE_DISPATCH(d.device, MoeGatherCpu(xl, s.perm, d.k, &s.xg),
                                              MoeGatherCuda(xl, s.perm, d.k, &s.xg)));
+  if (grouped) {
+    ORRERY_RETURN_IF_ERROR(GroupedGemmForward(s.xg, w1, s.offsets_device, &s.a));
+    ORRERY_RETURN_IF_ERROR(GroupedGemmForward(s.xg, w3, s.offsets_device, &s.u));
+    Tensor h;
+    ORRERY_RETURN_IF_ERROR(Glu(act, s.a, s.u, &h));
+    ORRERY_RETURN_IF_ERROR(GroupedGemmForward(h, w2, s.offsets_device, &s.o));
+    return ORRERY_MOE_DISPATCH(d.device, MoeCombineCpu(s.o, weights, s.perm, d.k, y),
+                               MoeCombineCuda(s.o, weights, s.rank, y));
+  }
   const MatmulOptions linear{false, true, 1.0f, 0.0f};  // rows x W^T, W [out, in]
   for (int64_t e = 0; e < d.e; ++e) {
     const int64_t r0 = s.offsets[e], r1 = s.offsets[e + 1];
@@ -270,14 +289,19 @@ Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, co
 Status MoeExpertsGrad(const Tensor& xl, const Tensor& ids, const Tensor& weights, const Tensor& w1,
                       const Tensor& w3, const Tensor& w2, const GluActivation& act,
                       const MoeExpertsSaved& saved, const Tensor& dy, Tensor* dxl, Tensor* dweights,
-                      Tensor* dw1, Tensor* dw3, Tensor* dw2) {
+                      Tensor* dw1, Tensor* dw3, Tensor* dw2, const MoeExpertsOptions& options) {
   PhaseScope phase("op.moe_experts_grad");
   constexpr const char* kOp = "moe_experts_backward";
   ExpertsDims d;
   ORRERY_RETURN_IF_ERROR(CheckExperts(kOp, xl, ids, weights, w1, w3, w2, &d));
   const int64_t m = d.n * d.k;
   const Device dev = d.device;
-  if (static_cast<int64_t>(saved.offsets.size()) != d.e + 1 ||
+  const bool host_offsets = static_cast<int64_t>(saved.offsets.size()) == d.e + 1;
+  const bool device_offsets =
+      !dev.is_cpu() &&
+      ExpectAs(kOp, "saved.offsets_device", saved.offsets_device, {d.e + 1}, DType::kI32, dev).ok();
+  const bool grouped = Grouped(d, options) && device_offsets;
+  if (!(host_offsets || device_offsets) ||
       !ExpectAs(kOp, "saved.perm", saved.perm, {m}, DType::kI32, dev).ok() ||
       !ExpectAs(kOp, "saved.rank", saved.rank, {d.n, d.k}, DType::kI32, dev).ok() ||
       !ExpectAs(kOp, "saved.xg", saved.xg, {m, d.l}, d.dtype, dev).ok() ||
@@ -303,10 +327,29 @@ Status MoeExpertsGrad(const Tensor& xl, const Tensor& ids, const Tensor& weights
       dev, MoeCombineGradCpu(dy, saved.o, weights, saved.perm, d.k, &doe, dweights),
       MoeCombineGradCuda(dy, saved.o, weights, saved.perm, d.k, &doe, dweights)));
   ORRERY_ASSIGN_OR_RETURN(Tensor dh, New({m, d.f}, d.dtype, dev));
+  if (grouped) {
+    const Tensor& off = saved.offsets_device;
+    ORRERY_RETURN_IF_ERROR(GroupedGemmInputGrad(doe, w2, off, false, &dh));
+    ORRERY_RETURN_IF_ERROR(GroupedGemmWeightGrad(doe, h, off, dw2));
+    ORRERY_RETURN_IF_ERROR(GluGrad(act, saved.a, saved.u, dh, &da, &du));
+    ORRERY_ASSIGN_OR_RETURN(Tensor dxg, New({m, d.l}, g, dev));
+    ORRERY_RETURN_IF_ERROR(GroupedGemmInputGrad(da, w1, off, false, &dxg));
+    ORRERY_RETURN_IF_ERROR(GroupedGemmInputGrad(du, w3, off, true, &dxg));
+    ORRERY_RETURN_IF_ERROR(GroupedGemmWeightGrad(da, saved.xg, off, dw1));
+    ORRERY_RETURN_IF_ERROR(GroupedGemmWeightGrad(du, saved.xg, off, dw3));
+    return ORRERY_MOE_DISPATCH(dev, MoeScatterAddCpu(dxg, saved.perm, d.k, dxl),
+                               MoeScatterAddCuda(dxg, saved.rank, dxl));
+  }
+  std::vector<int64_t> read_back;
+  if (!host_offsets) {
+    ORRERY_ASSIGN_OR_RETURN(const Tensor host, saved.offsets_device.To(Device::Cpu()));
+    read_back.assign(host.data<int32_t>(), host.data<int32_t>() + d.e + 1);
+  }
+  const std::vector<int64_t>& offsets = host_offsets ? saved.offsets : read_back;
   const MatmulOptions plain{false, false, 1.0f, 0.0f}, plain_acc{false, false, 1.0f, 1.0f};
   const MatmulOptions outer_acc{true, false, 1.0f, 1.0f};  // dW += dy^T x
   for (int64_t e = 0; e < d.e; ++e) {
-    const int64_t r0 = saved.offsets[e], r1 = saved.offsets[e + 1];
+    const int64_t r0 = offsets[e], r1 = offsets[e + 1];
     if (r1 == r0) continue;
     ORRERY_ASSIGN_OR_RETURN(const Tensor doe_e, doe.Slice(r0, r1));
     ORRERY_ASSIGN_OR_RETURN(const Tensor he, h.Slice(r0, r1));
@@ -319,7 +362,7 @@ Status MoeExpertsGrad(const Tensor& xl, const Tensor& ids, const Tensor& weights
   ORRERY_RETURN_IF_ERROR(GluGrad(act, saved.a, saved.u, dh, &da, &du));
   ORRERY_ASSIGN_OR_RETURN(Tensor dxg, New({m, d.l}, g, dev));
   for (int64_t e = 0; e < d.e; ++e) {
-    const int64_t r0 = saved.offsets[e], r1 = saved.offsets[e + 1];
+    const int64_t r0 = offsets[e], r1 = offsets[e + 1];
     if (r1 == r0) continue;
     ORRERY_ASSIGN_OR_RETURN(const Tensor xe, saved.xg.Slice(r0, r1));
     ORRERY_ASSIGN_OR_RETURN(const Tensor da_e, da.Slice(r0, r1));

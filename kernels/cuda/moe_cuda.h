@@ -21,11 +21,14 @@ Status RouteTopKCuda(const Tensor& scores, const Tensor& bias, const Tensor& for
 // dlogits [N, E] overwritten.
 Status RouteTopKGradCuda(const Tensor& scores, const Tensor& ids, const Tensor& dweights,
                          double rho, Tensor* dlogits);
-// The stable counting sort: perm [M], rank [N, k], offsets [E + 1] copied to the host (one copy of
-// E + 2 ints, with the stream synchronised); *bad_pair is the first p whose id is outside [0, E)
-// (then perm and rank are not valid), else -1.
+// The stable counting sort: perm [M], rank [N, k], *offsets_device i32 [E + 1] (allocated).
+// With offsets non-null, the offsets are copied to the host too (one copy of E + 2 ints, with the
+// stream synchronised) and *bad_pair is the first p whose id is outside [0, E) (then perm and rank
+// are not valid), else -1. With offsets null nothing is read back and *bad_pair is -1: a bad pair
+// is placed in no expert's rows, and perm and rank are zero-filled first, so that every entry
+// still names a valid pair or row.
 Status MoePermuteCuda(const Tensor& ids, int64_t num_experts, Tensor* perm, Tensor* rank,
-                      std::vector<int64_t>* offsets, int64_t* bad_pair);
+                      Tensor* offsets_device, std::vector<int64_t>* offsets, int64_t* bad_pair);
 // xg[row] = xl[perm[row] / k].
 Status MoeGatherCuda(const Tensor& xl, const Tensor& perm, int64_t top_k, Tensor* xg);
 // y[t] = sum over t's rows, ascending, of weights[p] o[row] (f32 sums); y overwritten.

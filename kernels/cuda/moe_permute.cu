@@ -11,8 +11,9 @@
 //                advances the base. Rows follow p within each expert: the sort is stable.
 // No global atomics decide an order, so perm and rank are deterministic. An id outside [0, E) is
 // skipped and its p kept (atomicMin) in meta[E + 1], read back with the offsets.
-// Not yet timed: correct first (the grouped GEMMs will take the offsets on the device).
-#include <climits>
+// The offsets stay on the device for the grouped GEMMs (kernels/grouped_gemm.h); the read back
+// of offsets and bad pair happens only for the per-expert loop (kernels/moe_op.cc).
+#include <string>
 
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
@@ -24,6 +25,9 @@ namespace {
 
 constexpr int kChunk = 1024, kWarps = 4, kThreads = 32 * kWarps, kScanThreads = 1024;
 constexpr unsigned kFull = 0xffffffffu;
+// Every byte of meta's bad-pair slot 0x7F: the int32 0x7F7F7F7F, above any pair index.
+constexpr int kNoBadPairByte = 0x7F;
+constexpr int32_t kNoBadPair = 0x7F7F7F7F;
 static_assert(kMaxExperts <= kScanThreads, "ScanKernel has one thread per expert");
 
 // The expert of pair p, or -1 past the end or for an id outside [0, e) (flagged in *bad).
@@ -106,21 +110,29 @@ __global__ void PlaceKernel(const int32_t* __restrict__ ids, int64_t m, int e, i
 }  // namespace
 
 Status MoePermuteCuda(const Tensor& ids, int64_t num_experts, Tensor* perm, Tensor* rank,
-                      std::vector<int64_t>* offsets, int64_t* bad_pair) {
+                      Tensor* offsets_device, std::vector<int64_t>* offsets, int64_t* bad_pair) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(ids.device().index));
   const cudaStream_t s = ctx->stream();
   const int64_t m = ids.numel(), chunks = (m + kChunk - 1) / kChunk;
   const int e = static_cast<int>(num_experts);
   ORRERY_ASSIGN_OR_RETURN(Tensor counts, Tensor::Allocate({chunks, e}, DType::kI32, ids.device()));
-  // meta = offsets [E + 1], then the first bad pair (INT_MAX: none).
+  // meta = offsets [E + 1] (written by ScanKernel), then the first bad pair (kNoBadPair: none).
+  // Filled by a memset, not a host copy: a copy from pageable memory may synchronise the stream.
   ORRERY_ASSIGN_OR_RETURN(Tensor meta, Tensor::Allocate({e + 2}, DType::kI32, ids.device()));
-  std::vector<int32_t> host(static_cast<size_t>(e + 2), 0);
-  host[e + 1] = INT_MAX;
+  if (m >= kNoBadPair) {
+    return InvalidArgumentError("moe_permute: " + std::to_string(m) +
+                                " pairs, expected fewer than " + std::to_string(kNoBadPair));
+  }
   ORRERY_RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(counts.raw_data(), 0, counts.nbytes(), s), "moe_permute counts"));
   ORRERY_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(meta.raw_data(), host.data(), meta.nbytes(), cudaMemcpyHostToDevice, s),
-      "moe_permute meta"));
+      cudaMemsetAsync(meta.raw_data(), kNoBadPairByte, meta.nbytes(), s), "moe_permute meta"));
+  if (offsets == nullptr) {  // unchecked ids: every perm and rank entry must stay in range
+    ORRERY_RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(perm->raw_data(), 0, perm->nbytes(), s), "moe_permute perm"));
+    ORRERY_RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(rank->raw_data(), 0, rank->nbytes(), s), "moe_permute rank"));
+  }
   int32_t* meta_p = meta.data<int32_t>();
   const unsigned grid = GridFor(chunks, kWarps);
   CountKernel<<<grid, kThreads, 0, s>>>(ids.data<int32_t>(), m, e, chunks, counts.data<int32_t>(),
@@ -131,11 +143,15 @@ Status MoePermuteCuda(const Tensor& ids, int64_t num_experts, Tensor* perm, Tens
   PlaceKernel<<<grid, kThreads, 0, s>>>(ids.data<int32_t>(), m, e, chunks, counts.data<int32_t>(),
                                         perm->data<int32_t>(), rank->data<int32_t>());
   ORRERY_RETURN_IF_ERROR(LastLaunchStatus("PlaceKernel"));
+  ORRERY_ASSIGN_OR_RETURN(*offsets_device, meta.Slice(0, e + 1));
+  *bad_pair = -1;
+  if (offsets == nullptr) return Status::OK();
+  std::vector<int32_t> host(static_cast<size_t>(e + 2), 0);
   ORRERY_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(host.data(), meta.raw_data(), meta.nbytes(), cudaMemcpyDeviceToHost, s),
       "moe_permute offsets"));
   ORRERY_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(s), "moe_permute offsets"));
-  *bad_pair = host[e + 1] == INT_MAX ? -1 : host[e + 1];
+  *bad_pair = host[e + 1] == kNoBadPair ? -1 : host[e + 1];
   offsets->assign(host.begin(), host.begin() + e + 1);
   return Status::OK();
 }

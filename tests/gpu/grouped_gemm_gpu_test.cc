@@ -1,0 +1,265 @@
+// The grouped GEMMs (kernels/grouped_gemm.h) on the GPU against their CPU twin on fresh random
+// inputs with ragged expert counts; skipped without a GPU.
+//
+// The twin runs in f64 on the very values the GPU sees (bf16-rounded inputs, exact in f64), so an
+// error measures the kernel's f32 accumulation and its output rounding only. Tolerances (relative
+// RMS error ||gpu - ref|| / ||ref||, checked per expert, so that one wrong expert is not diluted
+// by the others):
+//   f32 outputs: 1e-4. The bf16 x bf16 products are exact in f32; the f32 sums of up to K = 1024
+//       (or, for the weight grad, a few thousand rows') terms err by ~sqrt(terms) * 2^-24 ~ 4e-6
+//       in RMS, 2.4e-4 in the worst case of 4096 terms; the tensor cores' own adder rounding
+//       is of the same order. A missing or extra row among R gives ~1/sqrt(R) >= 1.5e-2 (R up to
+//       4500), a wrong element of a 128-row tile far more.
+//   bf16 outputs: 5e-3 (the op tests' bound: one bf16 rounding, 1.1e-3 to 1.65e-3 RMS).
+// The worst element of every expert is printed on failure as (expert, row, col), and must also
+// lie within 10x the tolerance of the expert's reference RMS (bf16 rounds by at most 2^-9 of the
+// value, below 1.2e-2 of the RMS for values under 6 RMS).
+// Rows before offsets[0] and after offsets[E] hold NaN in every input: a read of them anywhere
+// (the weight grad's masked rows included) turns a sum NaN. The outputs start NaN-poisoned (or
+// random, when accumulated) and their rows outside the experts' must come back unchanged.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/philox.h"
+#include "kernels/grouped_gemm.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/unit/kernels/kda_test_util.h"
+
+namespace orrery::kernels {
+namespace {
+
+using gpu_test::Poisoned;
+using gpu_test::Round;
+using gpu_test::ToGpu;
+using gpu_test::ToHost;
+using gpu_test::ToHostF64;
+using testing::RandomNormal;
+
+constexpr double kF32Tol = 1e-4;
+constexpr double kBf16Tol = 5e-3;
+constexpr double kWorstFactor = 10;
+constexpr int64_t kPad = 5;  // NaN rows before the first and after the last expert's rows
+
+// Ragged counts for E experts: the edge counts 0, 1, 127, 128, 129 (tile boundaries), thousands
+// and random small ones, in a seeded order.
+std::vector<int64_t> RaggedCounts(int64_t e, int64_t big, PhiloxGenerator& rng) {
+  const std::vector<int64_t> edges = {0, 1, 127, 128, 129, big};
+  std::vector<int64_t> c(static_cast<size_t>(e));
+  for (int64_t i = 0; i < e; ++i) {
+    c[i] = i < static_cast<int64_t>(edges.size()) ? edges[i] : rng.NextU32() % 300;
+  }
+  for (int64_t i = e - 1; i > 0; --i) std::swap(c[i], c[rng.NextU32() % (i + 1)]);
+  if (e == 1) c[0] = big;
+  return c;
+}
+
+struct Problem {
+  std::vector<int64_t> offsets;  // [E + 1], offsets[0] = kPad
+  int64_t m = 0;                 // rows, kPad more after offsets[E]
+  Tensor offsets_cpu, offsets_gpu;
+};
+
+Problem MakeProblem(const std::vector<int64_t>& counts, bool i64) {
+  Problem p;
+  p.offsets.push_back(kPad);
+  for (int64_t c : counts) p.offsets.push_back(p.offsets.back() + c);
+  p.m = p.offsets.back() + kPad;
+  if (i64) {
+    p.offsets_cpu =
+        Tensor::FromVector<int64_t>({static_cast<int64_t>(p.offsets.size())}, p.offsets);
+  } else {
+    std::vector<int32_t> o(p.offsets.begin(), p.offsets.end());
+    p.offsets_cpu = Tensor::FromVector<int32_t>({static_cast<int64_t>(o.size())}, o);
+  }
+  p.offsets_gpu = ToGpu(p.offsets_cpu);
+  return p;
+}
+
+// Random [m, cols] rows rounded to bf16 (as f64), NaN outside the experts' rows.
+Tensor RowsInput(const Problem& p, int64_t cols, PhiloxGenerator& rng) {
+  Tensor t = Round(RandomNormal({p.m, cols}, DType::kF64, rng), DType::kBF16);
+  double* d = t.data<double>();
+  for (int64_t r = 0; r < p.m; ++r) {
+    if (r >= p.offsets.front() && r < p.offsets.back()) continue;
+    for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = std::numeric_limits<double>::quiet_NaN();
+  }
+  return t;
+}
+
+// Compares rows [lo_e, hi_e) of got against ref per expert (relative RMS and worst element);
+// rows outside every expert's must equal `untouched` bit for bit (after the f64 cast; NaN == NaN).
+// stacked: got and ref are [E, R, C], one matrix per expert (then untouched is not used).
+void ExpectExpertsClose(const Tensor& got_dev, const Tensor& ref, const Tensor& untouched,
+                        const Problem& p, bool stacked, double tol, const std::string& what) {
+  const Tensor g = ToHostF64(got_dev);
+  const Tensor u = ToHostF64(untouched);
+  const int64_t e = static_cast<int64_t>(p.offsets.size()) - 1;
+  const int64_t cols = g.dim(g.ndim() - 1);
+  const double* gd = g.data<double>();
+  const double* rd = ref.data<double>();
+  const double* ud = u.data<double>();
+  double worst_err = 0;
+  for (int64_t x = 0; x < e; ++x) {
+    const int64_t lo = stacked ? x * g.dim(1) : p.offsets[x];
+    const int64_t hi = stacked ? (x + 1) * g.dim(1) : p.offsets[x + 1];
+    double num = 0, den = 0, worst = -1;
+    int64_t wr = 0, wc = 0;
+    bool finite = true;
+    for (int64_t r = lo; r < hi; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const double a = gd[r * cols + c], b = rd[r * cols + c];
+        if (!std::isfinite(a)) finite = false;
+        num += (a - b) * (a - b);
+        den += b * b;
+        if (!(std::abs(a - b) <= worst)) {
+          worst = std::abs(a - b);
+          wr = r - lo;
+          wc = c;
+        }
+      }
+    }
+    if (hi == lo) continue;
+    const double err = std::sqrt(num / std::max(den, 1e-300));
+    const double rms = std::sqrt(den / static_cast<double>((hi - lo) * cols));
+    worst_err = std::max(worst_err, err);
+    const std::string where = what + ": expert " + std::to_string(x) + " (" +
+                              std::to_string(hi - lo) + (stacked ? " rows of W" : " rows") +
+                              "), worst element at (expert " + std::to_string(x) + ", row " +
+                              std::to_string(wr) + ", col " + std::to_string(wc) + "): got " +
+                              std::to_string(gd[(lo + wr) * cols + wc]) + ", want " +
+                              std::to_string(rd[(lo + wr) * cols + wc]);
+    EXPECT_TRUE(finite) << where << " (a NaN or unwritten element)";
+    EXPECT_LE(err, tol) << where;
+    EXPECT_LE(worst, kWorstFactor * tol * std::max(rms, 1e-30)) << where << ", rms " << rms;
+  }
+  if (!stacked) {
+    for (int64_t r = 0; r < g.dim(0); ++r) {
+      if (r >= p.offsets.front() && r < p.offsets.back()) continue;
+      ASSERT_EQ(std::memcmp(gd + r * cols, ud + r * cols, cols * sizeof(double)), 0)
+          << what << ": row " << r << " outside the experts' rows was written";
+    }
+  }
+  std::printf("  %-40s worst expert rel RMS error %.3g (tolerance %.0e)\n", what.c_str(), worst_err,
+              tol);
+}
+
+using Case = std::tuple<int64_t, int64_t, int64_t, bool>;  // E, N, K, i64 offsets
+class GroupedGemmGpuTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  const auto [e, n, k, i64] = GetParam();
+  PhiloxGenerator rng(1000 + e + n + 3 * k + i64, 0);
+  // "Thousands" rows for one expert, fewer for the widest shapes (the f64 twin's time).
+  const int64_t big = n * k >= 512 * 1024 ? 1500 : 4500;
+  const Problem p = MakeProblem(RaggedCounts(e, big, rng), i64);
+  std::printf("E %lld N %lld K %lld, %lld rows, %s offsets\n", static_cast<long long>(e),
+              static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(p.m),
+              i64 ? "i64" : "i32");
+  const Tensor x = RowsInput(p, k, rng), dy = RowsInput(p, n, rng);
+  const Tensor w =
+      Round(RandomNormal({e, n, k}, DType::kF64, rng, 1.0 / std::sqrt(k)), DType::kBF16);
+  const Tensor xg = ToGpu(x, DType::kBF16), dyg = ToGpu(dy, DType::kBF16);
+  const Tensor wg = ToGpu(w, DType::kBF16);
+
+  // Forward, into f32 and bf16.
+  Tensor y_ref;
+  ASSERT_TRUE(GroupedGemmForward(x, w, p.offsets_cpu, &y_ref).ok());
+  for (const DType out : {DType::kF32, DType::kBF16}) {
+    const Tensor poison = Poisoned({p.m, n}, out);
+    Tensor y = poison.Clone();
+    const Status st = GroupedGemmForward(xg, wg, p.offsets_gpu, &y);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectExpertsClose(y, y_ref, poison, p, false, out == DType::kF32 ? kF32Tol : kBf16Tol,
+                       std::string("forward y ") + std::string(DTypeName(out)));
+  }
+
+  // Input grad: overwritten (f32, bf16) and accumulated (f32, bf16) onto random starts.
+  Tensor dx_ref;
+  ASSERT_TRUE(GroupedGemmInputGrad(dy, w, p.offsets_cpu, false, &dx_ref).ok());
+  for (const DType out : {DType::kF32, DType::kBF16}) {
+    for (const bool acc : {false, true}) {
+      const Tensor start64 = Round(RandomNormal({p.m, k}, DType::kF64, rng), out);
+      const Tensor start = acc ? ToGpu(start64, out) : Poisoned({p.m, k}, out);
+      Tensor dx = start.Clone();
+      const Status st = GroupedGemmInputGrad(dyg, wg, p.offsets_gpu, acc, &dx);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      Tensor want = dx_ref.Clone();
+      if (acc) {  // compare the sums: the start is of the product's size, so it cannot hide it
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          want.data<double>()[i] += start64.data<double>()[i];
+        }
+      }
+      ExpectExpertsClose(dx, want, start, p, false, out == DType::kF32 ? kF32Tol : kBf16Tol,
+                         std::string("input grad dx ") + std::string(DTypeName(out)) +
+                             (acc ? " accumulated" : ""));
+    }
+  }
+
+  // Weight grad: accumulated onto a random f32 start; the delta is compared.
+  const Tensor dw0 = Round(RandomNormal({e, n, k}, DType::kF64, rng), DType::kF32);
+  Tensor dw_ref = Tensor::Empty({e, n, k}, DType::kF64);
+  std::memset(dw_ref.raw_data(), 0, dw_ref.nbytes());
+  ASSERT_TRUE(GroupedGemmWeightGrad(dy, x, p.offsets_cpu, &dw_ref).ok());
+  Tensor dw = ToGpu(dw0, DType::kF32);
+  const Status st = GroupedGemmWeightGrad(dyg, xg, p.offsets_gpu, &dw);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  Tensor delta = ToHostF64(dw);
+  for (int64_t i = 0; i < delta.numel(); ++i) delta.data<double>()[i] -= dw0.data<double>()[i];
+  ExpectExpertsClose(delta, dw_ref, delta, p, true, kF32Tol, "weight grad dW (accumulated)");
+  // Experts without rows: dW_e exactly its start.
+  for (int64_t x_e = 0; x_e < e; ++x_e) {
+    if (p.offsets[x_e + 1] != p.offsets[x_e]) continue;
+    for (int64_t i = x_e * n * k; i < (x_e + 1) * n * k; ++i) {
+      ASSERT_EQ(delta.data<double>()[i], 0.0) << "dW of expert " << x_e << " (no rows) changed";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GroupedGemmGpuTest,
+                         ::testing::Values(Case{1, 64, 64, false}, Case{8, 64, 512, true},
+                                           Case{8, 512, 64, false}, Case{8, 1024, 1024, true},
+                                           Case{32, 512, 512, false}, Case{64, 1024, 512, true},
+                                           Case{64, 512, 1024, false}, Case{32, 72, 136, true}),
+                         [](const auto& info) {
+                           return "E" + std::to_string(std::get<0>(info.param)) + "_N" +
+                                  std::to_string(std::get<1>(info.param)) + "_K" +
+                                  std::to_string(std::get<2>(info.param)) +
+                                  (std::get<3>(info.param) ? "_i64" : "_i32");
+                         });
+
+// Bad calls: one InvalidArgument line each.
+TEST(GroupedGemmGpuErrors, BadCallsAreOneClearLine) {
+  SKIP_WITHOUT_GPU();
+  auto expect = [](const Status& st, const std::string& prefix) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_EQ(st.message().rfind(prefix, 0), 0u) << st.ToString();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos);
+  };
+  const Tensor off = ToGpu(Tensor::FromVector<int32_t>({3}, {0, 2, 4}));
+  const Tensor x = Poisoned({4, 64}, DType::kBF16), w = Poisoned({2, 60, 64}, DType::kBF16);
+  Tensor y;
+  expect(GroupedGemmForward(x, w, off, &y),
+         "grouped_gemm_forward: W's [N, K] = [60, 64]: the cuda kernels need N and K positive "
+         "multiples of 8");
+  const Tensor w_ok = Poisoned({2, 64, 64}, DType::kBF16);
+  expect(GroupedGemmForward(x, w_ok, ToGpu(Tensor::FromVector<int32_t>({2}, {0, 4})), &y),
+         "grouped_gemm_forward: offsets i32[2]");
+  expect(GroupedGemmForward(Poisoned({4, 64}, DType::kF32), w_ok, off, &y),
+         "grouped_gemm_forward: x f32[4, 64]");
+  Tensor dx;
+  expect(GroupedGemmInputGrad(x, w_ok, off, true, &dx),
+         "grouped_gemm_input_grad: dx is undefined but accumulate is set");
+  Tensor dw = Poisoned({2, 64, 64}, DType::kBF16);
+  expect(GroupedGemmWeightGrad(x, x, off, &dw), "grouped_gemm_weight_grad: dw bf16[2, 64, 64]");
+}
+
+}  // namespace
+}  // namespace orrery::kernels
