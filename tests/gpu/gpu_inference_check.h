@@ -98,23 +98,30 @@ inline std::vector<int32_t> Tokens(int64_t len, uint64_t seed) {
 
 // How close the GPU side must be: the relative RMS error of each call's logits against the
 // host's, and the fraction of routed expert ids that may differ (0: all equal).
+//
+// `ids` bounds the fraction over the whole test (checked by Report), not per call: a decode call
+// of the toy models routes only a few dozen ids. With `until_routing_differs` (bf16) the logits
+// are compared only while every id so far agrees: bf16 rounding flips near-tied top-k choices,
+// and one flipped expert of a two-layer toy model moves the logits by 10-15% relative (measured
+// on the H200: 2 of 18 ids differing gave 0.138), which says nothing about the engine. The f32
+// runs, where every id agrees and the logits match to ~1e-6, are the exact check of the engine.
 struct Tolerance {
   double logits = 0;
   double ids = 0;
+  bool until_routing_differs = false;
 };
 
 struct Stats {
   double worst_logits = 0;
   int64_t ids = 0, ids_differing = 0;
+  int64_t calls_checked = 0, calls_after_divergence = 0;
+  bool diverged = false;
 };
 
 inline void Compare(const StepOutput& host, const StepOutput& gpu, const Tolerance& tol,
                     const std::string& what, Stats* stats) {
   ASSERT_EQ(host.logits.shape(), gpu.logits.shape()) << what;
   ASSERT_EQ(gpu.logits.dtype(), DType::kF32) << what;
-  const double err = kernels::testing::RelRmsError(gpu.logits, host.logits);
-  stats->worst_logits = std::max(stats->worst_logits, err);
-  EXPECT_LT(err, tol.logits) << what;
   ASSERT_EQ(host.expert_ids.shape(), gpu.expert_ids.shape()) << what;
   int64_t differing = 0;
   for (int64_t i = 0; i < host.expert_ids.numel(); ++i) {
@@ -122,14 +129,29 @@ inline void Compare(const StepOutput& host, const StepOutput& gpu, const Toleran
   }
   stats->ids += host.expert_ids.numel();
   stats->ids_differing += differing;
-  EXPECT_LE(static_cast<double>(differing), tol.ids * static_cast<double>(host.expert_ids.numel()))
-      << what << ": " << differing << " of " << host.expert_ids.numel() << " expert ids differ";
+  if (tol.until_routing_differs && (stats->diverged || differing > 0)) {
+    stats->diverged = true;
+    ++stats->calls_after_divergence;
+    return;
+  }
+  const double err = kernels::testing::RelRmsError(gpu.logits, host.logits);
+  stats->worst_logits = std::max(stats->worst_logits, err);
+  ++stats->calls_checked;
+  EXPECT_LT(err, tol.logits) << what;
 }
 
-inline void Report(const char* name, const Stats& s) {
-  std::printf("%s: worst logits rel RMS %.3g, expert ids differing %lld of %lld\n", name,
-              s.worst_logits, static_cast<long long>(s.ids_differing),
-              static_cast<long long>(s.ids));
+// Prints the figures and checks the totals: the fraction of differing ids, and that some calls'
+// logits were compared.
+inline void Report(const char* name, const Stats& s, const Tolerance& tol) {
+  std::printf(
+      "%s: worst logits rel RMS %.3g over %lld calls (%lld after the routing differed), expert ids "
+      "differing %lld of %lld\n",
+      name, s.worst_logits, static_cast<long long>(s.calls_checked),
+      static_cast<long long>(s.calls_after_divergence), static_cast<long long>(s.ids_differing),
+      static_cast<long long>(s.ids));
+  EXPECT_GT(s.calls_checked, 0) << name << ": no call was compared";
+  EXPECT_LE(static_cast<double>(s.ids_differing), tol.ids * static_cast<double>(s.ids))
+      << name << ": " << s.ids_differing << " of " << s.ids << " expert ids differ";
 }
 
 inline std::unique_ptr<GpuModel> Upload(Model& host, Device device, DType dtype) {
@@ -197,7 +219,7 @@ inline void MultiSlot(Device device, DType dtype, const Tolerance& tol) {
   }
   decode({2, 1}, Tokens(2, 300), "decode of a subset");
   for (int64_t s = 0; s < 3; ++s) EXPECT_EQ((*gs)->length(s), (*hs)->length(s)) << s;
-  Report("multi-slot", stats);
+  Report("multi-slot", stats, tol);
 }
 
 // A shared prompt prefilled once and copied to two more slots (pages shared, none taken), then
@@ -269,7 +291,7 @@ inline void Fork(Device device, DType dtype, const Tolerance& tol) {
   Compare(*ht, *gt, tol, "second turn of the branches", &stats);
   for (int64_t s = 0; s < 3; ++s) ASSERT_TRUE((*gs)->Release(s).ok());
   EXPECT_EQ((*gs)->free_pages(), 40) << "released slots return every page";
-  Report("fork", stats);
+  Report("fork", stats, tol);
 }
 
 // Episodes of random lengths joining, forking and leaving: after each round every page is back

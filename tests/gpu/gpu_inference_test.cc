@@ -26,9 +26,10 @@ constexpr Tolerance kF32{1e-4, 0.01};
 // bf16 mode: activations, weight copies and latent pages rounded to bf16 (2^-9 = 2e-3 relative
 // per rounding), fp32 accumulation and fp32 KDA state. Each logit is the product of a few dozen
 // rounded factors through four layers (the training check, tests/gpu/gpu_model_test.cc, allows
-// 5e-2 on gradients of the same depth); 5e-2 on the logits, and near-ties of the sigmoid router
-// flipped by bf16 on up to 10% of the ids (routing then differs for those tokens only).
-constexpr Tolerance kBf16{5e-2, 0.10};
+// 5e-2 on gradients of the same depth); 5e-2 on the logits while the routing agrees (see
+// inference_check::Tolerance), and near-ties of the sigmoid router flipped by bf16 on up to 10%
+// of the ids over the test.
+constexpr Tolerance kBf16{5e-2, 0.10, true};
 
 TEST(GpuInferenceTest, F32SlotsOverPagesMatchTheHost) {
   SKIP_WITHOUT_GPU();
