@@ -1,7 +1,9 @@
 #include "rollout/agent_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "core/logging.h"
@@ -29,6 +31,17 @@ auto Guarded(const char* what, Fn&& fn) -> decltype(fn()) {
   }
 }
 
+EpisodeStatus FaultStatus(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kDeadlineExceeded:
+      return EpisodeStatus::kTimeout;
+    case StatusCode::kUnavailable:
+      return EpisodeStatus::kEnvLost;
+    default:
+      return EpisodeStatus::kToolError;
+  }
+}
+
 }  // namespace
 
 Status ValidateAgentOptions(const AgentOptions& o) {
@@ -40,6 +53,7 @@ Status ValidateAgentOptions(const AgentOptions& o) {
   if (!(o.env_timeout_seconds > 0)) {
     return InvalidArgumentError("agent: env_timeout_seconds must be > 0");
   }
+  if (o.env_workers < 0) return InvalidArgumentError("agent: env_workers must be >= 0");
   return Status::OK();
 }
 
@@ -48,6 +62,16 @@ struct AgentLoop::Group {
   env::TaskRef task;
   std::vector<Trajectory> trajectories;
   int remaining = 0;
+};
+
+// One environment call of an episode: its inputs, and the outputs a worker fills in.
+struct AgentLoop::EnvCall {
+  enum Kind { kReset, kTools, kScore } kind = kReset;
+  std::vector<ToolCall> calls;  // kTools: the turn's calls, run in order until one fails
+  std::optional<StatusOr<std::unique_ptr<env::Episode>>> reset;
+  std::vector<StatusOr<env::ToolResult>> tool_results;  // one per call run
+  std::optional<StatusOr<env::EpisodeScore>> score;
+  double seconds = 0;  // wall time of the call(s)
 };
 
 struct AgentLoop::Episode {
@@ -63,6 +87,7 @@ struct AgentLoop::Episode {
   int turns = 0;
   int slot = -1;
   double start_mono = 0;
+  std::unique_ptr<EnvCall> env_call;  // in flight (set: the episode is not fed)
 };
 
 AgentLoop::AgentLoop(PolicyBackend* backend, const ChatFormat* format, env::Env* env,
@@ -71,9 +96,12 @@ AgentLoop::AgentLoop(PolicyBackend* backend, const ChatFormat* format, env::Env*
       format_(format),
       env_(env),
       options_(options),
-      slots_(backend->max_slots()) {}
+      slots_(backend->max_slots()),
+      env_pool_(std::make_unique<ThreadPool>(std::max(0, options.env_workers))) {}
 
-AgentLoop::~AgentLoop() = default;
+AgentLoop::~AgentLoop() {
+  env_pool_.reset();  // running calls end by their deadlines; then the episodes go
+}
 
 int AgentLoop::active_episodes() const {
   int n = 0;
@@ -113,7 +141,71 @@ void AgentLoop::AppendTokens(Episode& e, const std::vector<int32_t>& ids, TokenR
   }
 }
 
-Status AgentLoop::StartEpisode(std::unique_ptr<Episode> owned, int slot) {
+void AgentLoop::SubmitEnvCall(Episode& e, std::unique_ptr<EnvCall> call) {
+  e.env_call = std::move(call);
+  ++stats_.env_calls_in_flight;
+  Episode* ep = &e;
+  EnvCall* c = e.env_call.get();
+  const env::TaskRef task = e.group->task;
+  // The deadline starts when a worker takes the call: time queued behind other calls is not the
+  // environment's.
+  env_pool_->Submit([this, ep, c, task] {
+    const double start = NowMono();
+    const double timeout = options_.env_timeout_seconds;
+    switch (c->kind) {
+      case EnvCall::kReset:
+        c->reset = Guarded("reset", [&] { return env_->Reset(task, env::DeadlineIn(timeout)); });
+        break;
+      case EnvCall::kTools:
+        for (const ToolCall& call : c->calls) {
+          c->tool_results.push_back(Guarded(
+              "step", [&] { return ep->env_episode->Step(call, env::DeadlineIn(timeout)); }));
+          if (!c->tool_results.back().ok()) break;
+        }
+        break;
+      case EnvCall::kScore:
+        c->score = Guarded("score", [&] {
+          return ep->env_episode->Score(ep->messages, env::DeadlineIn(timeout));
+        });
+        break;
+    }
+    c->seconds = NowMono() - start;
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      done_.push_back(ep);
+    }
+    done_cv_.notify_one();
+  });
+}
+
+Status AgentLoop::ApplyEnvResults(int wait_ms) {
+  std::vector<Episode*> batch;
+  {
+    std::unique_lock<std::mutex> lock(done_mu_);
+    if (done_.empty() && wait_ms > 0) {
+      done_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return !done_.empty(); });
+    }
+    batch.swap(done_);
+  }
+  for (Episode* e : batch) {
+    std::unique_ptr<EnvCall> call = std::move(e->env_call);
+    --stats_.env_calls_in_flight;
+    switch (call->kind) {
+      case EnvCall::kReset:
+        ORRERY_RETURN_IF_ERROR(OnReset(*e, *call));
+        break;
+      case EnvCall::kTools:
+        ORRERY_RETURN_IF_ERROR(OnToolResults(*e, *call));
+        break;
+      case EnvCall::kScore:
+        OnScore(*e, *call);
+        break;
+    }
+  }
+  return Status::OK();
+}
+
+void AgentLoop::StartEpisode(std::unique_ptr<Episode> owned, int slot) {
   Episode& e = *owned;
   e.slot = slot;
   e.start_mono = NowMono();
@@ -127,91 +219,137 @@ Status AgentLoop::StartEpisode(std::unique_ptr<Episode> owned, int slot) {
   t.start_unix_seconds = NowUnix();
   slots_[slot] = std::move(owned);
   ++stats_.episodes_started;
+  auto call = std::make_unique<EnvCall>();
+  call->kind = EnvCall::kReset;
+  SubmitEnvCall(e, std::move(call));
+}
 
-  auto reset = Guarded("reset", [&] {
-    return env_->Reset(e.group->task, env::DeadlineIn(options_.env_timeout_seconds));
-  });
-  if (!reset.ok()) {
-    ++stats_.env_failures;
-    ORRERY_LOG(WARN) << "env reset of " << t.task_id << " failed: " << reset.status().ToString();
-    return FinishEpisode(e, reset.status().code() == StatusCode::kDeadlineExceeded
-                                ? EpisodeStatus::kTimeout
-                                : EpisodeStatus::kToolError);
+Status AgentLoop::OnReset(Episode& e, EnvCall& call) {
+  Trajectory& t = e.traj;
+  if (!call.reset->ok()) {
+    FailEpisode(e, call.reset->status(), "reset");
+    return Status::OK();
   }
-  e.env_episode = std::move(*reset);
+  e.env_episode = std::move(**call.reset);
   e.messages = e.env_episode->initial_messages();
   ORRERY_ASSIGN_OR_RETURN(RenderedChat prompt, format_->RenderPrompt(e.messages));
   e.pending_start = t.size();
   AppendTokens(e, prompt.ids, TokenRole::kPrompt);
   e.pending = prompt.ids;
-  if (t.size() >= options_.max_episode_tokens) return FinishEpisode(e, EpisodeStatus::kTruncated);
+  if (t.size() >= options_.max_episode_tokens) FinishEpisode(e, EpisodeStatus::kTruncated);
   return Status::OK();
 }
 
-Status AgentLoop::FinishEpisode(Episode& e, EpisodeStatus status) {
-  Trajectory& t = e.traj;
-  t.status = status;
-  if (e.env_episode != nullptr) {
-    const double start = NowMono();
-    auto score = Guarded("score", [&] {
-      return e.env_episode->Score(e.messages, env::DeadlineIn(options_.env_timeout_seconds));
-    });
-    t.reward_seconds = NowMono() - start;
-    if (score.ok()) {
-      t.reward = score->reward;
-      t.reward_components = score->components;
-    } else {
-      ++stats_.env_failures;
-      t.reward = 0;
-      ORRERY_LOG(WARN) << "scoring " << t.task_id << " failed: " << score.status().ToString();
-    }
+void AgentLoop::FailEpisode(Episode& e, const Status& status, const char* what) {
+  ++stats_.env_failures;
+  const EpisodeStatus fault = FaultStatus(status);
+  ++(fault == EpisodeStatus::kTimeout   ? stats_.env_timeouts
+     : fault == EpisodeStatus::kEnvLost ? stats_.env_lost
+                                        : stats_.env_tool_errors);
+  ORRERY_LOG(WARN) << "env " << what << " of " << e.traj.task_id << " failed ("
+                   << EpisodeStatusName(fault) << "): " << status.ToString();
+  FinishEpisode(e, fault);
+}
+
+void AgentLoop::FinishEpisode(Episode& e, EpisodeStatus status) {
+  e.traj.status = status;
+  e.pending.clear();
+  std::unique_ptr<Episode> owned;
+  if (e.slot >= 0) {
+    backend_->Release(e.slot);
+    owned = std::move(slots_[e.slot]);
+    e.slot = -1;
   }
+  if (e.env_episode == nullptr || e.traj.env_fault()) {
+    CompleteEpisode(e);  // `owned` frees the episode on return
+    return;
+  }
+  auto call = std::make_unique<EnvCall>();
+  call->kind = EnvCall::kScore;
+  Episode* key = owned.get();
+  scoring_[key] = std::move(owned);
+  SubmitEnvCall(*key, std::move(call));
+}
+
+void AgentLoop::OnScore(Episode& e, EnvCall& call) {
+  Trajectory& t = e.traj;
+  t.reward_seconds = call.seconds;
+  if (call.score->ok()) {
+    t.reward = (*call.score)->reward;
+    t.reward_components = (*call.score)->components;
+  } else {
+    // The environment could not score it: an environment fault, not a reward of 0.
+    ++stats_.env_failures;
+    const EpisodeStatus fault = FaultStatus(call.score->status());
+    ++(fault == EpisodeStatus::kTimeout   ? stats_.env_timeouts
+       : fault == EpisodeStatus::kEnvLost ? stats_.env_lost
+                                          : stats_.env_tool_errors);
+    t.status = fault;
+    t.reward = 0;
+    ORRERY_LOG(WARN) << "scoring " << t.task_id << " failed (" << EpisodeStatusName(fault)
+                     << "): " << call.score->status().ToString();
+  }
+  std::unique_ptr<Episode> owned = std::move(scoring_[&e]);
+  scoring_.erase(&e);
+  CompleteEpisode(e);
+}
+
+void AgentLoop::CompleteEpisode(Episode& e) {
+  Trajectory& t = e.traj;
   t.total_seconds = NowMono() - e.start_mono;
   stats_.episodes_finished++;
-  backend_->Release(e.slot);
   Group& g = *e.group;
   g.trajectories[e.index] = std::move(t);
   --g.remaining;
-  e.pending.clear();
-  e.slot = -1;
-  return Status::OK();
 }
 
 Status AgentLoop::EndTurn(Episode& e, bool finished_by_model) {
   Trajectory& t = e.traj;
   ++e.turns;
-  if (!finished_by_model) return FinishEpisode(e, EpisodeStatus::kTruncated);
+  if (!finished_by_model) {
+    FinishEpisode(e, EpisodeStatus::kTruncated);
+    return Status::OK();
+  }
   auto parsed = format_->ParseAssistantTurn(e.turn_ids);
   e.turn_ids.clear();
   if (!parsed.ok()) {
     ++stats_.format_errors;
     t.format_error = true;
-    return FinishEpisode(e, EpisodeStatus::kFinished);
+    FinishEpisode(e, EpisodeStatus::kFinished);
+    return Status::OK();
   }
   e.messages.push_back(parsed->message);
   const std::vector<ToolCall>& calls = parsed->message.tool_calls;
-  if (calls.empty()) return FinishEpisode(e, EpisodeStatus::kFinished);
-  if (e.turns >= options_.max_turns) return FinishEpisode(e, EpisodeStatus::kTruncated);
+  if (calls.empty()) {
+    FinishEpisode(e, EpisodeStatus::kFinished);
+  } else if (e.turns >= options_.max_turns) {
+    FinishEpisode(e, EpisodeStatus::kTruncated);
+  } else {
+    auto call = std::make_unique<EnvCall>();
+    call->kind = EnvCall::kTools;
+    call->calls = calls;
+    stats_.tool_calls += static_cast<int64_t>(calls.size());
+    SubmitEnvCall(e, std::move(call));
+  }
+  return Status::OK();
+}
 
+Status AgentLoop::OnToolResults(Episode& e, EnvCall& call) {
+  Trajectory& t = e.traj;
+  t.tool_seconds += call.seconds;
   std::vector<ChatMessage> results;
-  const double start = NowMono();
-  for (const ToolCall& call : calls) {
-    ++stats_.tool_calls;
-    auto r = Guarded("step", [&] {
-      return e.env_episode->Step(call, env::DeadlineIn(options_.env_timeout_seconds));
-    });
+  for (size_t i = 0; i < call.tool_results.size(); ++i) {
+    const ToolCall& c = call.calls[i];
+    const StatusOr<env::ToolResult>& r = call.tool_results[i];
     ToolCallRecord rec;
-    rec.name = call.name;
-    rec.arguments_json = call.arguments_json;
+    rec.name = c.name;
+    rec.arguments_json = c.arguments_json;
     rec.turn = static_cast<uint32_t>(e.turns - 1);
     if (!r.ok()) {
-      ++stats_.env_failures;
       rec.error = r.status().ToString();
       t.tool_calls.push_back(rec);
-      t.tool_seconds += NowMono() - start;
-      return FinishEpisode(e, r.status().code() == StatusCode::kDeadlineExceeded
-                                  ? EpisodeStatus::kTimeout
-                                  : EpisodeStatus::kToolError);
+      FailEpisode(e, r.status(), "step");
+      return Status::OK();
     }
     rec.result = r->content;
     rec.latency_ms = r->latency_s * 1e3;
@@ -220,15 +358,15 @@ Status AgentLoop::EndTurn(Episode& e, bool finished_by_model) {
     ChatMessage m;
     m.role = ChatRole::kTool;
     m.content = r->content;
-    m.tool_call_id = call.id;
-    m.name = call.name;
+    m.tool_call_id = c.id;
+    m.name = c.name;
     results.push_back(m);
   }
-  t.tool_seconds += NowMono() - start;
   e.messages.insert(e.messages.end(), results.begin(), results.end());
   ORRERY_ASSIGN_OR_RETURN(RenderedChat tail, format_->RenderPrompt(results));
   if (t.size() + static_cast<int64_t>(tail.ids.size()) + 1 > options_.max_episode_tokens) {
-    return FinishEpisode(e, EpisodeStatus::kTruncated);
+    FinishEpisode(e, EpisodeStatus::kTruncated);
+    return Status::OK();
   }
   // The turn's closing token was sampled but not fed yet: it goes first.
   e.pending_start = t.size() - static_cast<int64_t>(e.pending.size());
@@ -241,19 +379,29 @@ Status AgentLoop::EndTurn(Episode& e, bool finished_by_model) {
 
 StatusOr<std::vector<TrajectoryGroup>> AgentLoop::Step() {
   ++stats_.steps;
-  // 1. Fill free slots.
+  // 1. Fill free slots (their Resets go to the env workers).
   for (size_t s = 0; s < slots_.size() && !queue_.empty(); ++s) {
     if (slots_[s] != nullptr) continue;
     std::unique_ptr<Episode> e = std::move(queue_.front());
     queue_.pop_front();
-    ORRERY_RETURN_IF_ERROR(StartEpisode(std::move(e), static_cast<int>(s)));
-    if (slots_[s]->slot < 0) slots_[s].reset();  // finished at once (env failure)
+    StartEpisode(std::move(e), static_cast<int>(s));
   }
-  // 2. Feed every active episode.
+  // 2. Finished env calls; wait for one when nothing could be fed otherwise.
+  auto feedable = [&] {
+    for (const auto& e : slots_) {
+      if (e != nullptr && e->env_call == nullptr && !e->pending.empty()) return true;
+    }
+    return false;
+  };
+  ORRERY_RETURN_IF_ERROR(ApplyEnvResults(0));
+  if (!feedable() && stats_.env_calls_in_flight > 0) {
+    ORRERY_RETURN_IF_ERROR(ApplyEnvResults(kEnvWaitMs));
+  }
+  // 3. Feed every episode that is not waiting for the environment.
   std::vector<int> feed_slots;
   std::vector<std::vector<int32_t>> feeds;
   for (size_t s = 0; s < slots_.size(); ++s) {
-    if (slots_[s] != nullptr && !slots_[s]->pending.empty()) {
+    if (slots_[s] != nullptr && slots_[s]->env_call == nullptr && !slots_[s]->pending.empty()) {
       feed_slots.push_back(static_cast<int>(s));
       feeds.push_back(slots_[s]->pending);
     }
@@ -279,7 +427,7 @@ StatusOr<std::vector<TrajectoryGroup>> AgentLoop::Step() {
       }
       at += n;
       e.pending.clear();
-      // 3. Sample.
+      // 4. Sample.
       SampledToken tok = SampleToken(out.logits.data<float>() + i * v, v, options_.sampling, e.rng);
       e.pending_start = t.size();
       AppendTokens(e, {tok.id}, TokenRole::kModel);
@@ -290,7 +438,7 @@ StatusOr<std::vector<TrajectoryGroup>> AgentLoop::Step() {
       e.pending = {tok.id};
     }
     const double gen_seconds = NowMono() - gen_start;
-    // 4. Turn ends and limits.
+    // 5. Turn ends and limits.
     for (int s : feed_slots) {
       Episode& e = *slots_[s];
       e.traj.generation_seconds += gen_seconds;
@@ -301,9 +449,10 @@ StatusOr<std::vector<TrajectoryGroup>> AgentLoop::Step() {
                  e.traj.size() >= options_.max_episode_tokens) {
         ORRERY_RETURN_IF_ERROR(EndTurn(e, false));
       }
-      if (e.slot < 0) slots_[s].reset();
     }
   }
+  // Calls that finished meanwhile (all of this step's, when they run on this thread).
+  ORRERY_RETURN_IF_ERROR(ApplyEnvResults(0));
   // Completed groups, in the order they were added.
   std::vector<TrajectoryGroup> done;
   std::vector<std::shared_ptr<Group>> keep;

@@ -3,29 +3,45 @@
 // Groups of G episodes of one task are queued with AddGroup. Each Step():
 //   1. starts queued episodes in free slots (env Reset, prompt = the chat format's rendering of
 //      the initial messages with an open assistant turn);
-//   2. feeds every active episode its pending tokens (a prompt, tool results, or the token sampled
-//      last step) to the backend in one call, recording the routed experts of each fed token;
-//   3. samples one token per episode (temperature / top-p), recording its behaviour log-prob and
-//      the policy version;
-//   4. for each episode whose assistant turn ended (<|end|>), parses it: tool calls run in the
+//   2. applies the environment calls that finished since the last step (see below); when no
+//      episode has tokens to feed but calls are running, waits for one (at most kEnvWaitMs);
+//   3. feeds every episode with pending tokens (a prompt, tool results, or the token sampled last
+//      step) to the backend in one call, recording the routed experts of each fed token;
+//   4. samples one token per fed episode (temperature / top-p), recording its behaviour log-prob
+//      and the policy version;
+//   5. for each episode whose assistant turn ended (<|end|>), parses it: tool calls go to the
 //      environment and their results (rendered as tool turns plus a new assistant header, loss
 //      mask 0) become the next pending tokens; a turn without tool calls ends the episode, which
 //      the environment scores.
+// Environment calls (Reset, a turn's tool calls, Score) run off the decode loop on env_workers
+// threads: an episode waiting for one leaves the decode batch (keeping its backend slot and
+// context) while the others keep decoding, so one slow sandboxed call stalls only its own
+// episode. A scored episode frees its backend slot at once; its group completes when the score
+// arrives. With env_workers = 0 the calls run on the loop's thread as they are issued.
+//
+// Environment faults (env/env.h: a non-OK Status from Reset, Step or Score) end the episode with
+// a fault status: kTimeout (DeadlineExceeded), kEnvLost (Unavailable: the worker holding the
+// episode is gone) or kToolError (anything else). Such an episode is not scored (Trajectory::
+// env_fault(): the learner does not train on it), and each is counted in AgentStats.
 // Limits end an episode as truncated: max_turns assistant turns, max_turn_tokens per turn,
 // max_episode_tokens in all. A turn that fails to parse ends the episode (format_error, scored as
 // is). Weights can change between steps (UpdateWeights): episodes in flight continue under the
 // new version, and every token records the version that produced it (partial rollouts).
 //
-// Single-threaded: one owner calls AddGroup / Step / UpdateWeights.
+// One owner thread calls AddGroup / Step / UpdateWeights; only env calls run elsewhere.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/philox.h"
+#include "core/thread_pool.h"
 #include "env/env.h"
 #include "model/chat_format.h"
 #include "rollout/policy_backend.h"
@@ -41,7 +57,15 @@ struct AgentOptions {
   int max_episode_tokens = 512;     // all tokens of an episode (prompt and tools included)
   double env_timeout_seconds = 30;  // per Reset / tool call / Score
   uint64_t seed = 0;                // sampling stream of episode e is (seed, e's sequence number)
+  // Threads running environment calls (see above). An episode has at most one call in flight,
+  // so the backend's slots are enough for no call to queue (the rollout role's choice, the same
+  // rule as the sandbox pools' size). 0: on the loop's thread.
+  int env_workers = 0;
 };
+
+// The longest a Step waits for an environment call when no episode can be fed: the owner's loop
+// regains control this often (weight polls, stop requests) while every episode waits on tools.
+inline constexpr int kEnvWaitMs = 20;
 
 Status ValidateAgentOptions(const AgentOptions& options);
 
@@ -56,6 +80,10 @@ struct AgentStats {
   int64_t episodes_started = 0, episodes_finished = 0, groups_finished = 0;
   int64_t tokens_generated = 0, tokens_fed = 0, tool_calls = 0, format_errors = 0;
   int64_t env_failures = 0, steps = 0;
+  // Episodes ended by an environment fault, by kind (their sum is at most env_failures: a failed
+  // Score of a finished episode is a fault too).
+  int64_t env_tool_errors = 0, env_timeouts = 0, env_lost = 0;
+  int64_t env_calls_in_flight = 0;  // now
 };
 
 class AgentLoop {
@@ -75,30 +103,52 @@ class AgentLoop {
   Status UpdateWeights(const std::vector<std::pair<std::string, Tensor>>& named, int64_t version);
   int64_t version() const { return backend_->version(); }
 
+  // Episodes holding a backend slot (decoding or waiting for a tool), and those being scored.
   int active_episodes() const;
+  int scoring_episodes() const { return static_cast<int>(scoring_.size()); }
   int queued_episodes() const { return static_cast<int>(queue_.size()); }
-  bool idle() const { return active_episodes() == 0 && queue_.empty(); }
+  bool idle() const { return active_episodes() == 0 && scoring_.empty() && queue_.empty(); }
   const AgentStats& stats() const { return stats_; }
 
  private:
   struct Episode;
   struct Group;
+  struct EnvCall;
 
-  Status StartEpisode(std::unique_ptr<Episode> episode, int slot);
+  void StartEpisode(std::unique_ptr<Episode> episode, int slot);
   // Handles the end of an assistant turn; may finish the episode.
   Status EndTurn(Episode& e, bool finished_by_model);
-  Status FinishEpisode(Episode& e, EpisodeStatus status);
+  // Ends the episode: frees its backend slot, then scores it (a normal end) or completes it.
+  void FinishEpisode(Episode& e, EpisodeStatus status);
+  // Ends the episode for the environment fault `status`.
+  void FailEpisode(Episode& e, const Status& status, const char* what);
+  void CompleteEpisode(Episode& e);
   void AppendTokens(Episode& e, const std::vector<int32_t>& ids, TokenRole role);
+
+  // Runs `call` for `e` on an env worker; its result is applied by ApplyEnvResults.
+  void SubmitEnvCall(Episode& e, std::unique_ptr<EnvCall> call);
+  // Applies finished env calls (waiting up to wait_ms for the first one when none has finished).
+  Status ApplyEnvResults(int wait_ms);
+  Status OnReset(Episode& e, EnvCall& call);
+  Status OnToolResults(Episode& e, EnvCall& call);
+  void OnScore(Episode& e, EnvCall& call);
 
   PolicyBackend* backend_;
   const ChatFormat* format_;
   env::Env* env_;
   AgentOptions options_;
   std::deque<std::unique_ptr<Episode>> queue_;
-  std::vector<std::unique_ptr<Episode>> slots_;  // by backend slot; null when free
+  std::vector<std::unique_ptr<Episode>> slots_;           // by backend slot; null when free
+  std::map<Episode*, std::unique_ptr<Episode>> scoring_;  // ended, waiting for their score
   std::vector<std::shared_ptr<Group>> groups_;
   uint64_t next_episode_ = 0;
   AgentStats stats_;
+
+  // Finished env calls, handed from the workers to the loop's thread.
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::vector<Episode*> done_;
+  std::unique_ptr<ThreadPool> env_pool_;  // destroyed first (~AgentLoop joins it)
 };
 
 }  // namespace orrery::rollout

@@ -15,6 +15,8 @@ const char* EpisodeStatusName(EpisodeStatus status) {
       return "tool_error";
     case EpisodeStatus::kTimeout:
       return "sandbox_timeout";
+    case EpisodeStatus::kEnvLost:
+      return "env_lost";
   }
   return "unknown";
 }

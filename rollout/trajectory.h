@@ -11,8 +11,15 @@
 namespace orrery::rollout {
 
 enum class TokenRole : uint8_t { kPrompt = 0, kModel = 1, kTool = 2 };
-// The order of schema::TrajectoryStatus.
-enum class EpisodeStatus : uint8_t { kFinished = 0, kTruncated = 1, kToolError = 2, kTimeout = 3 };
+// The order of schema::TrajectoryStatus. The last three are environment faults (env/env.h): the
+// environment, not the policy, ended the episode.
+enum class EpisodeStatus : uint8_t {
+  kFinished = 0,
+  kTruncated = 1,
+  kToolError = 2,  // an environment call failed
+  kTimeout = 3,    // an environment call passed its deadline
+  kEnvLost = 4,    // the env worker holding the episode is gone (restarted, unreachable)
+};
 const char* EpisodeStatusName(EpisodeStatus status);
 
 struct ToolCallRecord {
@@ -53,6 +60,11 @@ struct Trajectory {
          total_seconds = 0;
 
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  // Ended by an environment fault: not the policy's doing, so never trained on (reward unknown).
+  bool env_fault() const {
+    return status == EpisodeStatus::kToolError || status == EpisodeStatus::kTimeout ||
+           status == EpisodeStatus::kEnvLost;
+  }
   int64_t model_tokens() const;
   int64_t min_policy_version() const;  // over model tokens (0 when there are none)
 };

@@ -61,6 +61,28 @@ StatusOr<EnvServerInfo> EnvClient::Describe() {
   return info;
 }
 
+StatusOr<env::TaskRef> EnvClient::Task(const std::string& env, env::Split split, uint64_t index) {
+  auto reply = client_.Call<schema::TaskRequest, schema::TaskReply>(
+      "env.Task",
+      [&](schema::TaskRequest::Builder req) {
+        req.setEnv(env);
+        req.setSplit(std::string(env::SplitName(split)));
+        req.setIndex(index);
+      },
+      Call());
+  if (!reply.ok()) return AfterFailure(reply.status(), "");
+  env::TaskRef task;
+  ORRERY_RETURN_IF_ERROR(CatchAll("env.Task reply", [&] {
+    auto r = reply->get();
+    task.id = r.getTaskId().cStr();
+    task.split = split;
+    task.seed = r.getTaskSeed();
+    task.index = index;
+    return Status::OK();
+  }));
+  return task;
+}
+
 StatusOr<RemoteEpisode> EnvClient::Reset(const std::string& env, env::Split split, uint64_t index) {
   auto reply = client_.Call<schema::ResetRequest, schema::ResetReply>(
       "env.Reset",

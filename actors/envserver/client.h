@@ -62,7 +62,11 @@ class EnvClient {
   Status Connect(const std::string& endpoint);
   const std::string& endpoint() const { return endpoint_; }
 
+  // The deadline of the calls that follow (options.timeout until set).
+  void set_timeout(std::chrono::milliseconds timeout) { options_.timeout = timeout; }
+
   StatusOr<EnvServerInfo> Describe();
+  StatusOr<env::TaskRef> Task(const std::string& env, env::Split split, uint64_t index);
   StatusOr<RemoteEpisode> Reset(const std::string& env, env::Split split, uint64_t index);
   StatusOr<env::ToolResult> Step(const std::string& episode_id, const ToolCall& call);
   StatusOr<env::EpisodeScore> Score(const std::string& episode_id,

@@ -141,6 +141,31 @@ Status EnvServer::Describe(capnp::MallocMessageBuilder& reply) {
   return Status::OK();
 }
 
+Status EnvServer::StartTask(Request& request) {
+  std::string env_name, split_name;
+  uint64_t index = 0;
+  ORRERY_RETURN_IF_ERROR(CatchAll("env.Task request", [&] {
+    auto req = request.body.Root<schema::TaskRequest>();
+    env_name = req.getEnv().cStr();
+    split_name = req.getSplit().cStr();
+    index = req.getIndex();
+    return Status::OK();
+  }));
+  auto it = envs_.find(env_name);
+  if (it == envs_.end()) return NotFoundError("unknown env '" + env_name + "'");
+  ORRERY_ASSIGN_OR_RETURN(env::Split split, env::ParseSplit(split_name));
+  env::Env* environment = it->second.get();
+  // On a worker: an environment's Task is its own code (a plug-in may be slow or hostile).
+  Submit(request, "", /*is_reset=*/false, [environment, split, index](Done& done) {
+    ORRERY_ASSIGN_OR_RETURN(env::TaskRef task, environment->Task(split, index));
+    auto r = done.body->initRoot<schema::TaskReply>();
+    r.setTaskId(task.id);
+    r.setTaskSeed(task.seed);
+    return Status::OK();
+  });
+  return Status::OK();
+}
+
 Status EnvServer::StartReset(Request& request) {
   std::string env_name, split_name;
   uint64_t index = 0;
@@ -287,6 +312,9 @@ void EnvServer::ServeOne() {
       status = Describe(reply);
     } else if (m == "env.Close") {
       status = CloseEpisode(request, reply);
+    } else if (m == "env.Task") {
+      status = StartTask(request);
+      if (status.ok()) return;  // the worker replies
     } else if (m == "env.Reset") {
       status = StartReset(request);
       if (status.ok()) return;  // the worker replies
@@ -294,8 +322,9 @@ void EnvServer::ServeOne() {
       status = StartEpisodeCall(request);
       if (status.ok()) return;  // the worker replies
     } else {
-      status = UnimplementedError(name_ + " has no method '" + m +
-                                  "' (env.Describe, env.Reset, env.Step, env.Score, env.Close)");
+      status = UnimplementedError(
+          name_ + " has no method '" + m +
+          "' (env.Describe, env.Task, env.Reset, env.Step, env.Score, env.Close)");
     }
   }
   reply_env.status = status;

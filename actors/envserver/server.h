@@ -76,6 +76,7 @@ class EnvServer {
 
   void ServeOne();
   Status Describe(capnp::MallocMessageBuilder& reply);
+  Status StartTask(Request& request);
   Status StartReset(Request& request);
   Status StartEpisodeCall(Request& request);
   Status CloseEpisode(Request& request, capnp::MallocMessageBuilder& reply);

@@ -96,7 +96,7 @@ StatusOr<Trajectory> DecodeTrajectory(std::string_view bytes) {
         t.group_id = r.getGroupId();
         t.seed = r.getSeed();
         const auto status = static_cast<uint16_t>(r.getStatus());
-        if (status > 3)
+        if (status > static_cast<uint16_t>(TrajectoryStatus::kEnvLost))
           return InvalidArgumentError("trajectory: unknown status " + std::to_string(status));
         t.status = static_cast<TrajectoryStatus>(status);
         for (int32_t v : r.getTokens()) t.tokens.push_back(v);

@@ -23,7 +23,8 @@ enum class TrajectoryStatus : uint8_t {
   kFinished = 0,
   kTruncated = 1,
   kToolError = 2,
-  kSandboxTimeout = 3
+  kSandboxTimeout = 3,
+  kEnvLost = 4,
 };
 
 struct ToolCallRecord {

@@ -10,4 +10,12 @@ int FleetRoleCount(ConfigTable& root, const std::string& role) {
   return 1;
 }
 
+bool FleetHasRole(ConfigTable& root, const std::string& role) {
+  ConfigTable fleet = root.Table("fleet");
+  for (ConfigTable& r : fleet.TableArray("roles")) {
+    if (r.String("role", "") == role) return true;
+  }
+  return false;
+}
+
 }  // namespace orrery::rl_actors

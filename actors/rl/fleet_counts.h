@@ -10,5 +10,7 @@ namespace orrery::rl_actors {
 
 // The `count` of [[fleet.roles]] entry `role`; 1 when [fleet] does not list it.
 int FleetRoleCount(ConfigTable& root, const std::string& role);
+// Whether [fleet] lists `role`.
+bool FleetHasRole(ConfigTable& root, const std::string& role);
 
 }  // namespace orrery::rl_actors

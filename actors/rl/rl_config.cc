@@ -1,5 +1,6 @@
 #include "actors/rl/rl_config.h"
 
+#include "actors/rl/fleet_counts.h"
 #include "env/registry.h"
 #include "learner/checkpoint.h"
 #include "learner/comm/nccl_communicator.h"
@@ -32,6 +33,19 @@ RlConfig ReadRlConfig(ConfigTable& root) {
   c.agent.max_episode_tokens = static_cast<int>(r.Int("max_episode_tokens", 320, 2, 1 << 24));
   c.agent.env_timeout_seconds = r.Float("env_timeout_s", 30.0, 0.001, 86400.0);
   c.weight_poll_ms = r.Int("weight_poll_ms", c.weight_poll_ms, 1, 3600 * 1000);
+  // One env worker per slot: an episode has at most one env call in flight, so none waits for a
+  // worker (the sandbox pools' sizing rule, EnvDemand).
+  c.agent.env_workers = c.slots;
+  c.remote_env = r.Enum("env", "local", {"local", "remote"}) == "remote";
+  c.env_endpoints = r.StringList("env_endpoints", {});
+  if (!c.env_endpoints.empty() && !c.remote_env) {
+    r.Fail("env_endpoints", "is only read with env = \"remote\"");
+  }
+  if (c.remote_env && c.env_endpoints.empty() && !FleetHasRole(root, "env")) {
+    r.Fail("env",
+           "\"remote\" needs env servers: expected rl.rollout.env_endpoints or a "
+           "[[fleet.roles]] entry with role = \"env\"");
+  }
 
   ConfigTable l = t.Table("learner");
   rl::RlTrainerOptions& o = c.trainer;
@@ -47,6 +61,13 @@ RlConfig ReadRlConfig(ConfigTable& root) {
   o.routing_replay = l.Bool("routing_replay", o.routing_replay);
   o.skip_uniform_groups = l.Bool("skip_uniform_groups", o.skip_uniform_groups);
   o.micro_batch_tokens = l.Int("micro_batch_tokens", o.micro_batch_tokens, 16);
+  o.ppo_epochs = static_cast<int>(l.Int("ppo_epochs", o.ppo_epochs, 1, 64));
+  o.minibatches = static_cast<int>(l.Int("minibatches", o.minibatches, 1, 4096));
+  if (o.minibatches > c.groups_per_step * c.group_size) {
+    l.Fail("minibatches", "expected at most groups_per_step x group_size = " +
+                              std::to_string(c.groups_per_step * c.group_size) +
+                              " (the samples of an update)");
+  }
   o.loss.clip_low = l.Float("clip_low", o.loss.clip_low, 0.0, 1.0);
   o.loss.clip_high = l.Float("clip_high", o.loss.clip_high, 0.0, 10.0);
   const std::string correction = l.Enum("correction", "truncate", {"none", "truncate", "mask"});

@@ -24,6 +24,11 @@
 //   temperature = 1.0  top_p = 1.0
 //   max_turns = 3  max_turn_tokens = 64  max_episode_tokens = 320
 //   env_timeout_s = 30
+//   env = "local"                 # where environment calls run, off the decode loop either way:
+//                                 #   "local": on one env worker thread per slot in the rollout
+//                                 #   process; "remote": on env servers (RemoteEnv)
+//   env_endpoints = []            # remote: the servers (`orrery env serve`); empty: every
+//                                 #   instance of the fleet's "env" role
 //   weight_poll_ms = 200          # how often a rollout actor looks for a newer version
 //
 //   [rl.learner]
@@ -33,6 +38,10 @@
 //   routing_replay = true         # R3
 //   skip_uniform_groups = true    # DAPO dynamic sampling
 //   micro_batch_tokens = 2048
+//   ppo_epochs = 1                # passes over each sampled batch (1..64)
+//   minibatches = 1               # optimizer steps per pass (1..groups_per_step x group_size);
+//                                 #   more than one step per update makes π_θ leave π_prox, so
+//                                 #   the PPO clip acts
 //   clip_low = 0.2  clip_high = 0.28  correction = "truncate"  level = "token"  is_cap = 5.0
 //   entropy_coef = 0.0  kl_coef = 0.0
 //   communicator = "gloo"         # learner ranks' collectives: gloo (CPU/TCP) | nccl (CUDA builds,
@@ -46,6 +55,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "env/env.h"
@@ -70,7 +80,9 @@ struct RlConfig {
   std::string communicator = "gloo";  // [rl.learner] communicator, with more than one rank
 
   int slots = 16;
-  rollout::AgentOptions agent;
+  rollout::AgentOptions agent;  // env_workers = slots
+  bool remote_env = false;
+  std::vector<std::string> env_endpoints;
   int64_t weight_poll_ms = 200;
 
   rl::RlTrainerOptions trainer;

@@ -32,9 +32,15 @@ MetricRecord RolloutRecord(const std::string& source, int64_t step,
     double reward = 0, passed = 0, episodes = 0;
   };
   std::map<std::string, EnvSums> per_env;
-  double length = 0, tool_calls = 0, tool_errors = 0, passed = 0;
+  double length = 0, tool_calls = 0, tool_errors = 0, passed = 0, episodes = 0, faults = 0;
   for (const rollout::TrajectoryGroup& g : groups) {
     for (const rollout::Trajectory& t : g.trajectories) {
+      ++episodes;
+      // An environment fault says nothing of the policy: no reward, not trained on.
+      if (t.env_fault()) {
+        ++faults;
+        continue;
+      }
       rewards.push_back(t.reward);
       const bool pass = EpisodePassed(t);
       passed += pass;
@@ -50,6 +56,7 @@ MetricRecord RolloutRecord(const std::string& source, int64_t step,
       }
     }
   }
+  if (episodes > 0) r.scalars["rollout/env_fault_ratio"] = faults / episodes;
   if (rewards.empty()) return r;
   const double n = static_cast<double>(rewards.size());
   double sum = 0;
@@ -100,6 +107,8 @@ MetricRecord LearnerRecord(const std::string& source, const rl::RlStepStats& sta
   r.scalars["learner/samples"] = static_cast<double>(stats.samples);
   r.scalars["learner/stale_dropped"] = static_cast<double>(stats.stale_dropped);
   r.scalars["learner/unrouted_dropped"] = static_cast<double>(stats.unrouted_dropped);
+  r.scalars["learner/env_fault_dropped"] = static_cast<double>(stats.env_fault_dropped);
+  r.scalars["learner/optimizer_steps"] = static_cast<double>(stats.optimizer_steps);
   r.scalars["learner/uniform_groups"] = static_cast<double>(stats.uniform_groups);
   r.scalars["learner/weight_sync_seconds/phase/snapshot"] = sync.snapshot_seconds;
   r.scalars["learner/weight_sync_seconds/phase/write"] = sync.write_seconds;

@@ -13,7 +13,8 @@
 
 namespace orrery::rl_actors {
 
-// reward/* (overall and per environment) and rollout/* over `groups`; `generation_seconds` is the
+// reward/* (overall and per environment) and rollout/* over `groups` (episodes ended by an
+// environment fault count only in rollout/env_fault_ratio); `generation_seconds` is the
 // engine time that produced them (for rollout/generation_tokens_per_second; <= 0 leaves it out).
 MetricRecord RolloutRecord(const std::string& source, int64_t step,
                            const std::vector<rollout::TrajectoryGroup>& groups,

@@ -4,6 +4,8 @@
 // Tasks: instance i of N takes train-split task indices i, i + N, i + 2N, ... Its cursor (the
 // first task whose group the store has not acknowledged) is kept in its state directory, so a
 // restarted instance re-issues exactly the groups that were in flight when it died.
+// Environment calls run off the decode loop (AgentLoop, one env worker per slot), on this
+// process's environment or, with [rl.rollout] env = "remote", on env servers (RemoteEnv).
 // Weights: every weight_poll_ms it looks for a newer version in RUN/rl/weights and applies it
 // between engine steps (episodes in flight continue: partial rollouts).
 // Async mode keeps every slot busy; sync mode generates this instance's share of one update's
@@ -14,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "actors/envserver/remote_env.h"
 #include "actors/metrics/metrics_publisher.h"
 #include "actors/replay/client.h"
 #include "actors/rl/fleet_counts.h"
@@ -227,7 +230,11 @@ class RolloutActor {
                                    generation_seconds_);
     r.scalars["rollout/groups_total"] = static_cast<double>(loop_->stats().groups_finished);
     r.scalars["rollout/stale_dropped_total"] = static_cast<double>(stale_dropped_);
-    r.scalars["rollout/format_errors_total"] = static_cast<double>(loop_->stats().format_errors);
+    const rollout::AgentStats& st = loop_->stats();
+    r.scalars["rollout/format_errors_total"] = static_cast<double>(st.format_errors);
+    r.scalars["rollout/env_tool_errors_total"] = static_cast<double>(st.env_tool_errors);
+    r.scalars["rollout/env_timeouts_total"] = static_cast<double>(st.env_timeouts);
+    r.scalars["rollout/env_lost_total"] = static_cast<double>(st.env_lost);
     generated_tokens_ = 0;
     generation_seconds_ = 0;
     if (Status s = metrics_->Publish(r); !s.ok()) ORRERY_LOG(WARN) << s.message();
@@ -252,6 +259,32 @@ class RolloutActor {
   double generation_seconds_ = 0;
 };
 
+// The environment of [env], in this process or (env = "remote") on env servers: the configured
+// endpoints, else every instance of the fleet's "env" role.
+StatusOr<std::unique_ptr<env::Env>> RolloutEnv(ActorContext& ctx, ConfigTable& root,
+                                               const RlConfig& config) {
+  if (!config.remote_env) {
+    env::EnvRegistry registry;
+    env::RegisterBuiltinEnvs(registry);
+    return env::CreateEnvFromConfig(root, registry, RolloutEnvDemand(config));
+  }
+  envserver::RemoteEnvOptions remote;
+  remote.env = root.Table("env").String("name", "calc");
+  remote.endpoints = config.env_endpoints;
+  if (remote.endpoints.empty()) {
+    const int servers = FleetRoleCount(root, "env");
+    for (int i = 0; i < servers; ++i) {
+      ORRERY_ASSIGN_OR_RETURN(std::string endpoint, ctx.fleet().Lookup("env:" + std::to_string(i),
+                                                                       std::chrono::seconds(60)));
+      remote.endpoints.push_back(endpoint);
+    }
+  }
+  std::string list;
+  for (const std::string& e : remote.endpoints) list += (list.empty() ? "" : ", ") + e;
+  ORRERY_LOG(INFO) << "environment '" << remote.env << "' on env servers " << list;
+  return envserver::CreateRemoteEnv(ctx.zmq(), ctx.name(), remote);
+}
+
 }  // namespace
 
 Status RolloutMain(ActorContext& ctx) {
@@ -259,10 +292,7 @@ Status RolloutMain(ActorContext& ctx) {
   const RunConfig run = ReadRunConfig(root);
   ORRERY_ASSIGN_OR_RETURN(RlConfig config,
                           ResolveRlConfig(ReadRlConfig(root), RlRunPaths(ctx.run_dir())));
-  env::EnvRegistry registry;
-  env::RegisterBuiltinEnvs(registry);
-  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Env> env,
-                          env::CreateEnvFromConfig(root, registry, RolloutEnvDemand(config)));
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Env> env, RolloutEnv(ctx, root, config));
   ORRERY_ASSIGN_OR_RETURN(PolicyCheckpoint policy, LoadPolicyCheckpoint(config.init));
   const int count = FleetRoleCount(root, "rollout");
   const std::string metrics_endpoint = root.Table("fleet").String("metrics_endpoint", "");

@@ -39,6 +39,9 @@ StatusOr<rl::PolicySample> ToPolicySample(const replay::Trajectory& t) {
   s.loss_mask.assign(t.loss_mask.begin(), t.loss_mask.end());
   s.routed_experts = t.routed_experts;
   s.reward = t.reward;
+  s.env_fault = t.status == replay::TrajectoryStatus::kToolError ||
+                t.status == replay::TrajectoryStatus::kSandboxTimeout ||
+                t.status == replay::TrajectoryStatus::kEnvLost;
   return s;
 }
 

@@ -5,6 +5,7 @@
 #
 # Methods ("env.<Name>": request -> reply):
 #   env.Describe  DescribeRequest -> DescribeReply   what is served, and this incarnation
+#   env.Task      TaskRequest     -> TaskReply       the id and seed of task (split, index)
 #   env.Reset     ResetRequest    -> ResetReply      a new episode of task (split, index)
 #   env.Step      StepRequest     -> StepReply       one tool call of an open episode
 #   env.Score     ScoreRequest    -> ScoreReply      reward of a finished trajectory
@@ -51,6 +52,17 @@ struct DescribeReply {
   envs @1 :List(EnvInfo);
   openEpisodes @2 :UInt32;
   servedBy @3 :Text;         # the serving actor's name ("env:0")
+}
+
+struct TaskRequest {
+  env @0 :Text;              # one of DescribeReply.envs
+  split @1 :Text;            # "train" or "test"
+  index @2 :UInt64;
+}
+
+struct TaskReply {
+  taskId @0 :Text;
+  taskSeed @1 :UInt64;
 }
 
 struct ResetRequest {

@@ -16,6 +16,7 @@ enum TrajectoryStatus {
   truncated @1;       # hit the length or turn limit
   toolError @2;       # an environment tool failed and ended the episode
   sandboxTimeout @3;  # the sandbox was killed at its deadline
+  envLost @4;         # the env worker holding the episode was lost (restarted, unreachable)
 }
 
 struct ToolCallRecord {

@@ -22,12 +22,60 @@ std::vector<ParamRef> ParamRefs(model::Model& m) {
   return out;
 }
 
-// One packed micro-batch: samples as documents of one row.
+// One packed micro-batch: samples as documents of one row, with the per-token loss inputs (all
+// but π_prox, which is filled in before the first optimizer step that uses it).
 struct MicroBatch {
   std::vector<const PolicySample*> samples;
   std::vector<double> advantages;
   int64_t tokens = 0;
+  std::vector<int32_t> flat;
+  std::vector<int64_t> cu = {0};
+  PolicyLossInput in;
+  Tensor forced_ids;  // [layers, tokens, k] when R3 forces the routing
+  bool prox_known = false;
+
+  model::Batch ModelBatch() const {
+    model::Batch b;
+    b.tokens = Tensor::FromVector<int32_t>({1, tokens}, flat);
+    b.cu_seqlens = Tensor::FromVector<int64_t>({static_cast<int64_t>(cu.size())}, cu);
+    if (forced_ids.defined()) b.forced_experts = forced_ids;
+    return b;
+  }
 };
+
+// Fills mb's columns from its samples.
+void Pack(MicroBatch& mb, int layers, int k, bool forced) {
+  const int64_t n = mb.tokens;
+  if (forced) mb.forced_ids = Tensor::Empty({layers, n, k}, DType::kI32);
+  for (size_t i = 0; i < mb.samples.size(); ++i) {
+    const PolicySample& s = *mb.samples[i];
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    const int64_t base = mb.cu.back();
+    mb.flat.insert(mb.flat.end(), s.tokens.begin(), s.tokens.end());
+    mb.cu.push_back(base + len);
+    for (int64_t t = 0; t < len; ++t) {
+      const bool target = t + 1 < len;
+      mb.in.targets.push_back(target ? s.tokens[t + 1] : -1);
+      mb.in.mask.push_back(target ? s.loss_mask[t + 1] : 0);
+      mb.in.behaviour_logprobs.push_back(target ? s.behaviour_logprobs[t + 1] : 0.0f);
+      mb.in.advantages.push_back(static_cast<float>(mb.advantages[i]));
+      mb.in.sequence_ids.push_back(static_cast<int32_t>(i));
+      if (forced) {
+        for (int l = 0; l < layers; ++l) {
+          for (int j = 0; j < k; ++j) {
+            mb.forced_ids.data<int32_t>()[(l * n + base + t) * k + j] =
+                s.routed_experts[(t * layers + l) * k + j];
+          }
+        }
+      }
+    }
+  }
+}
+
+void ScaleLogits(Tensor& t, double factor) {
+  float* z = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) z[i] = static_cast<float>(z[i] * factor);
+}
 
 }  // namespace
 
@@ -44,6 +92,8 @@ Status ValidateRlTrainerOptions(const RlTrainerOptions& o) {
   if (!(o.lr > 0)) return InvalidArgumentError("rl: lr must be > 0");
   if (!(o.temperature > 0)) return InvalidArgumentError("rl: temperature must be > 0");
   if (o.micro_batch_tokens < 2) return InvalidArgumentError("rl: micro_batch_tokens must be >= 2");
+  if (o.ppo_epochs < 1) return InvalidArgumentError("rl: ppo_epochs must be >= 1");
+  if (o.minibatches < 1) return InvalidArgumentError("rl: minibatches must be >= 1");
   return Status::OK();
 }
 
@@ -65,13 +115,13 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
   const model::ModelConfig& cfg = model_->config();
   const int layers = static_cast<int>(cfg.num_moe_layers());
   const int k = static_cast<int>(cfg.moe.top_k);
+  const bool forced = options_.routing_replay && layers > 0;  // every sample has its routing
   RlStepStats stats;
   stats.routing_agreement.assign(layers, 1.0);
   std::vector<double> agree(layers, 0.0), compared(layers, 0.0);
 
-  // 1-2. Staleness window, advantages, micro-batches.
-  std::vector<MicroBatch> micro(1);
-  double local_tokens = 0;
+  // 1-2. Staleness window, environment faults, advantages.
+  std::vector<std::pair<const PolicySample*, double>> used;
   for (const PolicyGroup& g : groups) {
     ++stats.groups;
     std::vector<const PolicySample*> fresh;
@@ -82,6 +132,11 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
           (!s.routed_experts.empty() && s.routed_experts.size() != n * layers * k)) {
         return InvalidArgumentError("rl: a sample of group " + std::to_string(g.group_id) +
                                     " has per-token columns of different lengths");
+      }
+      // The environment ended it, not the policy: its reward says nothing (masked, not 0).
+      if (s.env_fault) {
+        ++stats.env_fault_dropped;
+        continue;
       }
       if (n < 2) continue;
       if (options_.max_staleness >= 0 &&
@@ -108,106 +163,118 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
     }
     for (size_t i = 0; i < fresh.size(); ++i) {
       const PolicySample& s = *fresh[i];
+      used.emplace_back(&s, adv[i]);
+      ++stats.samples;
+      stats.tokens += static_cast<int64_t>(s.tokens.size());
+      for (size_t t = 1; t < s.tokens.size(); ++t) {
+        if (s.loss_mask[t]) ++stats.staleness[version_ - s.policy_versions[t]];
+      }
+    }
+  }
+
+  // 3. Minibatches (contiguous runs of samples, as even in count as they divide), each packed
+  // into micro-batches; minibatch m's masked tokens over every rank are its token-mean divisor.
+  const int mb_count = options_.minibatches;
+  std::vector<std::vector<MicroBatch>> minibatches(mb_count);
+  std::vector<double> mb_tokens(mb_count, 0.0);
+  for (int m = 0; m < mb_count; ++m) {
+    const size_t lo = used.size() * m / mb_count, hi = used.size() * (m + 1) / mb_count;
+    std::vector<MicroBatch>& micro = minibatches[m];
+    for (size_t i = lo; i < hi; ++i) {
+      const PolicySample& s = *used[i].first;
       const int64_t n = static_cast<int64_t>(s.tokens.size());
-      if (micro.back().tokens > 0 && micro.back().tokens + n > options_.micro_batch_tokens) {
+      if (micro.empty() ||
+          (micro.back().tokens > 0 && micro.back().tokens + n > options_.micro_batch_tokens)) {
         micro.emplace_back();
       }
       micro.back().samples.push_back(&s);
-      micro.back().advantages.push_back(adv[i]);
+      micro.back().advantages.push_back(used[i].second);
       micro.back().tokens += n;
-      ++stats.samples;
-      for (int64_t t = 1; t < n; ++t) {
-        if (!s.loss_mask[t]) continue;
-        local_tokens += 1;
-        ++stats.staleness[version_ - s.policy_versions[t]];
-      }
+      for (int64_t t = 1; t < n; ++t) mb_tokens[m] += s.loss_mask[t];
     }
+    for (MicroBatch& mb : micro) Pack(mb, layers, k, forced);
   }
-  if (micro.back().samples.empty()) micro.pop_back();
-
-  // Token-mean over every rank's masked tokens.
-  double total_tokens = local_tokens;
-  ORRERY_RETURN_IF_ERROR(comm_->AllReduceSum(std::span<double>(&total_tokens, 1)));
+  ORRERY_RETURN_IF_ERROR(comm_->AllReduceSum(std::span<double>(mb_tokens)));
+  double total_tokens = 0;
+  for (double t : mb_tokens) total_tokens += t;
   stats.version = version_;
   if (total_tokens == 0) return stats;  // every rank sees 0: all skip together
 
-  model_->ZeroGrad();
   const double inv_t = 1.0 / options_.temperature;
-  // Each rank's gradient is averaged over ranks below, so scale by world / global tokens.
-  const double grad_scale = comm_->world_size() / total_tokens;
-  std::vector<model::ForwardCache> caches(micro.size());
-  for (size_t b = 0; b < micro.size(); ++b) {
-    const MicroBatch& mb = micro[b];
-    const int64_t n = mb.tokens;
-    std::vector<int32_t> flat;
-    std::vector<int64_t> cu = {0};
-    PolicyLossInput in;
-    const bool forced = options_.routing_replay && layers > 0;  // every sample has its routing
-    Tensor forced_ids;
-    if (forced) forced_ids = Tensor::Empty({layers, n, k}, DType::kI32);
-    for (size_t i = 0; i < mb.samples.size(); ++i) {
-      const PolicySample& s = *mb.samples[i];
-      const int64_t len = static_cast<int64_t>(s.tokens.size());
-      const int64_t base = cu.back();
-      flat.insert(flat.end(), s.tokens.begin(), s.tokens.end());
-      cu.push_back(base + len);
-      for (int64_t t = 0; t < len; ++t) {
-        const bool target = t + 1 < len;
-        in.targets.push_back(target ? s.tokens[t + 1] : -1);
-        in.mask.push_back(target ? s.loss_mask[t + 1] : 0);
-        in.behaviour_logprobs.push_back(target ? s.behaviour_logprobs[t + 1] : 0.0f);
-        in.advantages.push_back(static_cast<float>(mb.advantages[i]));
-        in.sequence_ids.push_back(static_cast<int32_t>(i));
-        if (forced) {
-          for (int l = 0; l < layers; ++l) {
-            for (int j = 0; j < k; ++j) {
-              forced_ids.data<int32_t>()[(l * n + base + t) * k + j] =
-                  s.routed_experts[(t * layers + l) * k + j];
-            }
-          }
-        }
-      }
-    }
-    model::Batch batch;
-    batch.tokens = Tensor::FromVector<int32_t>({1, n}, flat);
-    batch.cu_seqlens = Tensor::FromVector<int64_t>({static_cast<int64_t>(cu.size())}, cu);
-    if (forced) batch.forced_experts = forced_ids;
-    ORRERY_ASSIGN_OR_RETURN(Tensor logits, model_->Forward(batch, &caches[b]));
-    stats.tokens += n;
-    float* z = logits.data<float>();
-    for (int64_t i = 0; i < logits.numel(); ++i) z[i] = static_cast<float>(z[i] * inv_t);
-    // π_prox: the policy before this update, i.e. this forward's (detached) log-probabilities.
-    ORRERY_ASSIGN_OR_RETURN(in.proximal_logprobs, TokenLogprobs(logits, in.targets));
-    Tensor dlogits;
-    ORRERY_ASSIGN_OR_RETURN(PolicyLossStats s,
-                            PolicyLoss(options_.loss, logits, in, grad_scale, &dlogits));
-    stats.loss.Add(s);
-    float* dz = dlogits.data<float>();
-    for (int64_t i = 0; i < dlogits.numel(); ++i) dz[i] = static_cast<float>(dz[i] * inv_t);
-    ORRERY_RETURN_IF_ERROR(model_->Backward(caches[b], dlogits));
-
-    // Routing agreement: would the learner's router (scores + current biases) pick the recorded
-    // experts? Positions whose routing was recorded: all but each sample's last.
-    if (forced) {
-      const int64_t e = cfg.moe.num_experts;
-      for (int l = 0; l < layers; ++l) {
-        const float* scores = caches[b].router_scores()[l].data<float>();
-        const float* bias = model_->balancing_biases()[l].data<float>();
-        std::vector<std::pair<float, int>> order(e);
-        for (size_t i = 0; i + 1 < cu.size(); ++i) {
-          for (int64_t p = cu[i]; p + 1 < cu[i + 1]; ++p) {
-            for (int64_t x = 0; x < e; ++x) order[x] = {-(scores[p * e + x] + bias[x]), int(x)};
-            std::partial_sort(order.begin(), order.begin() + k, order.end());
-            for (int j = 0; j < k; ++j) {
-              const int32_t want = forced_ids.data<int32_t>()[(l * n + p) * k + j];
-              for (int q = 0; q < k; ++q) agree[l] += order[q].second == want;
-            }
-            compared[l] += k;
-          }
-        }
+  // π_prox is the policy before this update. The first optimizer step's forward is still that
+  // policy; every later minibatch gets its log-probabilities from a forward now, before any step.
+  if (options_.ppo_epochs * mb_count > 1) {
+    for (int m = 1; m < mb_count; ++m) {
+      for (MicroBatch& mb : minibatches[m]) {
+        ORRERY_ASSIGN_OR_RETURN(Tensor logits, model_->Forward(mb.ModelBatch(), nullptr));
+        ScaleLogits(logits, inv_t);
+        ORRERY_ASSIGN_OR_RETURN(mb.in.proximal_logprobs, TokenLogprobs(logits, mb.in.targets));
+        mb.prox_known = true;
       }
     }
   }
+
+  // 4-5. ppo_epochs passes over the minibatches, one optimizer step each.
+  std::vector<model::ForwardCache> caches;  // of the last pass: Quantile Balancing reads them
+  double grad_norm_sum = 0;
+  for (int epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
+    const bool last_epoch = epoch + 1 == options_.ppo_epochs;
+    for (int m = 0; m < mb_count; ++m) {
+      if (mb_tokens[m] == 0) continue;  // on every rank alike
+      model_->ZeroGrad();
+      // Each rank's gradient is averaged over ranks below, so scale by world / global tokens.
+      const double grad_scale = comm_->world_size() / mb_tokens[m];
+      for (MicroBatch& mb : minibatches[m]) {
+        const int64_t n = mb.tokens;
+        model::ForwardCache cache;
+        ORRERY_ASSIGN_OR_RETURN(Tensor logits, model_->Forward(mb.ModelBatch(), &cache));
+        ScaleLogits(logits, inv_t);
+        if (!mb.prox_known) {  // the first step of the update: this forward is π_prox
+          ORRERY_ASSIGN_OR_RETURN(mb.in.proximal_logprobs, TokenLogprobs(logits, mb.in.targets));
+          mb.prox_known = true;
+        }
+        Tensor dlogits;
+        ORRERY_ASSIGN_OR_RETURN(PolicyLossStats s,
+                                PolicyLoss(options_.loss, logits, mb.in, grad_scale, &dlogits));
+        stats.loss.Add(s);
+        ScaleLogits(dlogits, inv_t);
+        ORRERY_RETURN_IF_ERROR(model_->Backward(cache, dlogits));
+
+        // Routing agreement, before any step: would the learner's router (scores + current
+        // biases) pick the recorded experts? Positions whose routing was recorded: all but each
+        // sample's last.
+        if (forced && epoch == 0) {
+          const int64_t e = cfg.moe.num_experts;
+          for (int l = 0; l < layers; ++l) {
+            const float* scores = cache.router_scores()[l].data<float>();
+            const float* bias = model_->balancing_biases()[l].data<float>();
+            std::vector<std::pair<float, int>> order(e);
+            for (size_t i = 0; i + 1 < mb.cu.size(); ++i) {
+              for (int64_t p = mb.cu[i]; p + 1 < mb.cu[i + 1]; ++p) {
+                for (int64_t x = 0; x < e; ++x) order[x] = {-(scores[p * e + x] + bias[x]), int(x)};
+                std::partial_sort(order.begin(), order.begin() + k, order.end());
+                for (int j = 0; j < k; ++j) {
+                  const int32_t want = mb.forced_ids.data<int32_t>()[(l * n + p) * k + j];
+                  for (int q = 0; q < k; ++q) agree[l] += order[q].second == want;
+                }
+                compared[l] += k;
+              }
+            }
+          }
+        }
+        if (last_epoch) caches.push_back(std::move(cache));
+      }
+      // Gradients over ranks, clipping, AdamW.
+      std::vector<Tensor> grads;
+      for (model::Parameter& p : model_->parameters()) grads.push_back(p.grad);
+      ORRERY_RETURN_IF_ERROR(comm::AllReduceMean(*comm_, grads));
+      ORRERY_ASSIGN_OR_RETURN(double norm, adamw_->ClipGradNorm(options_.max_grad_norm));
+      grad_norm_sum += norm;
+      ORRERY_RETURN_IF_ERROR(adamw_->Step(options_.lr));
+      ++stats.optimizer_steps;
+    }
+  }
+  stats.grad_norm = grad_norm_sum / static_cast<double>(stats.optimizer_steps);
   for (int l = 0; l < layers; ++l) {
     if (compared[l] > 0) stats.routing_agreement[l] = agree[l] / compared[l];
   }
@@ -222,14 +289,7 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
   stats.loss = {sums[0], sums[1], sums[2], sums[3], sums[4],
                 sums[5], sums[6], sums[7], sums[8], sums[9]};
 
-  // 4. Gradients over ranks, clipping, AdamW.
-  std::vector<Tensor> grads;
-  for (model::Parameter& p : model_->parameters()) grads.push_back(p.grad);
-  ORRERY_RETURN_IF_ERROR(comm::AllReduceMean(*comm_, grads));
-  ORRERY_ASSIGN_OR_RETURN(stats.grad_norm, adamw_->ClipGradNorm(options_.max_grad_norm));
-  ORRERY_RETURN_IF_ERROR(adamw_->Step(options_.lr));
-
-  // 5. Quantile Balancing, then the same biases on every rank.
+  // Quantile Balancing from the last pass, then the same biases on every rank.
   std::vector<const model::ForwardCache*> cache_ptrs;
   for (const auto& c : caches) cache_ptrs.push_back(&c);
   model::BalancingMetrics balance;

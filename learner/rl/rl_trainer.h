@@ -1,20 +1,25 @@
 // RlTrainer: one learner rank of asynchronous agentic RL (spec/rl.md §2, §6).
 //
-// Each Step takes this rank's share of sampled groups and makes one optimizer update:
-//   1. drops samples outside the staleness window (learner_version - min_t v_t > η);
+// Each Step takes this rank's share of sampled groups and makes one policy update:
+//   1. drops samples outside the staleness window (learner_version - min_t v_t > η) and samples
+//      an environment fault ended (PolicySample::env_fault: masked, never trained with reward 0);
 //   2. computes group-relative advantages (GRPO / Dr. GRPO / RLOO) from the rewards; groups whose
 //      rewards are all equal carry no signal and are skipped (DAPO dynamic sampling);
-//   3. packs samples into micro-batches (one row each, a document per sample) and runs the
-//      model's forward with the recorded routing forced (R3), logits divided by the rollout's
-//      temperature; π_prox is the policy before this update — with one update per batch it equals
-//      π_θ at the forward, so the PPO ratio starts at 1 and the behaviour weight π_prox/μ carries
-//      the off-policy correction;
-//   4. the policy loss (decoupled PPO with TIS/MIS), token-mean over the masked tokens of every
-//      rank (the count is all-reduced first), backward, gradients all-reduced over ranks, clipped
-//      by global norm, AdamW;
-//   5. Quantile Balancing from every micro-batch's router scores, biases averaged over ranks so
-//      every rank routes identically.
-// The policy version is the number of updates done. Checkpoints hold the weights, the AdamW
+//   3. splits the samples into `minibatches` minibatches and packs each into micro-batches (one
+//      row each, a document per sample); the model's forward runs with the recorded routing
+//      forced (R3), logits divided by the rollout's temperature. π_prox is the policy before this
+//      update: the first optimizer step's own forward, and for the other minibatches a forward
+//      made before any step. So with one step per update (the default) the PPO ratio is 1 at the
+//      forward and the behaviour weight π_prox/μ carries the off-policy correction; with more
+//      (ppo_epochs x minibatches > 1), later steps see π_θ ≠ π_prox and the clip acts;
+//   4. ppo_epochs passes over the minibatches, one optimizer step per minibatch: the policy loss
+//      (decoupled PPO with TIS/MIS), token-mean over the minibatch's masked tokens of every rank
+//      (the count is all-reduced first), backward, gradients all-reduced over ranks, clipped by
+//      global norm, AdamW;
+//   5. Quantile Balancing from the last pass's router scores, biases averaged over ranks so every
+//      rank routes identically.
+// The policy version is the number of updates done (each of ppo_epochs x minibatches optimizer
+// steps). Checkpoints hold the weights, the AdamW
 // state and the version, so ranks killed mid-run resume exactly from the last one.
 #pragma once
 
@@ -40,6 +45,9 @@ struct PolicySample {
   std::vector<uint8_t> loss_mask;        // 1 on model tokens
   std::vector<uint16_t> routed_experts;  // [tokens x moe_layers x top_k] or empty (no R3)
   double reward = 0;
+  // Ended by an environment fault (tool error of the environment, timeout, lost env worker): the
+  // reward is not the policy's, so the sample is masked out (rollout::Trajectory::env_fault).
+  bool env_fault = false;
   int64_t min_policy_version() const;  // over masked tokens
 };
 
@@ -59,18 +67,22 @@ struct RlTrainerOptions {
   bool routing_replay = true;  // R3
   bool skip_uniform_groups = true;
   int64_t micro_batch_tokens = 2048;
+  int ppo_epochs = 1;   // passes over each sampled batch
+  int minibatches = 1;  // optimizer steps per pass (the batch split into this many)
 };
 
 Status ValidateRlTrainerOptions(const RlTrainerOptions& options);
 
 struct RlStepStats {
   int64_t version = 0;   // after the update
-  PolicyLossStats loss;  // summed over ranks
-  double grad_norm = 0;  // before clipping
+  PolicyLossStats loss;  // summed over ranks and optimizer steps
+  double grad_norm = 0;  // before clipping, mean over the optimizer steps
+  int64_t optimizer_steps = 0;
   int64_t groups = 0, samples = 0, stale_dropped = 0, uniform_groups = 0;
+  int64_t env_fault_dropped = 0;  // samples an environment fault ended (masked)
   // R3 on: samples without recorded routing, dropped (never trained unforced).
   int64_t unrouted_dropped = 0;
-  int64_t tokens = 0;  // all positions fed (this rank)
+  int64_t tokens = 0;  // positions of the samples trained (this rank; each pass feeds them again)
   // learner version - token version -> model tokens (this rank).
   std::map<int64_t, int64_t> staleness;
   // Per MoE layer: the fraction of recorded experts the learner's own router (with the current

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job in miniature, with real processes: `orrery launch` pretrains a very small hybrid
 # model, scores it, runs the RL fleet (replay store, 2 rollout actors, 2 learner ranks over Gloo)
-# to its last policy version and prints the summary. Then the same run with faults: a rollout
+# to its last policy version and prints the summary; the same job with the rollouts' environment
+# on two env workers of the fleet (env = "remote"). Then the same run with faults: a rollout
 # actor and a learner rank are SIGKILLed mid-run; the supervisor restarts them, the rollout
 # re-issues its unacknowledged groups, the learner ranks resume together from the last checkpoint
 # (re-using the batch the dead rank had logged), and the run still ends with its summary.
@@ -33,8 +34,14 @@ for i in $(seq 1 40); do echo "in the beginning was the word and the word was wi
 sed "s/^max_seq_len = .*/max_seq_len = 512/" "$(dirname "$0")/../fixtures/small_hybrid_model.toml" \
   >"$tmp/model.toml"
 
-# write_config FILE RUN_DIR STEPS
+# write_config FILE RUN_DIR STEPS [remote]: with "remote", the rollouts' environment calls go to
+# two env workers of the fleet ([rl.rollout] env = "remote").
 write_config() {
+  local env_mode="local" env_roles=""
+  if [ "${4:-}" = remote ]; then
+    env_mode="remote"
+    env_roles=$'[[fleet.roles]]\nrole = "env"\ncount = 2'
+  fi
   cat >"$1" <<EOF
 [run]
 name = "rl-test"
@@ -83,6 +90,7 @@ slots = 8
 max_turns = 2
 max_turn_tokens = 24
 max_episode_tokens = 240
+env = "$env_mode"
 [rl.learner]
 lr = 1e-3
 skip_uniform_groups = false   # a barely trained model rarely passes: train on every group
@@ -105,6 +113,7 @@ count = 2
 [[fleet.roles]]
 role = "learner"
 count = 2
+$env_roles
 EOF
 }
 
@@ -124,7 +133,17 @@ for i in 0 1; do [ -s "$tmp/run1/actors/rollout-$i/task_cursor" ] || fail "rollo
 "$orrery" generate --checkpoint "$tmp/run1/rl/checkpoints" --prompt "What is 2 + 3?" \
   --max-tokens 8 >/dev/null || fail "generate from the RL checkpoint"
 
-# --- 2. faults: SIGKILL a rollout actor, then a learner rank.
+# --- 2. the same job with the environment on the fleet's env workers (RemoteEnv).
+write_config "$tmp/remote.toml" "$tmp/run3" 4 remote
+timeout 240 "$orrery" launch "$tmp/remote.toml" >"$tmp/run3.log" 2>&1 || fail "remote-env launch exited $?"
+grep -q "environment 'calc' on env servers ipc://.*env-0.sock, ipc://.*env-1.sock" "$tmp/run3.log" ||
+  fail "the rollouts did not use the env workers"
+grep -qE "pass rate +before .* -> after " "$tmp/run3.log" || fail "no summary with remote envs"
+[ -d "$tmp/run3/rl/checkpoints/step-00000004" ] || fail "the remote-env run did not finish"
+grep -q '"rollout/env_lost_total":0' "$tmp/run3/rollout-0/metrics.jsonl" ||
+  fail "no environment-fault counters in the rollout metrics"
+
+# --- 3. faults: SIGKILL a rollout actor, then a learner rank.
 pid_of() { pgrep -f -- "actor $1 --index $2 .*$tmp/faults.toml" | head -1; }
 wait_version() {  # wait_version V: a published policy version >= V
   for _ in $(seq 1 600); do

@@ -52,6 +52,23 @@ TEST(RlConvert, RolloutThroughReplayBytesToLearner) {
   EXPECT_EQ(back->tool_calls[0].result, "2");
 }
 
+// Every terminal status survives the replay bytes; the three environment faults reach the learner
+// as masked samples (env_fault), the policy's own ends do not.
+TEST(RlConvert, EnvironmentFaultsReachTheLearnerMasked) {
+  using S = rollout::EpisodeStatus;
+  for (S status : {S::kFinished, S::kTruncated, S::kToolError, S::kTimeout, S::kEnvLost}) {
+    rollout::Trajectory t = Sample();
+    t.status = status;
+    auto group = DecodeGroup(12, {replay::EncodeTrajectory(ToReplayTrajectory(t))});
+    ASSERT_TRUE(group.ok()) << group.status().ToString();
+    EXPECT_EQ(group->samples[0].env_fault, t.env_fault()) << rollout::EpisodeStatusName(status);
+    EXPECT_EQ(t.env_fault(), status != S::kFinished && status != S::kTruncated);
+    auto back = replay::DecodeTrajectory(replay::EncodeTrajectory(ToReplayTrajectory(t)));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(static_cast<int>(back->status), static_cast<int>(status));
+  }
+}
+
 TEST(RlConvert, InconsistentColumnsAreRejected) {
   rollout::Trajectory t = Sample();
   t.routed_experts.pop_back();

@@ -124,6 +124,14 @@ TEST(RlConfigTest, BadValuesFailNamingTheKey) {
            {"[rl.learner]\nadvantage = \"ppo\"\n", "rl.learner.advantage"},
            {"[rl.learner]\nkl_coef = 0.1\n", "rl.learner.kl_coef"},
            {"[rl]\nstep = 3\n", "rl.step"},
+           {"[rl.learner]\nppo_epochs = 0\n", "rl.learner.ppo_epochs"},
+           {"[rl.learner]\nminibatches = 0\n", "rl.learner.minibatches"},
+           // 8 groups of 8 samples cannot fill 65 minibatches.
+           {"[rl.learner]\nminibatches = 65\n", "rl.learner.minibatches"},
+           {"[rl.rollout]\nenv = \"cloud\"\n", "rl.rollout.env"},
+           // Remote without servers: neither endpoints nor an env role in [fleet].
+           {"[rl.rollout]\nenv = \"remote\"\n", "rl.rollout.env"},
+           {"[rl.rollout]\nenv_endpoints = [\"tcp://h:1\"]\n", "rl.rollout.env_endpoints"},
        }) {
     auto doc = ConfigDocument::ParseString(c.text, "rl.toml");
     ASSERT_TRUE(doc.ok());
@@ -134,6 +142,24 @@ TEST(RlConfigTest, BadValuesFailNamingTheKey) {
     EXPECT_NE(s.message().find(c.key), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("rl.toml"), std::string::npos) << s.message();
   }
+}
+
+TEST(RlConfigTest, EnvWorkersAndRemoteEnvironments) {
+  auto doc = ConfigDocument::ParseString(
+      "[rl.rollout]\nslots = 12\nenv = \"remote\"\n"
+      "[rl.learner]\nppo_epochs = 2\nminibatches = 4\n"
+      "[[fleet.roles]]\nrole = \"env\"\n",
+      "rl.toml");
+  ASSERT_TRUE(doc.ok());
+  ConfigTable root = doc->root();
+  RlConfig c = ReadRlConfig(root);
+  Status finished = doc->Finish();
+  ASSERT_TRUE(finished.ok()) << finished.message();
+  EXPECT_EQ(c.agent.env_workers, 12);  // one per slot
+  EXPECT_TRUE(c.remote_env);
+  EXPECT_TRUE(c.env_endpoints.empty());  // the fleet's env workers
+  EXPECT_EQ(c.trainer.ppo_epochs, 2);
+  EXPECT_EQ(c.trainer.minibatches, 4);
 }
 
 }  // namespace

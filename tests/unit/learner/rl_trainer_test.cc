@@ -197,6 +197,70 @@ TEST(RlTrainer, SamplesWithoutRoutingAreDroppedAndCountedUnderR3) {
   }
 }
 
+// Samples an environment fault ended (a tool error of the environment, a timeout, a lost env
+// worker) are masked: not trained on with their reward of 0, and not part of their group's
+// advantages, so a group whose only dissent was a fault carries no signal.
+TEST(RlTrainer, EnvironmentFaultsAreMaskedNotTrainedAsZeroReward) {
+  auto m = TinyModel(6);
+  auto comm = comm::MakeLocalCommunicator();
+  auto trainer = RlTrainer::Create(m.get(), comm.get(), Options());
+  ASSERT_TRUE(trainer.ok());
+  auto groups = SampleGroups(*m, 2, 4, 0, 21);
+  const std::vector<double> r0 = {1, 0, 0, 0}, r1 = {1, 0, 1, 1};
+  for (size_t i = 0; i < 4; ++i) {
+    groups[0].samples[i].reward = r0[i];
+    groups[1].samples[i].reward = r1[i];
+  }
+  groups[0].samples[1].env_fault = true;  // rewards 1, 0, 0 remain: still a signal
+  groups[1].samples[1].env_fault = true;  // rewards 1, 1, 1 remain: none
+  auto s = (*trainer)->Step(groups);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->env_fault_dropped, 2);
+  EXPECT_EQ(s->uniform_groups, 1);
+  EXPECT_EQ(s->samples, 3);
+  EXPECT_EQ(s->loss.tokens, 3);  // one answer token each
+  EXPECT_TRUE(s->updated);
+}
+
+// Several optimizer steps per sampled batch (ppo_epochs x minibatches): after the first, π_θ
+// leaves π_prox, so the ratios move off 1 and the clip acts, counted in the loss statistics.
+// (With one step per batch nothing can clip: LearnsABandit.) π_prox is the policy before the
+// update for every minibatch, so on fresh samples the behaviour weights π_prox/μ stay 1 even for
+// the minibatch first trained after a step.
+TEST(RlTrainer, SeveralStepsPerBatchMakeTheClipActAndCountIt) {
+  auto m = TinyModel(5);
+  auto comm = comm::MakeLocalCommunicator();
+  RlTrainerOptions o = Options();
+  o.lr = 1e-2;
+  o.ppo_epochs = 3;
+  o.minibatches = 2;
+  auto trainer = RlTrainer::Create(m.get(), comm.get(), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  auto groups = SampleGroups(*m, 4, 8, 0, 31);
+  for (auto& g : groups) {  // a signal in every group: rewards 1, 0, 1, 0, ...
+    for (size_t i = 0; i < g.samples.size(); ++i) g.samples[i].reward = i % 2 == 0 ? 1.0 : 0.0;
+  }
+  auto s = (*trainer)->Step(groups);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->updated);
+  EXPECT_EQ(s->optimizer_steps, 6);
+  EXPECT_EQ((*trainer)->version(), 1);  // one policy version per sampled batch
+  EXPECT_EQ(s->samples, 32);
+  EXPECT_EQ(s->loss.tokens, 3 * 32);  // every answer token, once per epoch
+  std::printf("ppo: %.0f of %.0f token evaluations clipped, mean ratio %.3f\n", s->loss.clipped,
+              s->loss.tokens, s->loss.ratio_sum / s->loss.tokens);
+  EXPECT_GT(s->loss.clipped, 0);
+  EXPECT_GT(s->loss.approx_kl_sum, 0);
+  EXPECT_NEAR(s->loss.is_weight_mean(), 1.0, 1e-3);
+
+  RlTrainerOptions bad = Options();
+  bad.ppo_epochs = 0;
+  EXPECT_FALSE(RlTrainer::Create(m.get(), comm.get(), bad).ok());
+  bad = Options();
+  bad.minibatches = 0;
+  EXPECT_FALSE(RlTrainer::Create(m.get(), comm.get(), bad).ok());
+}
+
 TEST(RlTrainer, CheckpointRestoresExactly) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("orrery-rl-ckpt-" + std::to_string(getpid()));

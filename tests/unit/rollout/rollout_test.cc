@@ -2,13 +2,18 @@
 // batching on the decode state against whole-sequence forwards; the agent loop on the calc
 // environment, with a scripted test policy (token-exact against the chat format's rendering of the
 // same conversation) and with a real random model (behaviour logprobs and R3 routing equal the
-// learner's recompute).
+// learner's recompute); environment calls off the decode loop (slow tools overlap, a waiting
+// episode leaves the batch) and environment faults (marked, counted, not scored).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
+#include <thread>
 
 #include "env/calc/calc_env.h"
 #include "env/calc/prompt.h"
@@ -20,6 +25,7 @@
 #include "rollout/agent_loop.h"
 #include "rollout/model_backend.h"
 #include "rollout/sampling.h"
+#include "tests/unit/rollout/agent_test_util.h"
 
 namespace orrery::rollout {
 namespace {
@@ -160,88 +166,6 @@ TEST(RolloutModelBackend, WeightsRoundTripAndMismatchFails) {
   EXPECT_FALSE(backend.LoadWeights(named, 8).ok());
 }
 
-// A test double: for every feed, puts all the mass on the next token of its slot's script.
-class ScriptedBackend : public PolicyBackend {
- public:
-  ScriptedBackend(int slots, int64_t vocab, std::vector<std::vector<int32_t>> scripts)
-      : vocab_(vocab), scripts_(std::move(scripts)), cursor_(slots, 0), owner_(slots, -1) {}
-  int64_t vocab_size() const override { return vocab_; }
-  int moe_layers() const override { return 2; }
-  int top_k() const override { return 1; }
-  int max_slots() const override { return static_cast<int>(cursor_.size()); }
-  int64_t max_context() const override { return 4096; }
-  StatusOr<FeedResult> Feed(const std::vector<int>& slots,
-                            const std::vector<std::vector<int32_t>>& tokens) override {
-    FeedResult r;
-    r.logits = Tensor::Zeros({static_cast<int64_t>(slots.size()), vocab_}, DType::kF32);
-    int64_t fed = 0;
-    for (const auto& t : tokens) fed += static_cast<int64_t>(t.size());
-    r.expert_ids = Tensor::Empty({2, fed, 1}, DType::kI32);
-    for (int64_t i = 0; i < 2 * fed; ++i) r.expert_ids.data<int32_t>()[i] = 5;
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const int s = slots[i];
-      if (owner_[s] < 0) owner_[s] = next_script_++ % static_cast<int>(scripts_.size());
-      const auto& script = scripts_[owner_[s]];
-      const int32_t next = script[std::min<size_t>(cursor_[s]++, script.size() - 1)];
-      r.logits.data<float>()[i * vocab_ + next] = 100.0f;
-    }
-    return r;
-  }
-  void Release(int slot) override {
-    cursor_[slot] = 0;
-    owner_[slot] = -1;
-  }
-  Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>&, int64_t v) override {
-    version_ = v;
-    return Status::OK();
-  }
-  int64_t version() const override { return version_; }
-
- private:
-  int64_t vocab_;
-  std::vector<std::vector<int32_t>> scripts_;
-  std::vector<size_t> cursor_;
-  std::vector<int> owner_;
-  int next_script_ = 0;
-  int64_t version_ = 0;
-};
-
-struct CalcFixture {
-  Tokenizer tokenizer = Tokenizer::FromMerges(ChatSpecialTokens(), {});
-  std::unique_ptr<ChatFormat> format;
-  std::unique_ptr<env::Env> env;
-  env::TaskRef task;
-  calc::CalcTask calc_task;
-
-  CalcFixture() {
-    format = std::make_unique<ChatFormat>(*ChatFormat::Create(&tokenizer));
-    calc::CalcEnvOptions o;
-    o.seed = 3;
-    o.difficulty = 2;
-    env = calc::MakeCalcEnv(o);
-    task = *env->Task(env::Split::kTrain, 4);
-    calc_task = *calc::MakeCalcTask(3, env::Split::kTrain, 4, 2);
-  }
-  // The ids of an assistant turn as the chat format renders it, without the role header.
-  std::vector<int32_t> TurnIds(const ChatMessage& m) {
-    auto r = format->Render({m});
-    return std::vector<int32_t>(r->ids.begin() + 1, r->ids.end());
-  }
-  ChatMessage ToolCallTurn() {
-    ChatMessage m;
-    m.role = ChatRole::kAssistant;
-    m.tool_calls.push_back(
-        {"call_0", "calculate", "{\"expression\": \"" + calc_task.expression + "\"}"});
-    return m;
-  }
-  ChatMessage AnswerTurn(const std::string& value) {
-    ChatMessage m;
-    m.role = ChatRole::kAssistant;
-    m.content = "Answer: " + value;
-    return m;
-  }
-};
-
 TEST(RolloutAgentLoop, ScriptedToolUseIsTokenExact) {
   CalcFixture f;
   std::vector<int32_t> good = f.TurnIds(f.ToolCallTurn());
@@ -358,18 +282,194 @@ TEST(RolloutAgentLoop, AnEnvironmentThatThrowsFailsItsEpisodesNotTheLoop) {
   auto groups = loop.RunUntilIdle();
   ASSERT_TRUE(groups.ok()) << groups.status().ToString();
   ASSERT_EQ(groups->size(), 1u);
-  int tool_errors = 0;
+  int step_errors = 0;
   for (const Trajectory& t : (*groups)[0].trajectories) {
-    EXPECT_EQ(t.reward, 0.0);  // scoring threw: no reward, whatever the answer
-    if (t.status != EpisodeStatus::kToolError) continue;
-    ++tool_errors;
+    // A step or the score threw: an environment fault, whatever the answer, not a reward of 0.
+    EXPECT_EQ(t.status, EpisodeStatus::kToolError);
+    EXPECT_TRUE(t.env_fault());
+    EXPECT_EQ(t.reward, 0.0);
+    if (t.tool_calls.empty()) continue;
+    ++step_errors;
     ASSERT_EQ(t.tool_calls.size(), 1u);
     EXPECT_NE(t.tool_calls[0].error.find("env step threw: boom in step"), std::string::npos)
         << t.tool_calls[0].error;
   }
-  EXPECT_EQ(tool_errors, 2);
-  // Two steps and four scores failed, each counted.
-  EXPECT_EQ(loop.stats().env_failures, 6);
+  EXPECT_EQ(step_errors, 2);
+  // Two steps failed (those episodes are not scored) and two scores failed, each counted.
+  EXPECT_EQ(loop.stats().env_failures, 4);
+  EXPECT_EQ(loop.stats().env_tool_errors, 4);
+}
+
+// The calc environment with a fault injected into Step (a Status the environment returns, as
+// env/env.h says its failures look), a delay before each step, and counted Score calls.
+class FaultyEnv : public env::Env {
+ public:
+  FaultyEnv(env::Env* inner, Status step_status, double step_sleep_s = 0)
+      : inner_(inner), step_status_(std::move(step_status)), step_sleep_s_(step_sleep_s) {}
+  std::string name() const override { return "faulty"; }
+  StatusOr<env::TaskRef> Task(env::Split split, uint64_t index) const override {
+    return inner_->Task(split, index);
+  }
+  StatusOr<std::unique_ptr<env::Episode>> Reset(const env::TaskRef& task,
+                                                env::Deadline deadline) override {
+    ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<env::Episode> e, inner_->Reset(task, deadline));
+    return std::unique_ptr<env::Episode>(std::make_unique<Episode>(this, std::move(e)));
+  }
+  std::atomic<int> scores{0};
+
+ private:
+  class Episode : public env::Episode {
+   public:
+    Episode(FaultyEnv* env, std::unique_ptr<env::Episode> inner)
+        : env_(env), inner_(std::move(inner)) {}
+    const std::vector<ChatMessage>& initial_messages() const override {
+      return inner_->initial_messages();
+    }
+    const std::vector<env::ToolSpec>& tools() const override { return inner_->tools(); }
+    StatusOr<env::ToolResult> Step(const ToolCall& call, env::Deadline deadline) override {
+      if (env_->step_sleep_s_ > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(env_->step_sleep_s_));
+      }
+      if (!env_->step_status_.ok()) return env_->step_status_;
+      return inner_->Step(call, deadline);
+    }
+    StatusOr<env::EpisodeScore> Score(const std::vector<ChatMessage>& t,
+                                      env::Deadline deadline) override {
+      ++env_->scores;
+      return inner_->Score(t, deadline);
+    }
+
+   private:
+    FaultyEnv* env_;
+    std::unique_ptr<env::Episode> inner_;
+  };
+  env::Env* inner_;
+  Status step_status_;
+  double step_sleep_s_;
+};
+
+// Each kind of environment fault ends the episode with its own status, unscored, and is counted;
+// the episodes that made no tool call are scored as usual.
+TEST(RolloutAgentLoop, EnvironmentFaultsAreMarkedCountedAndNotScored) {
+  struct Case {
+    Status status;
+    EpisodeStatus want;
+    int64_t AgentStats::*counter;
+  };
+  const std::vector<Case> cases = {
+      {InternalError("sandbox could not start"), EpisodeStatus::kToolError,
+       &AgentStats::env_tool_errors},
+      {DeadlineExceededError("no reply before the deadline"), EpisodeStatus::kTimeout,
+       &AgentStats::env_timeouts},
+      {UnavailableError("episode lost: the env server restarted"), EpisodeStatus::kEnvLost,
+       &AgentStats::env_lost},
+  };
+  for (const Case& c : cases) {
+    CalcFixture f;
+    std::vector<int32_t> call = f.TurnIds(f.ToolCallTurn());
+    auto answer = f.TurnIds(f.AnswerTurn(f.calc_task.answer_text));
+    call.insert(call.end(), answer.begin(), answer.end());
+    ScriptedBackend backend(2, f.tokenizer.vocab_size(), {call, answer});
+    FaultyEnv env(f.env.get(), c.status);
+    AgentOptions o;
+    o.max_turn_tokens = 200;
+    o.max_episode_tokens = 2000;
+    o.env_workers = 2;
+    AgentLoop loop(&backend, f.format.get(), &env, o);
+    loop.AddGroup(f.task, 5, 4);
+    auto groups = loop.RunUntilIdle();
+    ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+    ASSERT_EQ(groups->size(), 1u);
+    int faults = 0, scored = 0;
+    for (const Trajectory& t : (*groups)[0].trajectories) {
+      if (t.tool_calls.empty()) {
+        EXPECT_EQ(t.status, EpisodeStatus::kFinished);
+        EXPECT_EQ(t.reward, 1.0);
+        ++scored;
+        continue;
+      }
+      EXPECT_EQ(t.status, c.want) << c.status.ToString();
+      EXPECT_TRUE(t.env_fault());
+      ASSERT_EQ(t.tool_calls.size(), 1u);
+      EXPECT_NE(t.tool_calls[0].error.find(c.status.message()), std::string::npos);
+      ++faults;
+    }
+    EXPECT_EQ(faults, 2);
+    EXPECT_EQ(env.scores.load(), scored);  // faulted episodes are not scored
+    EXPECT_EQ(loop.stats().*c.counter, 2) << c.status.ToString();
+    EXPECT_EQ(loop.stats().env_failures, 2);
+    EXPECT_EQ(loop.stats().env_calls_in_flight, 0);
+  }
+}
+
+// Issue 26's scenario: a tool that sleeps 1 s, 16 concurrent episodes of 2 tool calls each. The
+// calls run on env workers while the loop keeps stepping, so the whole run takes about 2 s of tool
+// time; with the calls on the decode loop it took 32 s.
+TEST(RolloutAgentLoop, SlowToolCallsOfManyEpisodesOverlap) {
+  CalcFixture f;
+  std::vector<int32_t> script = f.TurnIds(f.ToolCallTurn());
+  auto again = f.TurnIds(f.ToolCallTurn());
+  auto answer = f.TurnIds(f.AnswerTurn(f.calc_task.answer_text));
+  script.insert(script.end(), again.begin(), again.end());
+  script.insert(script.end(), answer.begin(), answer.end());
+  ScriptedBackend backend(16, f.tokenizer.vocab_size(), {script});
+  FaultyEnv env(f.env.get(), Status::OK(), /*step_sleep_s=*/1.0);
+  AgentOptions o;
+  o.max_turn_tokens = 200;
+  o.max_episode_tokens = 4000;
+  o.env_workers = 16;  // the rollout role's choice: one per slot
+  AgentLoop loop(&backend, f.format.get(), &env, o);
+  loop.AddGroup(f.task, 1, 8);
+  loop.AddGroup(f.task, 2, 8);
+  const auto start = std::chrono::steady_clock::now();
+  auto groups = loop.RunUntilIdle();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  ASSERT_EQ(groups->size(), 2u);
+  for (const TrajectoryGroup& g : *groups) {
+    for (const Trajectory& t : g.trajectories) {
+      EXPECT_EQ(t.status, EpisodeStatus::kFinished);
+      EXPECT_EQ(t.tool_calls.size(), 2u);
+      EXPECT_EQ(t.reward, 1.0);
+      EXPECT_GE(t.tool_seconds, 2.0);
+    }
+  }
+  EXPECT_EQ(loop.stats().tool_calls, 32);
+  std::printf("16 episodes x 2 tool calls of 1 s: %.2f s\n", seconds);
+  // Generous: two rounds of 1 s calls plus scheduling on a loaded machine (32 s in series).
+  EXPECT_LT(seconds, 8.0);
+}
+
+// While one episode waits for a slow tool, another keeps decoding and finishes.
+TEST(RolloutAgentLoop, AnEpisodeWaitingForAToolLeavesTheDecodeBatch) {
+  CalcFixture f;
+  std::vector<int32_t> call = f.TurnIds(f.ToolCallTurn());
+  auto answer = f.TurnIds(f.AnswerTurn(f.calc_task.answer_text));
+  call.insert(call.end(), answer.begin(), answer.end());
+  // A long direct answer: more tokens than the other episode's tool-call turn.
+  auto long_answer = f.TurnIds(f.AnswerTurn(std::string(300, '7')));
+  ScriptedBackend backend(2, f.tokenizer.vocab_size(), {call, long_answer});
+  FaultyEnv env(f.env.get(), Status::OK(), /*step_sleep_s=*/1.5);
+  AgentOptions o;
+  o.max_turn_tokens = 400;
+  o.max_episode_tokens = 4000;
+  o.env_workers = 2;
+  AgentLoop loop(&backend, f.format.get(), &env, o);
+  loop.AddGroup(f.task, 1, 1);
+  loop.AddGroup(f.task, 2, 1);
+  auto groups = loop.RunUntilIdle();
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  ASSERT_EQ(groups->size(), 2u);
+  // The answerer's group completes first.
+  ASSERT_EQ((*groups)[0].group_id, 2u);
+  const Trajectory& answerer = (*groups)[0].trajectories[0];
+  const Trajectory& tool_user = (*groups)[1].trajectories[0];
+  ASSERT_EQ(tool_user.tool_calls.size(), 1u);
+  ASSERT_TRUE(answerer.tool_calls.empty());
+  EXPECT_GE(tool_user.tool_seconds, 1.5);
+  // The answerer's tokens after the other's tool call were decoded during it, not after.
+  EXPECT_LT(answerer.total_seconds, 1.0) << "the answerer waited for the other episode's tool";
 }
 
 TEST(RolloutAgentLoop, LimitsTruncateAndVersionsFollowUpdates) {
