@@ -1,17 +1,15 @@
 // The "rollout" role (rl_roles.h): an agent loop on the newest published policy, feeding the
 // replay store.
 //
-// Tasks: instance i of N takes train-split task indices i, i + N, i + 2N, ... Its cursor (the
-// first task whose group the store has not acknowledged) is kept in its state directory, so a
-// restarted instance re-issues exactly the groups that were in flight when it died.
+// Tasks: instance i of N takes train-split task indices i, i + N, i + 2N, ... Its cursor
+// (task_cursor.h) is kept in its state directory, so a restarted instance re-issues exactly the
+// groups that were in flight when it died, and drops a group that keeps ending it.
 // Weights: every weight_poll_ms it looks for a newer version in RUN/rl/weights and applies it
 // between engine steps (episodes in flight continue: partial rollouts).
 // Async mode keeps every slot busy; sync mode generates this instance's share of one update's
 // groups with version v, then waits for version v + 1.
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <set>
 #include <thread>
 
 #include "actors/metrics/metrics_publisher.h"
@@ -21,6 +19,7 @@
 #include "actors/rl/rl_metrics.h"
 #include "actors/rl/rl_roles.h"
 #include "actors/rl/rl_run.h"
+#include "actors/rl/task_cursor.h"
 #include "actors/rl/trajectory_convert.h"
 #include "actors/runtime/role.h"
 #include "core/logging.h"
@@ -33,40 +32,6 @@
 
 namespace orrery::rl_actors {
 namespace {
-
-// The persisted task cursor of one rollout instance (see above).
-class TaskCursor {
- public:
-  TaskCursor(std::string path, int index, int count)
-      : path_(std::move(path)), index_(index), count_(count) {}
-
-  Status Load() {
-    std::ifstream in(path_);
-    if (in && !(in >> committed_)) return DataLossError(path_ + ": damaged task cursor");
-    next_ = committed_;
-    return Status::OK();
-  }
-  // The next task index to issue.
-  uint64_t Issue() { return TaskIndex(next_++); }
-  // Marks a task's group acknowledged; persists the cursor when it moves.
-  Status Acknowledge(uint64_t task_index) {
-    done_.insert((task_index - static_cast<uint64_t>(index_)) / static_cast<uint64_t>(count_));
-    const uint64_t before = committed_;
-    while (done_.count(committed_)) done_.erase(committed_++);
-    if (committed_ == before) return Status::OK();
-    return WriteFileAtomic(path_, std::to_string(committed_) + "\n");
-  }
-  uint64_t committed() const { return committed_; }
-
- private:
-  uint64_t TaskIndex(uint64_t k) const {
-    return static_cast<uint64_t>(index_) + k * static_cast<uint64_t>(count_);
-  }
-  std::string path_;
-  int index_, count_;
-  uint64_t committed_ = 0, next_ = 0;
-  std::set<uint64_t> done_;
-};
 
 class RolloutActor {
  public:
@@ -158,7 +123,7 @@ class RolloutActor {
 
   // An environment that cannot give the next train task ends the actor with its error.
   Status AddGroup() {
-    const uint64_t task_index = cursor_.Issue();
+    ORRERY_ASSIGN_OR_RETURN(const uint64_t task_index, cursor_.Issue());
     StatusOr<env::TaskRef> task = env_->Task(env::Split::kTrain, task_index);
     if (!task.ok()) {
       return task.status().WithContext(env_->name() + " train task " + std::to_string(task_index));
@@ -228,6 +193,7 @@ class RolloutActor {
     r.scalars["rollout/groups_total"] = static_cast<double>(loop_->stats().groups_finished);
     r.scalars["rollout/stale_dropped_total"] = static_cast<double>(stale_dropped_);
     r.scalars["rollout/format_errors_total"] = static_cast<double>(loop_->stats().format_errors);
+    r.scalars["rollout/groups_dropped_total"] = static_cast<double>(cursor_.dropped());
     generated_tokens_ = 0;
     generation_seconds_ = 0;
     if (Status s = metrics_->Publish(r); !s.ok()) ORRERY_LOG(WARN) << s.message();

@@ -293,6 +293,8 @@ TEST(SandboxCapsTest, EachProcessHasItsOwnHostUidRange) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    close(to_parent[0]);
+    close(to_child[1]);  // so that the parent's close is an end of file here
     StatusOr<std::unique_ptr<Sandbox>> s = Sandbox::Create(SmallLimits(), 0);
     const uint32_t uid = s.ok() ? (*s)->host_uid() : 0;
     if (write(to_parent[1], &uid, sizeof uid) != sizeof uid) _exit(1);
@@ -300,6 +302,8 @@ TEST(SandboxCapsTest, EachProcessHasItsOwnHostUidRange) {
     (void)!read(to_child[0], &c, 1);  // holds its range until the parent is done
     _exit(0);
   }
+  close(to_parent[1]);
+  close(to_child[0]);
   uint32_t child_uid = 0;
   ASSERT_EQ(read(to_parent[0], &child_uid, sizeof child_uid),
             static_cast<ssize_t>(sizeof child_uid));
