@@ -14,6 +14,7 @@ Status TaskCursor::Load() {
   }
   next_ = committed_;
   std::ifstream in(path_ + ".attempts");
+  if (!in) return Status::OK();  // no attempts recorded yet
   uint64_t task = 0;
   int n = 0;
   while (in >> task >> n) attempts_[task] = n;

@@ -269,35 +269,15 @@ Status Sandbox::Reset() {
 }
 
 std::vector<std::string> Sandbox::BwrapArgv(const std::vector<std::string>& argv) const {
-  std::vector<std::string> a = {options_.bwrap,
-                                "--unshare-all",
-                                "--unshare-user",
-                                "--disable-userns",
-                                "--die-with-parent",
-                                "--new-session",
-                                "--cap-drop",
-                                "ALL",
-                                "--uid",
-                                "65534",
-                                "--gid",
-                                "65534",
-                                "--hostname",
-                                "sandbox",
-                                "--ro-bind",
-                                "/usr",
-                                "/usr",
-                                "--symlink",
-                                "usr/lib",
-                                "/lib",
-                                "--symlink",
-                                "usr/lib64",
-                                "/lib64",
-                                "--symlink",
-                                "usr/bin",
-                                "/bin",
-                                "--symlink",
-                                "usr/sbin",
-                                "/sbin"};
+  std::vector<std::string> a = {options_.bwrap,  "--unshare-all", "--die-with-parent",
+                                "--new-session", "--cap-drop",    "ALL",
+                                "--uid",         "65534",         "--gid",
+                                "65534",         "--hostname",    "sandbox",
+                                "--ro-bind",     "/usr",          "/usr",
+                                "--symlink",     "usr/lib",       "/lib",
+                                "--symlink",     "usr/lib64",     "/lib64",
+                                "--symlink",     "usr/bin",       "/bin",
+                                "--symlink",     "usr/sbin",      "/sbin"};
   for (const char* etc : {"/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl", "/etc/localtime"}) {
     if (access(etc, F_OK) == 0) a.insert(a.end(), {"--ro-bind", etc, etc});
   }
@@ -324,6 +304,7 @@ StatusOr<RunResult> Sandbox::Run(const std::vector<std::string>& argv,
       p.pid, options_.limits.memory_bytes, static_cast<double>(options_.limits.cpu_seconds));
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, p.pid, 0));
   RunResult result;
+  TreeLimit exceeded = TreeLimit::kNone;
   const size_t cap = static_cast<size_t>(options_.limits.output_bytes);
   size_t written = 0;
   if (stdin_text.empty()) CloseFd(p.in);
@@ -358,17 +339,25 @@ StatusOr<RunResult> Sandbox::Run(const std::vector<std::string>& argv,
       }
     }
     if (!exited) {
-      // Not reaped yet (WNOWAIT): the watchdog may signal the pid until it is unwatched.
+      // Checked without reaping (WNOWAIT): the watchdog may signal the pid until it is unwatched.
       siginfo_t info{};
-      exited = waitid(P_PID, static_cast<id_t>(p.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-               info.si_pid == p.pid;
+      if (waitid(P_PID, static_cast<id_t>(p.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          info.si_pid == p.pid) {
+        exited = true;
+        exceeded = watch->exceeded();
+        watch.reset();
+        waitpid(p.pid, &status, 0);
+      }
       // The tree is gone with bwrap; what is left in the pipes is read on the next rounds.
     }
   }
-  KillTree(p.pid);  // the tree when it still runs, and stragglers in the process group
-  const TreeLimit exceeded = watch->exceeded();
-  watch.reset();
-  waitpid(p.pid, &status, 0);
+  if (!exited) {
+    KillTree(p.pid);
+    exceeded = watch->exceeded();
+    watch.reset();
+    waitpid(p.pid, &status, 0);
+  }
+  KillTree(p.pid);  // stragglers in the process group, if any
   CloseFd(p.in), CloseFd(p.out), CloseFd(p.err);
   if (pidfd >= 0) close(pidfd);
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();

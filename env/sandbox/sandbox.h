@@ -1,14 +1,14 @@
 // The bubblewrap sandbox: where untrusted code and tool servers run.
 //
 // Every process started through a Sandbox runs as
-//   bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session
-//         --cap-drop ALL --uid 65534 --gid 65534
+//   bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --uid 65534 --gid 65534
 //         --ro-bind /usr /usr (+ /lib /lib64 /bin /sbin symlinks, /etc/alternatives, ld.so.cache)
 //         --proc /proc --dev /dev --size <tmp_bytes> --tmpfs /tmp --bind <private work dir> /work
 //         --chdir /work --clearenv --seccomp <fd> -- argv...
 // so it sees no host files beyond the read-only system binds and the ones the caller names, has
 // no network beyond its own loopback (a fresh network namespace), no capabilities, cannot make
-// user namespaces (nor, by the seccomp filter of seccomp_filter.h, any other namespace), and runs
+// any namespace (the seccomp filter of seccomp_filter.h; not bwrap's --disable-userns, see
+// docs/env.md), and runs
 // under the rlimits of SandboxLimits. Limits that hold for all of a sandbox's processes together:
 //   - memory and CPU time: the resource watchdog (resource_watchdog.h) kills the tree;
 //   - processes: RLIMIT_NPROC counts per host uid, and each sandbox has its own (below);

@@ -64,7 +64,11 @@ void BM_PythonStep(benchmark::State& state) {
     const auto start = Clock::now();
     StatusOr<ToolResult> r = e->Step(call, DeadlineIn(30));
     p.Add(start);
-    if (!r.ok() || r->is_error) state.SkipWithError("run_python failed");
+    if (!r.ok() || r->is_error) {
+      state.SkipWithError(
+          ("run_python failed: " + (r.ok() ? r->content : r.status().ToString())).c_str());
+      break;
+    }
   }
   p.Report(state);
 }
