@@ -1,9 +1,9 @@
 // The "rollout" role (rl_roles.h): an agent loop on the newest published policy, feeding the
 // replay store.
 //
-// Tasks: instance i of N takes train-split task indices i, i + N, i + 2N, ... Its cursor (the
-// first task whose group the store has not acknowledged) is kept in its state directory, so a
-// restarted instance re-issues exactly the groups that were in flight when it died.
+// Tasks: instance i of N takes train-split task indices i, i + N, i + 2N, ... Its cursor
+// (task_cursor.h) is kept in its state directory, so a restarted instance re-issues exactly the
+// groups that were in flight when it died, and drops a group that keeps ending it.
 // Environment calls run off the decode loop (AgentLoop, one env worker per slot), on this
 // process's environment or, with [rl.rollout] env = "remote", on env servers (RemoteEnv).
 // Weights: every weight_poll_ms it looks for a newer version in RUN/rl/weights and applies it
@@ -12,8 +12,6 @@
 // groups with version v, then waits for version v + 1.
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <set>
 #include <thread>
 
 #include "actors/envserver/remote_env.h"
@@ -24,6 +22,7 @@
 #include "actors/rl/rl_metrics.h"
 #include "actors/rl/rl_roles.h"
 #include "actors/rl/rl_run.h"
+#include "actors/rl/task_cursor.h"
 #include "actors/rl/trajectory_convert.h"
 #include "actors/runtime/role.h"
 #include "core/logging.h"
@@ -36,40 +35,6 @@
 
 namespace orrery::rl_actors {
 namespace {
-
-// The persisted task cursor of one rollout instance (see above).
-class TaskCursor {
- public:
-  TaskCursor(std::string path, int index, int count)
-      : path_(std::move(path)), index_(index), count_(count) {}
-
-  Status Load() {
-    std::ifstream in(path_);
-    if (in && !(in >> committed_)) return DataLossError(path_ + ": damaged task cursor");
-    next_ = committed_;
-    return Status::OK();
-  }
-  // The next task index to issue.
-  uint64_t Issue() { return TaskIndex(next_++); }
-  // Marks a task's group acknowledged; persists the cursor when it moves.
-  Status Acknowledge(uint64_t task_index) {
-    done_.insert((task_index - static_cast<uint64_t>(index_)) / static_cast<uint64_t>(count_));
-    const uint64_t before = committed_;
-    while (done_.count(committed_)) done_.erase(committed_++);
-    if (committed_ == before) return Status::OK();
-    return WriteFileAtomic(path_, std::to_string(committed_) + "\n");
-  }
-  uint64_t committed() const { return committed_; }
-
- private:
-  uint64_t TaskIndex(uint64_t k) const {
-    return static_cast<uint64_t>(index_) + k * static_cast<uint64_t>(count_);
-  }
-  std::string path_;
-  int index_, count_;
-  uint64_t committed_ = 0, next_ = 0;
-  std::set<uint64_t> done_;
-};
 
 class RolloutActor {
  public:
@@ -161,7 +126,7 @@ class RolloutActor {
 
   // An environment that cannot give the next train task ends the actor with its error.
   Status AddGroup() {
-    const uint64_t task_index = cursor_.Issue();
+    ORRERY_ASSIGN_OR_RETURN(const uint64_t task_index, cursor_.Issue());
     StatusOr<env::TaskRef> task = env_->Task(env::Split::kTrain, task_index);
     if (!task.ok()) {
       return task.status().WithContext(env_->name() + " train task " + std::to_string(task_index));
@@ -235,6 +200,7 @@ class RolloutActor {
     r.scalars["rollout/env_tool_errors_total"] = static_cast<double>(st.env_tool_errors);
     r.scalars["rollout/env_timeouts_total"] = static_cast<double>(st.env_timeouts);
     r.scalars["rollout/env_lost_total"] = static_cast<double>(st.env_lost);
+    r.scalars["rollout/groups_dropped_total"] = static_cast<double>(cursor_.dropped());
     generated_tokens_ = 0;
     generation_seconds_ = 0;
     if (Status s = metrics_->Publish(r); !s.ok()) ORRERY_LOG(WARN) << s.message();

@@ -64,7 +64,10 @@ class ExternalEpisode : public Episode {
         {"tool_call", {{"id", call.id}, {"name", call.name}, {"arguments", json::parse(*args)}}}};
     ORRERY_ASSIGN_OR_RETURN(std::string reply, channel_->Call("step", JsonText(params),
                                                               Earlier(deadline, call_seconds_)));
-    ORRERY_ASSIGN_OR_RETURN(ToolResult result, ReadStepResult(reply));
+    // A malformed reply is the program's fault, but the episode goes on: the model reads it as the
+    // call's (error) result, and the rollout is not cut short.
+    StatusOr<ToolResult> read = ReadStepResult(reply);
+    ToolResult result = read.ok() ? *std::move(read) : ToolError(read.status().message());
     result.latency_s = std::chrono::duration<double>(Clock::now() - start).count();
     return result;
   }

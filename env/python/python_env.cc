@@ -1,44 +1,36 @@
 #include "env/python/python_env.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <random>
 
-#include "env/digest.h"
+#include "core/json_text.h"
 #include "env/python/problems.h"
+#include "env/sandbox/run_each.h"
 #include "env/sandbox/sandbox_pool.h"
 #include "env/tool_call.h"
 
 namespace orrery::env {
 namespace {
 
-namespace fs = std::filesystem;
-
-// Runs inside the sandbox: python3 -I /grader/grader.py FUNCTION < nonce. Each test runs the
-// solution in a child process (so a solution cannot patch the grader's comparison), and the grader
-// turns itself non-dumpable so same-uid children cannot read its memory through /proc.
-constexpr const char* kGrader = R"PY(import ctypes, json, subprocess, sys
-ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
-nonce = sys.stdin.readline().strip()
+// One hidden test, inside the sandbox: python3 -I -c kRunner FUNCTION < args. It sees the test's
+// arguments and nothing else; the last line it prints is the result as JSON, which Orrery
+// compares with the expected value outside the sandbox (run_each.h).
+constexpr const char* kRunner = R"PY(import json, sys
+sys.path.insert(0, '/work')
 function = sys.argv[1]
-tests = json.load(open('/grader/tests.json'))
-runner = ('import json, sys\nsys.path.insert(0, "/work")\nfrom solution import ' + function +
-          '\nargs = json.loads(sys.stdin.read())\nprint("\\n" + json.dumps(' + function + '(*args)))')
-passed = 0
-for args, expected in tests:
-    try:
-        r = subprocess.run([sys.executable, '-I', '-c', runner], input=json.dumps(args),
-                           capture_output=True, text=True, timeout=5)
-        lines = r.stdout.strip().split('\n')
-        if r.returncode == 0 and lines and json.loads(lines[-1]) == expected:
-            passed += 1
-    except Exception:
-        pass
-print('ORRERY-GRADE', nonce, passed, len(tests))
+args = json.loads(sys.stdin.read())
+result = getattr(__import__('solution'), function)(*args)
+print('\n' + json.dumps(result))
 )PY";
+
+// The last non-empty line of `text`.
+std::string_view LastLine(std::string_view text) {
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  const size_t nl = text.rfind('\n');
+  return nl == std::string_view::npos ? text : text.substr(nl + 1);
+}
+
+// Seconds each hidden test may run.
+constexpr double kTestSeconds = 5;
 
 constexpr const char* kRunPythonSchema =
     R"({"type":"object","properties":{"code":{"type":"string","description":"Python 3 source to run with /usr/bin/python3 in /work","maxLength":100000}},"required":["code"],"additionalProperties":false})";
@@ -54,12 +46,8 @@ std::string ResultText(const RunResult& r) {
 
 class PythonEpisode : public Episode {
  public:
-  PythonEpisode(CodingTask task, std::unique_ptr<PooledSandbox> sandbox, std::string grader_dir,
-                std::map<std::string, std::string> hashes)
-      : task_(std::move(task)),
-        sandbox_(std::move(sandbox)),
-        grader_dir_(std::move(grader_dir)),
-        hashes_(std::move(hashes)) {
+  PythonEpisode(CodingTask task, std::unique_ptr<PooledSandbox> sandbox)
+      : task_(std::move(task)), sandbox_(std::move(sandbox)) {
     ChatMessage system{ChatRole::kSystem,
                        "You are a careful Python programmer. You can run code with the "
                        "run_python tool.",
@@ -72,11 +60,6 @@ class PythonEpisode : public Episode {
                        "during the episode). Returns stdout, stderr and the exit status.",
                        kRunPythonSchema}};
   }
-  ~PythonEpisode() override {
-    std::error_code ec;
-    fs::remove_all(grader_dir_, ec);
-  }
-
   const std::vector<ChatMessage>& initial_messages() const override { return messages_; }
   const std::vector<ToolSpec>& tools() const override { return tools_; }
 
@@ -102,52 +85,37 @@ class PythonEpisode : public Episode {
     score.components["tests_total"] = task_.num_tests;
     score.components["tests_passed"] = 0;
     score.components["run_python_calls"] = calls_;
-    score.components["tampered"] = 0;
     const ChatMessage* last = nullptr;
     for (const ChatMessage& m : trajectory) {
       if (m.role == ChatRole::kAssistant) last = &m;
     }
     std::optional<std::string> solution = last ? LastPythonBlock(last->content) : std::nullopt;
-    for (const auto& [file, hash] : hashes_) {
-      StatusOr<std::string> now = Sha256File(grader_dir_ + "/" + file);
-      if (!now.ok() || *now != hash) {
-        score.components["tampered"] = 1;
-        return score;
-      }
-    }
     if (!solution) return score;
+    // The hidden tests stay in this process: the sandbox gets the solution and one test's
+    // arguments per run, and the results are compared here.
+    const nlohmann::json tests = nlohmann::json::parse(task_.tests_json);
+    std::vector<std::string> inputs;
+    for (const nlohmann::json& test : tests) inputs.push_back(test[0].dump());
     ORRERY_RETURN_IF_ERROR((*sandbox_)->Reset());
     ORRERY_RETURN_IF_ERROR((*sandbox_)->WriteFile("solution.py", *solution));
-    std::random_device rd;
-    const std::string nonce = std::to_string(rd()) + std::to_string(rd());
-    // The grader and the hidden tests are mounted for grading only: run_python never sees them.
-    (*sandbox_)->set_ro_binds({{grader_dir_, "/grader"}});
-    StatusOr<RunResult> graded = (*sandbox_)->Run(
-        {"/usr/bin/python3", "-I", "/grader/grader.py", task_.function}, nonce + "\n", deadline);
-    (*sandbox_)->set_ro_binds({});
-    ORRERY_ASSIGN_OR_RETURN(RunResult r, std::move(graded));
-    // The grader's last line: "ORRERY-GRADE <nonce> <passed> <total>".
-    const std::string tag = "ORRERY-GRADE " + nonce + " ";
-    const size_t at = r.stdout_text.rfind(tag);
-    if (at == std::string::npos) {
-      if (r.timed_out) return DeadlineExceededError("python env: grading timed out");
-      return score;  // the grader died: nothing passed
-    }
-    int passed = 0, total = 0;
-    if (std::sscanf(r.stdout_text.c_str() + at + tag.size(), "%d %d", &passed, &total) != 2 ||
-        total != task_.num_tests) {
-      return InternalError("python env: malformed grader output");
+    ORRERY_ASSIGN_OR_RETURN(
+        std::vector<RunResult> runs,
+        RunEach(**sandbox_, {"/usr/bin/python3", "-I", "-c", kRunner, task_.function}, inputs,
+                kTestSeconds, deadline));
+    int passed = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (runs[i].exit_code != 0) continue;
+      const nlohmann::json got = ParseUntrustedJson(LastLine(runs[i].stdout_text));
+      if (!got.is_discarded() && got == tests[i][1]) ++passed;
     }
     score.components["tests_passed"] = passed;
-    score.reward = total > 0 ? static_cast<double>(passed) / total : 0.0;
+    score.reward = task_.num_tests > 0 ? static_cast<double>(passed) / task_.num_tests : 0.0;
     return score;
   }
 
  private:
   CodingTask task_;
   std::unique_ptr<PooledSandbox> sandbox_;
-  std::string grader_dir_;
-  std::map<std::string, std::string> hashes_;
   std::vector<ChatMessage> messages_;
   std::vector<ToolSpec> tools_;
   int calls_ = 0;
@@ -166,29 +134,8 @@ class PythonEnv : public Env {
 
   StatusOr<std::unique_ptr<Episode>> Reset(const TaskRef& ref, Deadline deadline) override {
     ORRERY_ASSIGN_OR_RETURN(CodingTask task, MakeCodingTask(ref.seed, ref.split, ref.index));
-    // The grader dir belongs to Orrery's uid (0755/0644): readable, never writable, inside.
-    std::string dir = options_.sandbox.scratch_root + "/orrery-grader-XXXXXX";
-    if (mkdtemp(dir.data()) == nullptr) return ErrnoError("python env: mkdtemp", errno);
-    chmod(dir.c_str(), 0755);
-    std::map<std::string, std::string> hashes;
-    for (const auto& [file, contents] : {std::pair<std::string, std::string>{"grader.py", kGrader},
-                                         {"tests.json", task.tests_json}}) {
-      const std::string path = dir + "/" + file;
-      FILE* f = std::fopen(path.c_str(), "w");
-      if (f == nullptr) return ErrnoError("python env: write " + path, errno);
-      std::fwrite(contents.data(), 1, contents.size(), f);
-      std::fclose(f);
-      chmod(path.c_str(), 0644);
-      hashes[file] = Sha256Hex(contents);
-    }
-    StatusOr<std::unique_ptr<PooledSandbox>> sandbox = pool_.Acquire(deadline);
-    if (!sandbox.ok()) {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-      return sandbox.status();
-    }
-    return std::unique_ptr<Episode>(
-        new PythonEpisode(std::move(task), std::move(*sandbox), dir, std::move(hashes)));
+    ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<PooledSandbox> sandbox, pool_.Acquire(deadline));
+    return std::unique_ptr<Episode>(new PythonEpisode(std::move(task), std::move(sandbox)));
   }
 
  private:

@@ -3,13 +3,11 @@
 // The model has one tool, run_python(code), which runs /usr/bin/python3 on the code inside the
 // episode's sandbox (files in /work persist across calls within an episode). Its final answer
 // carries the solution in a ```python block; Score() empties the sandbox, writes the last such
-// block to /work/solution.py and runs the grader inside the sandbox with the grader and the hidden
-// tests mounted read-only at /grader. Each test calls the solution's function in its own
-// process with a 5 s limit; the grader, which made itself non-dumpable, compares results and
-// prints one line tagged with a nonce only Orrery knows. The grader files are SHA-256 hashed at
-// reset and checked before grading: any change scores 0 with component "tampered" = 1.
-// Reward = fraction of hidden tests passed. Components: "tests_passed", "tests_total",
-// "tampered", "run_python_calls".
+// block to /work/solution.py and runs one sandboxed process per hidden test (run_each.h): the
+// test's arguments go in on stdin, the function's result comes out as JSON, and Orrery compares it
+// with the expected value in its own process. The expected outputs never enter the sandbox, so
+// the code under grading cannot read them. Reward = fraction of hidden tests passed. Components:
+// "tests_passed", "tests_total", "run_python_calls".
 //
 // Options ([env.python]): seed, wall_seconds, cpu_seconds, memory_mb, pool_size (default: the
 // episodes in flight, see EnvDemand).

@@ -4,6 +4,8 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -14,6 +16,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 
 #include "env/sandbox/seccomp_filter.h"
 
@@ -137,9 +141,43 @@ bool SafeRelativePath(const std::string& p) {
   return true;
 }
 
+// The range index k this process holds (see sandbox.h): the first lock file under `dir` it can
+// flock. The descriptor stays open (and the lock held) until the process exits.
+StatusOr<uint32_t> ClaimUidRange(const std::string& dir, uint32_t ranges) {
+  static std::mutex mu;
+  static std::optional<uint32_t> claimed;
+  std::lock_guard<std::mutex> lock(mu);
+  if (claimed) return *claimed;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  for (uint32_t k = 0; k < ranges; ++k) {
+    const std::string path = dir + "/range-" + std::to_string(k) + ".lock";
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return ErrnoError("sandbox: open uid range lock " + path, errno);
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      claimed = k;
+      return k;
+    }
+    close(fd);
+  }
+  return ResourceExhaustedError("sandbox: all " + std::to_string(ranges) +
+                                " host uid ranges under " + dir +
+                                " are held by other Orrery processes");
+}
+
+// Mounts a tmpfs of `bytes` owned by `uid` on `dir`; false when this process may not mount.
+StatusOr<bool> MountWorkTmpfs(const std::string& dir, uint32_t uid, int64_t bytes) {
+  const std::string data = "size=" + std::to_string(bytes) +
+                           ",mode=0700,uid=" + std::to_string(uid) + ",gid=" + std::to_string(uid);
+  if (mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, data.c_str()) == 0) return true;
+  if (errno == EPERM) return false;
+  return ErrnoError("sandbox: mount a tmpfs on " + dir, errno);
+}
+
 }  // namespace
 
 std::string RunResult::Describe() const {
+  if (!limit_exceeded.empty()) return "killed: " + limit_exceeded;
   if (timed_out) return "timed out after " + std::to_string(static_cast<int>(wall_seconds)) + " s";
   if (signal != 0) {
     std::string s = "killed by signal " + std::to_string(signal);
@@ -161,24 +199,32 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxOptions& options
   if (mkdtemp(tmpl.data()) == nullptr)
     return ErrnoError("sandbox: mkdtemp in " + options.scratch_root, errno);
   uint32_t uid = 0;
+  bool mounted = false;
+  const auto fail = [&](Status status) {
+    if (mounted) umount2(tmpl.c_str(), MNT_DETACH);
+    std::error_code ec;
+    fs::remove_all(tmpl, ec);
+    return status;
+  };
   if (geteuid() == 0) {
-    uid = options.uid_base + slot % 4096;
-    if (chown(tmpl.c_str(), uid, uid) != 0) {
-      const int e = errno;
-      fs::remove_all(tmpl);
-      return ErrnoError("sandbox: chown " + tmpl, e);
+    StatusOr<uint32_t> range = ClaimUidRange(options.uid_lock_dir, options.uid_ranges);
+    if (!range.ok()) return fail(range.status());
+    uid = options.uid_base + *range * 4096 + slot % 4096;
+    StatusOr<bool> m = MountWorkTmpfs(tmpl, uid, options.limits.work_bytes);
+    if (!m.ok()) return fail(m.status());
+    mounted = *m;
+    if (!mounted && chown(tmpl.c_str(), uid, uid) != 0) {
+      return fail(ErrnoError("sandbox: chown " + tmpl, errno));
     }
   }
   StatusOr<int> fd = MakeSeccompFilterFd();
-  if (!fd.ok()) {
-    fs::remove_all(tmpl);
-    return fd.status();
-  }
-  return std::unique_ptr<Sandbox>(new Sandbox(options, uid, tmpl, *fd));
+  if (!fd.ok()) return fail(fd.status());
+  return std::unique_ptr<Sandbox>(new Sandbox(options, uid, tmpl, mounted, *fd));
 }
 
 Sandbox::~Sandbox() {
   if (seccomp_fd_ >= 0) close(seccomp_fd_);
+  if (work_mounted_) umount2(work_dir_.c_str(), MNT_DETACH);
   std::error_code ec;
   fs::remove_all(work_dir_, ec);
 }
@@ -235,8 +281,9 @@ std::vector<std::string> Sandbox::BwrapArgv(const std::vector<std::string>& argv
   for (const char* etc : {"/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl", "/etc/localtime"}) {
     if (access(etc, F_OK) == 0) a.insert(a.end(), {"--ro-bind", etc, etc});
   }
-  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", work_dir_,
-                     "/work", "--chdir", "/work"});
+  a.insert(a.end(),
+           {"--proc", "/proc", "--dev", "/dev", "--size", std::to_string(options_.limits.tmp_bytes),
+            "--tmpfs", "/tmp", "--bind", work_dir_, "/work", "--chdir", "/work"});
   for (const auto& [host, inside] : options_.ro_binds)
     a.insert(a.end(), {"--ro-bind", host, inside});
   a.insert(a.end(), {"--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv",
@@ -253,8 +300,11 @@ StatusOr<RunResult> Sandbox::Run(const std::vector<std::string>& argv,
   const auto start = Clock::now();
   const Deadline wall = std::min(deadline, DeadlineIn(options_.limits.wall_seconds));
   ORRERY_ASSIGN_OR_RETURN(Spawned p, Spawn(BwrapArgv(argv), uid_, options_.limits, seccomp_fd_));
+  std::unique_ptr<TreeWatch> watch = WatchProcessTree(
+      p.pid, options_.limits.memory_bytes, static_cast<double>(options_.limits.cpu_seconds));
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, p.pid, 0));
   RunResult result;
+  TreeLimit exceeded = TreeLimit::kNone;
   const size_t cap = static_cast<size_t>(options_.limits.output_bytes);
   size_t written = 0;
   if (stdin_text.empty()) CloseFd(p.in);
@@ -288,19 +338,32 @@ StatusOr<RunResult> Sandbox::Run(const std::vector<std::string>& argv,
         CloseFd(p.in);
       }
     }
-    if (!exited && waitpid(p.pid, &status, WNOHANG) == p.pid) {
-      exited = true;
+    if (!exited) {
+      // Checked without reaping (WNOWAIT): the watchdog may signal the pid until it is unwatched.
+      siginfo_t info{};
+      if (waitid(P_PID, static_cast<id_t>(p.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          info.si_pid == p.pid) {
+        exited = true;
+        exceeded = watch->exceeded();
+        watch.reset();
+        waitpid(p.pid, &status, 0);
+      }
       // The tree is gone with bwrap; what is left in the pipes is read on the next rounds.
     }
   }
   if (!exited) {
     KillTree(p.pid);
+    exceeded = watch->exceeded();
+    watch.reset();
     waitpid(p.pid, &status, 0);
   }
   KillTree(p.pid);  // stragglers in the process group, if any
   CloseFd(p.in), CloseFd(p.out), CloseFd(p.err);
   if (pidfd >= 0) close(pidfd);
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.limit_exceeded = DescribeTreeLimit(exceeded, options_.limits.memory_bytes,
+                                            static_cast<double>(options_.limits.cpu_seconds));
+  if (!result.limit_exceeded.empty()) result.timed_out = false;
   if (result.timed_out) {
     result.signal = SIGKILL;
   } else if (WIFEXITED(status)) {
@@ -328,6 +391,8 @@ StatusOr<std::unique_ptr<SandboxProcess>> Sandbox::Start(const std::vector<std::
   proc->stdout_fd_ = p.out;
   proc->stderr_fd_ = p.err;
   proc->stderr_cap_ = static_cast<size_t>(limits.output_bytes);
+  proc->watch_ =
+      WatchProcessTree(p.pid, limits.memory_bytes, static_cast<double>(limits.cpu_seconds));
   return proc;
 }
 
@@ -336,6 +401,7 @@ SandboxProcess::~SandboxProcess() { Kill(); }
 void SandboxProcess::Kill() {
   if (pid_ > 0) {
     KillTree(pid_);
+    watch_.reset();  // before the pid is reaped and may be reused
     int status;
     waitpid(pid_, &status, 0);
     pid_ = -1;

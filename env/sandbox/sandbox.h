@@ -3,15 +3,26 @@
 // Every process started through a Sandbox runs as
 //   bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --uid 65534 --gid 65534
 //         --ro-bind /usr /usr (+ /lib /lib64 /bin /sbin symlinks, /etc/alternatives, ld.so.cache)
-//         --proc /proc --dev /dev --tmpfs /tmp --bind <private work dir> /work --chdir /work
-//         --clearenv --seccomp <fd> -- argv...
+//         --proc /proc --dev /dev --size <tmp_bytes> --tmpfs /tmp --bind <private work dir> /work
+//         --chdir /work --clearenv --seccomp <fd> -- argv...
 // so it sees no host files beyond the read-only system binds and the ones the caller names, has
-// no network beyond its own loopback (a fresh network namespace), no capabilities, a seccomp
-// filter (seccomp_filter.h) and the rlimits of SandboxLimits. When Orrery runs as root, the bwrap
-// process itself is started under a dedicated unprivileged host uid (uid_base + slot), so
-// RLIMIT_NPROC applies (the kernel exempts root) and sandboxes cannot signal each other or Orrery.
+// no network beyond its own loopback (a fresh network namespace), no capabilities, cannot make
+// any namespace (the seccomp filter of seccomp_filter.h; not bwrap's --disable-userns, see
+// docs/env.md), and runs
+// under the rlimits of SandboxLimits. Limits that hold for all of a sandbox's processes together:
+//   - memory and CPU time: the resource watchdog (resource_watchdog.h) kills the tree;
+//   - processes: RLIMIT_NPROC counts per host uid, and each sandbox has its own (below);
+//   - /tmp: a tmpfs of tmp_bytes, new for every process started;
+//   - /work: when Orrery may mount (root), the private work dir is a tmpfs of work_bytes mounted
+//     on the host for the sandbox's lifetime; otherwise only file_size_bytes per file holds.
+// When Orrery runs as root, bwrap itself is started under a dedicated unprivileged host uid: this
+// process claims a range of 4096 uids (uid_base + 4096 * k, the first k whose lock file under
+// uid_lock_dir it can flock; held until it exits) and slot s of it is uid_base + 4096 * k + s.
+// So RLIMIT_NPROC applies (the kernel exempts root) and is not shared with another sandbox or
+// another Orrery process, and sandboxes cannot signal each other or Orrery.
 // A wall-clock timeout (or the caller's deadline) kills the whole process tree: killing bwrap
-// ends the sandbox's pid namespace. Output is captured up to a cap.
+// ends the sandbox's pid namespace, and with it every process started in it, also those left in
+// the background. Output is captured up to a cap.
 #pragma once
 
 #include <cstdint>
@@ -22,13 +33,19 @@
 
 #include "core/status.h"
 #include "env/env.h"
+#include "env/sandbox/resource_watchdog.h"
 
 namespace orrery::env {
 
 struct SandboxLimits {
-  double wall_seconds = 10;                 // per Run(); the caller's deadline may cut it shorter
-  int64_t cpu_seconds = 10;                 // RLIMIT_CPU
-  int64_t address_space_bytes = 1ll << 30;  // RLIMIT_AS (1 GiB)
+  double wall_seconds = 10;  // per Run(); the caller's deadline may cut it shorter
+  // CPU seconds of all processes of one Run (or one Start) together; each process also has it as
+  // RLIMIT_CPU.
+  int64_t cpu_seconds = 10;
+  int64_t memory_bytes = 2ll << 30;         // resident memory of all processes together (2 GiB)
+  int64_t address_space_bytes = 1ll << 30;  // RLIMIT_AS, per process (1 GiB)
+  int64_t tmp_bytes = 256ll << 20;          // the /tmp tmpfs
+  int64_t work_bytes = 256ll << 20;         // the /work tmpfs (when Orrery may mount it)
   int64_t file_size_bytes = 16ll << 20;     // RLIMIT_FSIZE (16 MiB per file)
   int64_t open_files = 64;                  // RLIMIT_NOFILE
   int64_t processes = 32;                   // RLIMIT_NPROC (beyond bwrap's own)
@@ -43,8 +60,10 @@ struct SandboxOptions {
   std::vector<std::pair<std::string, std::string>> ro_binds;
   // Extra environment variables inside (PATH, HOME=/work and LANG are always set).
   std::vector<std::pair<std::string, std::string>> env;
-  // Host uids for sandboxes when running as root: uid_base + slot (slot < 4096).
+  // Host uids for sandboxes when running as root: see above (slot < 4096, range k < uid_ranges).
   uint32_t uid_base = 420000;
+  uint32_t uid_ranges = 64;
+  std::string uid_lock_dir = "/tmp/orrery-uid-ranges";
 };
 
 struct RunResult {
@@ -52,9 +71,12 @@ struct RunResult {
   int signal = 0;      // the terminating signal, or 0
   bool timed_out = false;
   bool output_truncated = false;
+  // Set when the resource watchdog killed the tree: "memory limit: 256 MiB for all processes
+  // together" (or the CPU time limit).
+  std::string limit_exceeded;
   std::string stdout_text, stderr_text;
   double wall_seconds = 0;
-  // "exit 0", "exit 1", "killed by signal 9", "timed out after 10 s".
+  // "exit 0", "exit 1", "killed by signal 9", "timed out after 10 s", "killed: memory limit: ...".
   std::string Describe() const;
 };
 
@@ -72,6 +94,10 @@ class Sandbox {
   const SandboxOptions& options() const { return options_; }
   // Host path of the private work dir (mounted at /work inside).
   const std::string& work_dir() const { return work_dir_; }
+  // Whether the work dir is a tmpfs of limits.work_bytes (Orrery could mount it).
+  bool work_dir_capped() const { return work_mounted_; }
+  // The host uid bwrap runs as (0: Orrery's own, when it is not root).
+  uint32_t host_uid() const { return uid_; }
 
   // Writes `contents` to work_dir/relative_path (no "..", no absolute path).
   Status WriteFile(const std::string& relative_path, const std::string& contents);
@@ -92,16 +118,19 @@ class Sandbox {
   StatusOr<std::unique_ptr<SandboxProcess>> Start(const std::vector<std::string>& argv);
 
  private:
-  Sandbox(SandboxOptions options, uint32_t uid, std::string work_dir, int seccomp_fd)
+  Sandbox(SandboxOptions options, uint32_t uid, std::string work_dir, bool work_mounted,
+          int seccomp_fd)
       : options_(std::move(options)),
         uid_(uid),
         work_dir_(std::move(work_dir)),
+        work_mounted_(work_mounted),
         seccomp_fd_(seccomp_fd) {}
   std::vector<std::string> BwrapArgv(const std::vector<std::string>& argv) const;
 
   SandboxOptions options_;
   uint32_t uid_;  // host uid for bwrap when running as root; 0 means "keep ours"
   std::string work_dir_;
+  bool work_mounted_;
   int seccomp_fd_;
 };
 
@@ -130,6 +159,7 @@ class SandboxProcess {
   std::string buffer_;  // stdout bytes read but not yet returned
   std::string stderr_;
   size_t stderr_cap_ = 0;
+  std::unique_ptr<TreeWatch> watch_;  // memory and CPU of the whole tree
 };
 
 }  // namespace orrery::env

@@ -1,6 +1,7 @@
-// Environment benchmarks: step latency (p50/p99) of calc and of sandboxed python, and sandbox
-// start-up cold (a new Sandbox: work dir + seccomp filter + first process) and pooled (a reused
-// Sandbox from a SandboxPool + one process). Figures go to docs/benchmarks.md.
+// Environment benchmarks: step latency (p50/p99) of calc and of sandboxed python, grading one
+// python solution, and sandbox start-up cold (a new Sandbox: work dir + seccomp filter + first
+// process) and pooled (a reused Sandbox from a SandboxPool + one process). Figures go to
+// docs/benchmarks.md.
 //
 //   build-env/tests/env_bench --benchmark_min_time=2s
 #include <benchmark/benchmark.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "env/calc/calc_env.h"
+#include "env/python/problems.h"
 #include "env/python/python_env.h"
 #include "env/sandbox/sandbox.h"
 #include "env/sandbox/sandbox_pool.h"
@@ -62,11 +64,40 @@ void BM_PythonStep(benchmark::State& state) {
     const auto start = Clock::now();
     StatusOr<ToolResult> r = e->Step(call, DeadlineIn(30));
     p.Add(start);
-    if (!r.ok() || r->is_error) state.SkipWithError("run_python failed");
+    if (!r.ok() || r->is_error) {
+      state.SkipWithError(
+          ("run_python failed: " + (r.ok() ? r->content : r.status().ToString())).c_str());
+      break;
+    }
   }
   p.Report(state);
 }
 BENCHMARK(BM_PythonStep)->Unit(benchmark::kMillisecond);
+
+// Grading one solution: the reference solution of a sum_of_multiples task against its 6 hidden
+// tests (a fresh episode each iteration, untimed).
+void BM_PythonScore(benchmark::State& state) {
+  PythonEnvOptions o;
+  o.pool_size = 1;
+  std::unique_ptr<Env> env = MakePythonEnv(o);
+  const TaskRef task = *env->Task(Split::kTrain, 0);
+  const std::string answer =
+      "```python\n" + ReferenceSolution(*MakeCodingTask(0, Split::kTrain, 0)) + "```";
+  Percentiles p;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::unique_ptr<Episode> e = std::move(*env->Reset(task, DeadlineIn(30)));
+    std::vector<ChatMessage> t = e->initial_messages();
+    t.push_back(ChatMessage{ChatRole::kAssistant, answer, {}, "", ""});
+    state.ResumeTiming();
+    const auto start = Clock::now();
+    StatusOr<EpisodeScore> s = e->Score(t, DeadlineIn(60));
+    p.Add(start);
+    if (!s.ok() || s->reward != 1.0) state.SkipWithError("grading failed");
+  }
+  p.Report(state);
+}
+BENCHMARK(BM_PythonScore)->Unit(benchmark::kMillisecond);
 
 void BM_SandboxStartCold(benchmark::State& state) {
   Percentiles p;

@@ -10,6 +10,7 @@
 #include "actors/rl/learner_rendezvous.h"
 #include "actors/rl/rl_config.h"
 #include "actors/rl/rl_run.h"
+#include "actors/rl/task_cursor.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
 
@@ -160,6 +161,41 @@ TEST(RlConfigTest, EnvWorkersAndRemoteEnvironments) {
   EXPECT_TRUE(c.env_endpoints.empty());  // the fleet's env workers
   EXPECT_EQ(c.trainer.ppo_epochs, 2);
   EXPECT_EQ(c.trainer.minibatches, 4);
+}
+
+// A restarted instance re-issues the groups in flight when it died; one that was issued three times
+// without ever being stored (the instance died each time: a crash on that group) is dropped and
+// counted, so the fleet's restart budget is not spent on it.
+TEST(TaskCursorTest, AGroupThatKeepsEndingTheInstanceIsDropped) {
+  const std::string path = TempDir("cursor") + "/task_cursor";
+  // Instance 1 of 2: tasks 1, 3, 5, ...
+  for (int life = 0; life < 3; ++life) {
+    TaskCursor c(path, 1, 2);
+    ASSERT_TRUE(c.Load().ok());
+    EXPECT_EQ(*c.Issue(), 1u) << "life " << life;  // dies with task 1 in flight
+    EXPECT_EQ(c.dropped(), 0);
+  }
+  TaskCursor c(path, 1, 2);
+  ASSERT_TRUE(c.Load().ok());
+  EXPECT_EQ(*c.Issue(), 3u);  // task 1 is dropped
+  EXPECT_EQ(c.dropped(), 1);
+  EXPECT_EQ(c.committed(), 1u);
+  EXPECT_EQ(*c.Issue(), 5u);
+  ASSERT_TRUE(c.Acknowledge(5).ok());
+  ASSERT_TRUE(c.Acknowledge(3).ok());
+  EXPECT_EQ(c.committed(), 3u);
+  // A task that was stored is never counted again; a fresh life starts at the cursor.
+  TaskCursor next(path, 1, 2);
+  ASSERT_TRUE(next.Load().ok());
+  EXPECT_EQ(*next.Issue(), 7u);
+  EXPECT_EQ(next.dropped(), 0);
+}
+
+TEST(TaskCursorTest, DamagedAttemptsAreRefused) {
+  const std::string path = TempDir("cursor_damaged") + "/task_cursor";
+  ASSERT_TRUE(WriteFileAtomic(path + ".attempts", "1 x\n").ok());
+  TaskCursor c(path, 0, 1);
+  EXPECT_EQ(c.Load().code(), StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -5,20 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "env/digest.h"
 #include "env/python/problems.h"
 
 namespace orrery::env {
 namespace {
-
-TEST(DigestTest, Sha256KnownVectors) {
-  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(Sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  EXPECT_EQ(Sha256Hex(std::string(1000000, 'a')),
-            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
 
 TEST(PythonBlockTest, LastPythonBlock) {
   EXPECT_EQ(*LastPythonBlock("x\n```python\na = 1\n```\ny\n```py\nb = 2\n```"), "b = 2\n");
@@ -58,7 +48,6 @@ TEST_F(PythonEnvTest, ReferenceSolutionsPassEveryFamily) {
     std::unique_ptr<Episode> e = Start(i, &task);
     EpisodeScore s = ScoreAnswer(*e, "Here:\n```python\n" + ReferenceSolution(task) + "```");
     EXPECT_EQ(s.reward, 1.0) << task.id;
-    EXPECT_EQ(s.components["tampered"], 0.0);
   }
 }
 
@@ -75,7 +64,6 @@ TEST_F(PythonEnvTest, WrongMissingAndCheatingSolutions) {
       "try:\n    open('/grader/grader.py', 'w').write('print(1)')\nexcept OSError:\n    pass\n"
       "def sum_of_multiples(n):\n    print('ORRERY-GRADE x 6 6'); sys.exit(0)\n```");
   EXPECT_EQ(cheat.reward, 0.0);
-  EXPECT_EQ(cheat.components["tampered"], 0.0);
 }
 
 TEST_F(PythonEnvTest, RunPythonToolAndBadCalls) {
@@ -104,23 +92,42 @@ TEST_F(PythonEnvTest, RunPythonToolAndBadCalls) {
   EXPECT_EQ(r->content, "False\n\n[exit 0]");
 }
 
-TEST_F(PythonEnvTest, TamperingWithTheGraderScoresZero) {
+// The attack of issue 27: a solution that looks for the hidden tests (the grader's tests.json,
+// any JSON file of test pairs it can read) and returns the expected outputs. It scored 1 while the
+// tests were mounted for grading; with the expected outputs kept outside the sandbox it finds
+// nothing and scores 0.
+TEST_F(PythonEnvTest, AnswerReadingSolutionScoresZero) {
   CodingTask task;
   std::unique_ptr<Episode> e = Start(2, &task);
-  // Find this episode's grader dir: the only orrery-grader-* dir holding these tests.
-  std::string dir;
-  for (const auto& entry : std::filesystem::directory_iterator("/tmp")) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("orrery-grader-", 0) != 0) continue;
-    std::ifstream f(entry.path() / "tests.json");
-    std::string content((std::istreambuf_iterator<char>(f)), {});
-    if (content == task.tests_json) dir = entry.path().string();
-  }
-  ASSERT_FALSE(dir.empty());
-  { std::ofstream(dir + "/tests.json") << "[]"; }
-  EpisodeScore s = ScoreAnswer(*e, "```python\n" + ReferenceSolution(task) + "```");
+  const std::string spy = R"PY(import json, os
+def _load(path):
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if isinstance(data, list) and all(isinstance(t, list) and len(t) == 2 for t in data):
+            return data
+    except Exception:
+        pass
+    return []
+_tests = _load('/grader/tests.json')
+for root, dirs, files in os.walk('/'):
+    dirs[:] = [d for d in dirs if os.path.join(root, d) not in ('/proc', '/sys', '/usr', '/dev')]
+    for name in files:
+        if name.endswith('.json'):
+            _tests += _load(os.path.join(root, name))
+def FUNCTION(*args):
+    for a, expected in _tests:
+        if a == list(args):
+            return expected
+    return None
+)PY";
+  std::string solution = spy;
+  solution.replace(solution.find("FUNCTION"), 8, task.function);
+  EpisodeScore s = ScoreAnswer(*e, "```python\n" + solution + "```");
   EXPECT_EQ(s.reward, 0.0);
-  EXPECT_EQ(s.components["tampered"], 1.0);
+  EXPECT_EQ(s.components["tests_passed"], 0.0);
+  // The same episode still grades a real solution.
+  EXPECT_EQ(ScoreAnswer(*e, "```python\n" + ReferenceSolution(task) + "```").reward, 1.0);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -33,10 +34,9 @@ SandboxOptions SmallLimits() {
 class SandboxTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // CTest runs each test in its own process, several at once: a slot (host uid) per process
-    // keeps one test's fork bomb from eating another's RLIMIT_NPROC.
-    StatusOr<std::unique_ptr<Sandbox>> s =
-        Sandbox::Create(SmallLimits(), 3500 + static_cast<uint32_t>(getpid()) % 500);
+    // CTest runs each test in its own process, several at once: each process claims its own
+    // host uid range, so one test's fork bomb cannot eat another's RLIMIT_NPROC.
+    StatusOr<std::unique_ptr<Sandbox>> s = Sandbox::Create(SmallLimits(), 0);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     sandbox_ = std::move(*s);
   }
@@ -143,6 +143,177 @@ TEST_F(SandboxTest, WallClockTimeoutKillsTheWholeTree) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->timed_out);
   EXPECT_LT(r->wall_seconds, 3.0);
+}
+
+// The attacks of issue 27 on the kernel surface (x86-64 system call numbers): a process inside
+// made a user namespace (uid 0 with all capabilities in it) and a network namespace with clone,
+// set up an io_uring, and bound an AF_VSOCK socket in the host's vsock port space.
+TEST_F(SandboxTest, NoNewNamespacesIoUringOrVsock) {
+  RunResult r = Py(
+      "import ctypes, errno, os, socket\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "def call(nr, *args):\n"
+      "    ctypes.set_errno(0)\n"
+      "    r = libc.syscall(nr, *args)\n"
+      "    if r == 0 and nr == 56:\n"
+      "        os._exit(0)  # a clone child\n"
+      "    return errno.errorcode.get(ctypes.get_errno(), 'ok') if r < 0 else 'ok'\n"
+      "SIGCHLD = 17\n"
+      "for flag in (0x10000000, 0x40000000, 0x20000000, 0x00020000):  # USER NET PID NS\n"
+      "    print('clone', hex(flag), call(56, flag | SIGCHLD, 0, 0, 0, 0))\n"
+      "args = (ctypes.c_uint64 * 11)(0x10000000)  # struct clone_args, flags = CLONE_NEWUSER\n"
+      "print('clone3', call(435, ctypes.byref(args), 88))\n"
+      "params = ctypes.create_string_buffer(120)\n"
+      "print('io_uring_setup', call(425, 8, params))\n"
+      "for family in (40, 16, 17, 0):  # AF_VSOCK, AF_NETLINK, AF_PACKET, AF_UNSPEC\n"
+      "    try:\n"
+      "        socket.socket(family, socket.SOCK_DGRAM if family != 40 else socket.SOCK_STREAM)\n"
+      "        print('socket', family, 'ok')\n"
+      "    except OSError as e:\n"
+      "        print('socket', family, errno.errorcode[e.errno])\n"
+      "for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):\n"
+      "    socket.socket(family, socket.SOCK_STREAM).close()\n"
+      "a, b = socket.socketpair(); print('socketpair ok')\n"
+      "pid = os.fork()\n"
+      "if pid == 0:\n"
+      "    os._exit(0)\n"
+      "print('fork', os.waitpid(pid, 0)[1])\n");
+  EXPECT_EQ(r.stdout_text,
+            "clone 0x10000000 EPERM\nclone 0x40000000 EPERM\nclone 0x20000000 EPERM\n"
+            "clone 0x20000 EPERM\nclone3 ENOSYS\nio_uring_setup EPERM\n"
+            "socket 40 EAFNOSUPPORT\nsocket 16 EAFNOSUPPORT\nsocket 17 EAFNOSUPPORT\n"
+            "socket 0 EAFNOSUPPORT\nsocketpair ok\nfork 0\n")
+      << r.stderr_text;
+  // Threads (glibc's pthread_create tries clone3, then clone) and subprocesses still work.
+  r =
+      Py("import subprocess, threading\n"
+         "t = threading.Thread(target=lambda: print('thread ok')); t.start(); t.join()\n"
+         "print(subprocess.run(['/usr/bin/echo', 'child ok'], capture_output=True, text=True)"
+         ".stdout, end='')\n");
+  EXPECT_EQ(r.stdout_text, "thread ok\nchild ok\n") << r.stderr_text;
+}
+
+// Writes `n` files of 1 MiB (the per-file limit) into `dir`: "ENOSPC after K" or "wrote n".
+std::string FillDirectory(const std::string& dir, int n) {
+  return "import errno\n"
+         "for i in range(" +
+         std::to_string(n) +
+         "):\n"
+         "    try:\n"
+         "        with open('" +
+         dir +
+         "/f%d' % i, 'wb') as f:\n"
+         "            f.write(b'x' * ((1 << 20) - 1))\n"
+         "    except OSError as e:\n"
+         "        print(errno.errorcode[e.errno], 'after', i); break\n"
+         "else:\n"
+         "    print('wrote', " +
+         std::to_string(n) + ")\n";
+}
+
+// "2 GiB into /tmp" of issue 27, scaled down: 64 MiB against a tmpfs of 8 MiB.
+TEST(SandboxCapsTest, TmpIsASizeLimitedTmpfs) {
+  SandboxOptions o = SmallLimits();
+  o.limits.tmp_bytes = 8 << 20;
+  std::unique_ptr<Sandbox> s = std::move(*Sandbox::Create(o, 1));
+  StatusOr<RunResult> r =
+      s->Run({"/usr/bin/python3", "-c", FillDirectory("/tmp", 64)}, "", DeadlineIn(30));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stdout_text.rfind("ENOSPC after ", 0), 0u) << r->stdout_text << r->stderr_text;
+}
+
+// "2 GiB into /work", scaled down: /work is a tmpfs of work_bytes when Orrery may mount (root).
+TEST(SandboxCapsTest, WorkIsASizeLimitedTmpfsWhenOrreryMayMount) {
+  SandboxOptions o = SmallLimits();
+  o.limits.work_bytes = 8 << 20;
+  std::unique_ptr<Sandbox> s = std::move(*Sandbox::Create(o, 2));
+  if (geteuid() != 0) GTEST_SKIP() << "not root: /work is not a tmpfs (docs/env.md)";
+  EXPECT_TRUE(s->work_dir_capped());
+  StatusOr<RunResult> r =
+      s->Run({"/usr/bin/python3", "-c", FillDirectory("/work", 64)}, "", DeadlineIn(30));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stdout_text.rfind("ENOSPC after ", 0), 0u) << r->stdout_text << r->stderr_text;
+  // Files Orrery writes and the next run see the same capped directory; Reset empties it.
+  ASSERT_TRUE(s->Reset().ok());
+  ASSERT_TRUE(s->WriteFile("a.txt", "hello").ok());
+  r = s->Run({"/usr/bin/cat", "a.txt"}, "", DeadlineIn(30));
+  EXPECT_EQ(r->stdout_text, "hello");
+}
+
+// "4 x 600 MiB resident", scaled down: 4 processes of 100 MiB each, every one within its own
+// address-space limit (512 MiB), against 256 MiB for all processes together.
+TEST(SandboxCapsTest, MemoryOfAllProcessesTogetherIsCapped) {
+  SandboxOptions o = SmallLimits();
+  o.limits.memory_bytes = 256 << 20;
+  o.limits.wall_seconds = 30;
+  std::unique_ptr<Sandbox> s = std::move(*Sandbox::Create(o, 3));
+  StatusOr<RunResult> r = s->Run({"/usr/bin/python3", "-c",
+                                  "import os, time\n"
+                                  "pids = []\n"
+                                  "for i in range(4):\n"
+                                  "    pid = os.fork()\n"
+                                  "    if pid == 0:\n"
+                                  "        b = b'x' * (100 << 20)\n"
+                                  "        time.sleep(3)\n"
+                                  "        os._exit(0)\n"
+                                  "    pids.append(pid)\n"
+                                  "print('all exited', [os.waitpid(p, 0)[1] for p in pids])\n"},
+                                 "", DeadlineIn(60));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->Describe(), "killed: memory limit: 256 MiB for all processes together")
+      << r->stdout_text << r->stderr_text;
+  EXPECT_EQ(r->stdout_text, "");
+  // One process of 100 MiB is within the limit.
+  r = s->Run({"/usr/bin/python3", "-c", "b = b'x' * (100 << 20); print('ok')"}, "", DeadlineIn(60));
+  EXPECT_EQ(r->stdout_text, "ok\n") << r->Describe() << r->stderr_text;
+}
+
+// CPU time of all processes together: four busy loops, each under its own RLIMIT_CPU of 2 s.
+TEST(SandboxCapsTest, CpuTimeOfAllProcessesTogetherIsCapped) {
+  SandboxOptions o = SmallLimits();
+  o.limits.wall_seconds = 60;  // a loaded machine gives the four loops little CPU per second
+  std::unique_ptr<Sandbox> s = std::move(*Sandbox::Create(o, 4));
+  StatusOr<RunResult> r = s->Run({"/usr/bin/python3", "-c",
+                                  "import os\n"
+                                  "pids = [os.fork() for _ in range(2)]\n"  // 4 processes
+                                  "while True:\n"
+                                  "    pass\n"},
+                                 "", DeadlineIn(90));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->Describe(), "killed: CPU time limit: 2 s for all processes together");
+}
+
+// Two Orrery processes never share host uids: each claims its own range (root only).
+TEST(SandboxCapsTest, EachProcessHasItsOwnHostUidRange) {
+  if (geteuid() != 0) GTEST_SKIP() << "not root: bwrap runs as Orrery's own uid";
+  // Fork before this process starts any thread (the watchdog starts with the first run).
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(to_parent[0]);
+    close(to_child[1]);  // so that the parent's close is an end of file here
+    StatusOr<std::unique_ptr<Sandbox>> s = Sandbox::Create(SmallLimits(), 0);
+    const uint32_t uid = s.ok() ? (*s)->host_uid() : 0;
+    if (write(to_parent[1], &uid, sizeof uid) != sizeof uid) _exit(1);
+    char c;
+    (void)!read(to_child[0], &c, 1);  // holds its range until the parent is done
+    _exit(0);
+  }
+  close(to_parent[1]);
+  close(to_child[0]);
+  uint32_t child_uid = 0;
+  ASSERT_EQ(read(to_parent[0], &child_uid, sizeof child_uid),
+            static_cast<ssize_t>(sizeof child_uid));
+  StatusOr<std::unique_ptr<Sandbox>> mine = Sandbox::Create(SmallLimits(), 0);
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  close(to_child[1]);
+  waitpid(child, nullptr, 0);
+  EXPECT_NE(child_uid, 0u);
+  EXPECT_NE((*mine)->host_uid(), child_uid);
+  EXPECT_EQ((*mine)->host_uid() % 4096, child_uid % 4096);  // same slot, different range
 }
 
 bool UidHasProcesses(uid_t uid) {
