@@ -26,10 +26,10 @@ struct ReplayService::Parked {
   double start_unix = 0;
 };
 
-struct ReplayService::PendingAck {
+struct ReplayService::PendingReply {
   std::string peer;
-  uint64_t id;
-  InsertOutcome outcome;
+  uint64_t ticket;
+  kj::Array<capnp::word> reply;
 };
 
 struct ReplayService::PendingCheckpoint {
@@ -53,11 +53,16 @@ void ReplayService::Reply(const std::string& peer, uint64_t id, const Status& er
   send_(peer, capnp::messageToFlatArray(builder));
 }
 
-void ReplayService::AnswerInsert(const std::string& peer, uint64_t id, const InsertOutcome& out) {
-  if (out.ticket > store_->storage()->durable_ticket()) {
-    acks_.push_back({peer, id, out});
+void ReplayService::SendWhenDurable(const std::string& peer, uint64_t ticket,
+                                    kj::Array<capnp::word> reply) {
+  if (ticket <= store_->storage()->durable_ticket()) {
+    send_(peer, std::move(reply));
     return;
   }
+  pending_.push_back({peer, ticket, std::move(reply)});
+}
+
+void ReplayService::AnswerInsert(const std::string& peer, uint64_t id, const InsertOutcome& out) {
   capnp::MallocMessageBuilder builder;
   auto reply = builder.initRoot<schema::ReplayReply>();
   reply.setId(id);
@@ -65,7 +70,7 @@ void ReplayService::AnswerInsert(const std::string& peer, uint64_t id, const Ins
   ins.setKey(out.key);
   ins.setDroppedStale(out.dropped_stale);
   ins.setDuplicate(out.duplicate);
-  send_(peer, capnp::messageToFlatArray(builder));
+  SendWhenDurable(peer, out.ticket, capnp::messageToFlatArray(builder));
 }
 
 bool ReplayService::TryParked(Parked& p) {
@@ -81,7 +86,8 @@ bool ReplayService::TryParked(Parked& p) {
     }
     return true;
   }
-  StatusOr<std::vector<SampledItem>> out = p.table->TrySample(p.sample);
+  uint64_t ticket = 0;
+  StatusOr<std::vector<SampledItem>> out = p.table->TrySample(p.sample, &ticket);
   if (out.ok() && out->empty()) return false;
   p.table->RecordBlocked(BlockedOp::kSample, p.start_unix,
                          std::chrono::duration<double>(Clock::now() - p.start).count());
@@ -95,7 +101,7 @@ bool ReplayService::TryParked(Parked& p) {
   auto list = reply.initSample(static_cast<unsigned>(out->size()));
   for (size_t i = 0; i < out->size(); ++i)
     FillSampledItem((*out)[i], list[static_cast<unsigned>(i)]);
-  send_(p.peer, capnp::messageToFlatArray(builder));
+  SendWhenDurable(p.peer, ticket, capnp::messageToFlatArray(builder));
   return true;
 }
 
@@ -145,6 +151,8 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
             park->sample.max_items = static_cast<int>(in.getMaxItems());
             park->sample.learner_version = in.getLearnerVersion();
             park->sample.batch_step = in.getBatchStep();
+            park->sample.claimant = in.getClaimant();
+            park->sample.claim_session = in.getClaimSession();
             break;
           }
           case schema::ReplayRequest::UPDATE_PRIORITIES: {
@@ -169,7 +177,7 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
             u.setUpdated(static_cast<uint32_t>(out.updated));
             u.setDeleted(static_cast<uint32_t>(out.deleted));
             u.setMissing(static_cast<uint32_t>(out.missing));
-            send_(peer, capnp::messageToFlatArray(builder));
+            SendWhenDurable(peer, out.ticket, capnp::messageToFlatArray(builder));
             return Status::OK();
           }
           case schema::ReplayRequest::INFO: {
@@ -197,12 +205,31 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
           case schema::ReplayRequest::SET_LEARNER_VERSION: {
             auto in = req.getSetLearnerVersion();
             ORRERY_ASSIGN_OR_RETURN(Table * table, store_->Find(in.getTable()));
-            ORRERY_ASSIGN_OR_RETURN(int64_t evicted, table->SetLearnerVersion(in.getVersion()));
+            uint64_t ticket = 0;
+            ORRERY_ASSIGN_OR_RETURN(int64_t evicted,
+                                    table->SetLearnerVersion(in.getVersion(), &ticket));
             capnp::MallocMessageBuilder builder;
             auto reply = builder.initRoot<schema::ReplayReply>();
             reply.setId(id);
             reply.setSetLearnerVersion(static_cast<uint64_t>(evicted));
-            send_(peer, capnp::messageToFlatArray(builder));
+            SendWhenDurable(peer, ticket, capnp::messageToFlatArray(builder));
+            return Status::OK();
+          }
+          case schema::ReplayRequest::ACKNOWLEDGE: {
+            auto in = req.getAcknowledge();
+            ORRERY_ASSIGN_OR_RETURN(Table * table, store_->Find(in.getTable()));
+            if (in.getClaimant().size() == 0) {
+              return InvalidArgumentError("replay acknowledge: empty claimant");
+            }
+            uint64_t ticket = 0;
+            ORRERY_ASSIGN_OR_RETURN(
+                int64_t deleted,
+                table->Acknowledge(in.getClaimant(), in.getThroughStep(), &ticket));
+            capnp::MallocMessageBuilder builder;
+            auto reply = builder.initRoot<schema::ReplayReply>();
+            reply.setId(id);
+            reply.setAcknowledge(static_cast<uint64_t>(deleted));
+            SendWhenDurable(peer, ticket, capnp::messageToFlatArray(builder));
             return Status::OK();
           }
           default:
@@ -265,10 +292,13 @@ void ReplayService::Poll() {
     }
   }
   const uint64_t durable = store_->storage()->durable_ticket();
-  while (!acks_.empty() && acks_.front().outcome.ticket <= durable) {
-    PendingAck ack = std::move(acks_.front());
-    acks_.pop_front();
-    AnswerInsert(ack.peer, ack.id, ack.outcome);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->ticket > durable) {
+      ++it;
+      continue;
+    }
+    send_(it->peer, std::move(it->reply));
+    it = pending_.erase(it);
   }
   for (auto it = checkpoints_.begin(); it != checkpoints_.end();) {
     PendingCheckpoint& c = **it;
@@ -291,7 +321,7 @@ void ReplayService::Poll() {
 }
 
 int64_t ReplayService::PollIntervalMs() const {
-  if (!acks_.empty() || !checkpoints_.empty()) return 1;
+  if (!pending_.empty() || !checkpoints_.empty()) return 1;
   if (parked_.empty()) return -1;
   Deadline earliest = Deadline::max();
   for (const auto& p : parked_) earliest = std::min(earliest, p->deadline);

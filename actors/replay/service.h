@@ -3,9 +3,11 @@
 // It takes one encoded ReplayRequest from a peer and answers through `send` — at once, or later:
 // an insert or sample the rate limiter refuses is parked (never blocking the caller's loop) and
 // retried whenever the table changes, and answered with DeadlineExceeded at its deadline; in
-// group-commit mode an insert is acknowledged only once its WAL write is fsynced; a checkpoint
-// runs on its own thread. Malformed, truncated or oversized messages and unknown tables get an
-// error reply; nothing a client sends can stop the service.
+// group-commit mode every reply that follows a write (insert, sample, priority update, learner
+// version, acknowledgement) is held until that write's WAL fsync, so no client ever sees state
+// that a power loss could take back; a checkpoint runs on its own thread. Malformed, truncated or
+// oversized messages and unknown tables get an error reply; nothing a client sends can stop the
+// service.
 //
 // Not thread-safe: one loop (ReplayServer, or an actor runtime's loop) calls it.
 #pragma once
@@ -47,18 +49,20 @@ class ReplayService {
 
  private:
   struct Parked;
-  struct PendingAck;
+  struct PendingReply;
   struct PendingCheckpoint;
 
   void Reply(const std::string& peer, uint64_t id, const Status& error);
   // Tries a parked insert or sample once; true when it was answered.
   bool TryParked(Parked& p);
+  // Sends `reply` once storage ticket `ticket` is durable (at once when it is).
+  void SendWhenDurable(const std::string& peer, uint64_t ticket, kj::Array<capnp::word> reply);
   void AnswerInsert(const std::string& peer, uint64_t id, const InsertOutcome& out);
 
   ReplayStore* store_;
   SendFn send_;
   std::deque<std::unique_ptr<Parked>> parked_;
-  std::deque<PendingAck> acks_;
+  std::deque<PendingReply> pending_;  // replies waiting for their write's fsync
   std::deque<std::unique_ptr<PendingCheckpoint>> checkpoints_;
 };
 

@@ -305,6 +305,11 @@ void Storage::SyncLoop() {
   }
 }
 
+uint64_t Storage::last_ticket() const {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return written_;
+}
+
 void Storage::SetDurableListener(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(sync_mu_);
   on_durable_ = std::move(fn);

@@ -59,6 +59,8 @@ class Storage {
   // Applies `batch` atomically; returns its ticket (0 with sync_each_write: durable already).
   StatusOr<uint64_t> Write(rocksdb::WriteBatch* batch);
   uint64_t durable_ticket() const { return durable_.load(std::memory_order_acquire); }
+  // The ticket of the latest write (0 with sync_each_write).
+  uint64_t last_ticket() const;
   // Blocks until `ticket` is durable (or the syncer failed: that error).
   Status WaitDurable(uint64_t ticket);
   // Group commit: `fn` is called on the syncer thread after every WAL fsync that advanced
@@ -93,7 +95,7 @@ class Storage {
     void operator()(rocksdb::DB* db) const;
   };
   std::unique_ptr<rocksdb::DB, DbCloser> db_;
-  std::mutex write_mu_;  // orders tickets like the WAL
+  mutable std::mutex write_mu_;  // orders tickets like the WAL
   uint64_t written_ = 0;
   std::atomic<uint64_t> durable_{0};
 
