@@ -6,6 +6,7 @@
 
 #include "actors/replay/capnp_io.h"
 #include "actors/replay/wire.h"
+#include "core/message_limits.h"
 
 namespace orrery::replay {
 namespace {
@@ -34,6 +35,7 @@ StatusOr<std::unique_ptr<ReplayClient>> ReplayClient::Connect(const std::string&
   }
   std::unique_ptr<ReplayClient> client(new ReplayClient(std::move(owned), context, options));
   client->socket_.set(zmq::sockopt::linger, 0);
+  client->socket_.set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
   try {
     client->socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {

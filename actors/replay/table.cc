@@ -79,8 +79,7 @@ Status Table::Recover() {
         ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> t, DecodePayload(value));
         int64_t bytes = 0;
         for (const std::string& s : t) bytes += static_cast<int64_t>(s.size());
-        it->second.bytes = bytes;
-        it->second.trajectories = std::make_shared<const std::vector<std::string>>(std::move(t));
+        it->second.bytes = bytes;  // the payload itself stays on disk: samples read it back
         ++with_payload;
         return Status::OK();
       }));
@@ -238,6 +237,28 @@ void Table::DeleteLocked(uint64_t key, rocksdb::WriteBatch* batch) {
   batch->Delete(AsSlice(PayloadRecordKey(options_.name, key)));
 }
 
+StatusOr<std::shared_ptr<const std::vector<std::string>>> Table::PayloadLocked(uint64_t key,
+                                                                               const Item& item) {
+  if (item.trajectories != nullptr) return item.trajectories;
+  StatusOr<std::optional<std::string>> stored = storage_->Get(PayloadRecordKey(options_.name, key));
+  Status s = stored.status();
+  if (s.ok() && !stored->has_value()) {
+    s = DataLossError("replay table '" + options_.name + "': the payload of item " +
+                      std::to_string(key) + " is missing from the database");
+  }
+  if (s.ok()) {
+    StatusOr<std::vector<std::string>> decoded = DecodePayload(**stored);
+    if (decoded.ok()) {
+      return std::make_shared<const std::vector<std::string>>(std::move(*decoded));
+    }
+    s = decoded.status();
+  }
+  // This sample may already have changed the table in memory: nothing more is served.
+  broken_ = s;
+  ORRERY_LOG(ERROR) << "replay table " << options_.name << ": " << s.message();
+  return s;
+}
+
 void Table::ClaimLocked(uint64_t key, ClaimRecord claim, rocksdb::WriteBatch* batch) {
   auto it = items_.find(key);
   if (it == items_.end()) return;
@@ -304,8 +325,10 @@ StatusOr<std::optional<InsertOutcome>> Table::TryInsert(ItemInput& item) {
   for (const std::string& t : item.trajectories) stored.bytes += static_cast<int64_t>(t.size());
   batch.Put(AsSlice(ItemRecordKey(options_.name, key)), AsSlice(EncodeItemState(stored.state)));
   PutPayload(&batch, PayloadRecordKey(options_.name, key), item.trajectories);
-  stored.trajectories =
-      std::make_shared<const std::vector<std::string>>(std::move(item.trajectories));
+  if (storage_ == nullptr) {  // memory only: the table keeps the payload
+    stored.trajectories =
+        std::make_shared<const std::vector<std::string>>(std::move(item.trajectories));
+  }
   ORRERY_RETURN_IF_ERROR(sampler_->Insert(key, stored.state.priority, stored.state.tiebreak));
   ORRERY_RETURN_IF_ERROR(remover_->Insert(key, stored.state.priority, stored.state.tiebreak));
   by_version_.insert({stored.state.min_policy_version, key});
@@ -360,7 +383,7 @@ StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& o
     s.key = key;
     s.state = c.item.state;
     s.table_size = static_cast<int64_t>(items_.size());
-    s.trajectories = c.item.trajectories;
+    ORRERY_ASSIGN_OR_RETURN(s.trajectories, PayloadLocked(key, c.item));
     s.redelivered = true;
     out.push_back(std::move(s));
     dirty = true;
@@ -375,12 +398,12 @@ StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& o
       break;
     }
     SampledItem s;
+    { ORRERY_ASSIGN_OR_RETURN(s.trajectories, PayloadLocked(sel.key, item)); }
     s.key = sel.key;
     s.probability = sel.probability;
     s.table_size = static_cast<int64_t>(items_.size());
     ++item.state.times_sampled;
     s.state = item.state;
-    s.trajectories = item.trajectories;
     limiter_.RecordSample(cost);
     if (options_.max_times_sampled > 0 &&
         item.state.times_sampled >= static_cast<uint32_t>(options_.max_times_sampled)) {

@@ -20,6 +20,9 @@
 // session of the same claimant (the rank restarted) first gets the unacknowledged claims back
 // (redelivered), so a learner killed between a sample and its batch log loses nothing.
 //
+// Payloads live only in RocksDB (a table without storage keeps them in memory): a sample reads
+// them back through the block cache, so the store's memory does not grow with its contents.
+//
 // Every mutation is first applied in memory and then written to Storage as one WriteBatch (items,
 // payloads and counters together) and returns the write's Storage ticket: a caller replies only
 // once the ticket is durable (Storage::durable_ticket), so in group-commit mode nothing a reply
@@ -187,6 +190,7 @@ class Table {
  private:
   struct Item {
     ItemState state;
+    // Memory-only tables keep the payload here; with storage it is read back on sample.
     std::shared_ptr<const std::vector<std::string>> trajectories;
     int64_t bytes = 0;
   };
@@ -216,6 +220,9 @@ class Table {
   Status ValidateInput(const ItemInput& item) const;
   // Removes an item from memory and adds its deletion to `batch`.
   void DeleteLocked(uint64_t key, rocksdb::WriteBatch* batch);
+  // The item's payload: its own copy, or read from storage (a failure makes the table unusable).
+  StatusOr<std::shared_ptr<const std::vector<std::string>>> PayloadLocked(uint64_t key,
+                                                                          const Item& item);
   // Moves a live item to claimed_ and adds its state and claim records to `batch`.
   void ClaimLocked(uint64_t key, ClaimRecord claim, rocksdb::WriteBatch* batch);
   int64_t EvictStaleLocked(rocksdb::WriteBatch* batch);

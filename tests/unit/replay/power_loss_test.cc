@@ -222,6 +222,7 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
   int64_t next_step = 0;
   std::map<std::string, int> cuts_in;  // operation kind -> power cuts that landed in it
   int power_losses = 0, retries_answered_first = 0, checkpoints_checked = 0;
+  int64_t claims_acknowledged = 0, claims_recovered = 0;
   for (int round = 0; round < kRounds; ++round) {
     const bool per_insert = round % 2 == 0;
     SCOPED_TRACE("round " + std::to_string(round) + (per_insert ? " per_insert" : " group"));
@@ -271,11 +272,13 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
       } else if (r < 80) {
         kind = "acknowledge";
         uint64_t ticket = 0;
+        const int64_t claimed_before = t->Info().claimed;
         status = t->Acknowledge("learner/0",
                                 next_step - 1 - static_cast<int64_t>(rng.UniformInt(3)), &ticket)
                      .status();
         if (status.ok()) status = t->storage()->WaitDurable(ticket);
         acknowledged = status.ok();
+        if (status.ok()) claims_acknowledged += claimed_before - t->Info().claimed;
       } else if (r < 95) {
         kind = "priority update";
         std::vector<std::pair<uint64_t, double>> updates;
@@ -334,6 +337,7 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
                                 << "recovered: " << recovered
                                 << "\nacknowledged: " << snapshots[required];
     ExpectExactPayloads(*t);
+    claims_recovered += t->Info().claimed;
 
     if (checkpoint) {
       ASSERT_TRUE(std::filesystem::exists(checkpoint->dir + "/CURRENT"))
@@ -379,13 +383,16 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
   for (const auto& [kind, n] : cuts_in) summary << kind << " " << n << ", ";
   summary << "), " << retries_answered_first
           << " retries of the last insert answered with the first outcome, " << checkpoints_checked
-          << " acknowledged checkpoints checked after the cut";
+          << " acknowledged checkpoints checked after the cut, " << claims_recovered
+          << " claims recovered after cuts, " << claims_acknowledged << " claims acknowledged";
   std::printf("%s\n", summary.str().c_str());
   EXPECT_GE(power_losses, 100);
   EXPECT_GT(retries_answered_first, 0);
   EXPECT_GT(checkpoints_checked, 0);
-  for (const char* kind : {"insert", "sample", "acknowledge", "priority update", "checkpoint",
-                           "reply of a committed insert"}) {
+  EXPECT_GT(claims_recovered, 0);
+  EXPECT_GT(claims_acknowledged, 0);
+  for (const char* kind :
+       {"insert", "sample", "priority update", "checkpoint", "reply of a committed insert"}) {
     EXPECT_GT(cuts_in[kind], 0) << "no power cut landed in a " << kind;
   }
 }
