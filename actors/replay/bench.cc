@@ -264,10 +264,11 @@ struct SoakClientResult {
 
 Status RunReplaySoak(const ReplaySoakOptions& o) {
   if (o.clients < 1 || o.seconds < 1 || o.item_bytes < 1 || o.table_bytes < o.item_bytes ||
-      o.block_cache_bytes < 1 || o.report_every_s < 1) {
+      o.block_cache_bytes < 1 || o.report_every_s < 1 || o.warmup_s < 0 ||
+      o.warmup_s >= o.seconds) {
     return InvalidArgumentError(
-        "replay bench --soak: clients, seconds, item size and block cache must be >= 1 and the "
-        "table must hold at least one item");
+        "replay bench --soak: clients, seconds, item size and block cache must be >= 1, the "
+        "warm-up shorter than the run and the table must hold at least one item");
   }
   std::error_code ec;
   std::filesystem::remove_all(o.dir, ec);
@@ -397,8 +398,10 @@ Status RunReplaySoak(const ReplaySoakOptions& o) {
   for (int s = 1; s <= o.seconds; ++s) {
     std::this_thread::sleep_until(t0 + std::chrono::seconds(s));
     const int64_t rss = ResidentBytes(child);
-    rss_min = std::min(rss_min, rss);
-    rss_max = std::max(rss_max, rss);
+    if (s > o.warmup_s) {
+      rss_min = std::min(rss_min, rss);
+      rss_max = std::max(rss_max, rss);
+    }
     if (s % o.report_every_s != 0 && s != o.seconds) continue;
     const auto now = Clock::now();
     const int64_t i = inserts.load(), n = samples.load();
@@ -430,10 +433,10 @@ Status RunReplaySoak(const ReplaySoakOptions& o) {
   }
   std::printf(
       "\n| clients | inserts/s | MB/s in | samples/s | insert p50/p99 ms | sample p50/p99 ms | "
-      "RSS after warm-up min/max MiB | spread | failed calls |\n"
+      "RSS after %d s min/max MiB | spread | failed calls |\n"
       "|---|---|---|---|---|---|---|---|---|\n"
       "| %d | %.0f | %.1f | %.0f | %.2f / %.2f | %.2f / %.2f | %.0f / %.0f | %.1f%% | %lld |\n",
-      o.clients, static_cast<double>(insert_ms.size()) / elapsed,
+      o.warmup_s, o.clients, static_cast<double>(insert_ms.size()) / elapsed,
       static_cast<double>(insert_ms.size()) * static_cast<double>(o.item_bytes) / elapsed / 1e6,
       static_cast<double>(sample_ms.size()) / elapsed, Percentile(insert_ms, 0.5),
       Percentile(insert_ms, 0.99), Percentile(sample_ms, 0.5), Percentile(sample_ms, 0.99),

@@ -101,6 +101,7 @@ int Soak(const CliArgs& args) {
   o.group_commit = args.Get("sync") != "per_insert";
   o.clients = static_cast<int>(args.Int("clients"));
   o.seconds = static_cast<int>(args.Int("seconds"));
+  o.warmup_s = static_cast<int>(args.Int("warmup-s"));
   o.item_bytes = args.Int("item-kb") << 10;
   o.block_cache_bytes = args.Int("block-cache-mb") << 20;
   o.table_bytes = o.block_cache_bytes * args.Int("table-over-cache");
@@ -204,7 +205,9 @@ void RegisterReplayCommands(CliRegistry& registry) {
         "a store process (throughput, p50/p99, the store's RSS over time)",
         CliKind::kFlag, false, ""},
        {"--clients", "soak: client threads", CliKind::kInt, false, "64"},
-       {"--seconds", "soak: timed duration after the warm-up fill", CliKind::kInt, false, "60"},
+       {"--seconds", "soak: timed duration after the fill", CliKind::kInt, false, "60"},
+       {"--warmup-s", "soak: first seconds of the timed run left out of the RSS range",
+        CliKind::kInt, false, "10"},
        {"--item-kb", "soak: item size in KiB", CliKind::kInt, false, "16"},
        {"--block-cache-mb", "soak: the store's RocksDB block cache", CliKind::kInt, false, "16"},
        {"--table-over-cache", "soak: payload bytes the table holds, as a multiple of the cache",
