@@ -11,6 +11,7 @@
 #include "actors/runtime/payload.h"
 #include "actors/schema/env.capnp.h"
 #include "core/logging.h"
+#include "core/message_limits.h"
 
 namespace orrery::envserver {
 
@@ -44,6 +45,7 @@ EnvServer::EnvServer(zmq::context_t& zmq, std::string name,
       done_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       pool_(std::make_unique<ThreadPool>(options.workers)) {
   socket_.set(zmq::sockopt::linger, 0);
+  socket_.set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
   socket_.set(zmq::sockopt::router_mandatory, 0);  // replies to vanished callers are dropped
   for (auto& e : envs) {
     std::string n = e->name();

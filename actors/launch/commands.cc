@@ -25,6 +25,7 @@
 #include "actors/runtime/wire.h"
 #include "actors/schema/actor.capnp.h"
 #include "core/logging.h"
+#include "core/message_limits.h"
 #include "core/metrics.h"
 #include "core/run_config.h"
 #include "core/safetensors.h"
@@ -100,6 +101,7 @@ class FleetReporter {
       try {
         pub_ = std::make_unique<zmq::socket_t>(zmq, zmq::socket_type::pub);
         pub_->set(zmq::sockopt::linger, 0);
+        pub_->set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
         pub_->connect(hub);
       } catch (const zmq::error_t& e) {
         ORRERY_LOG(WARN) << "metrics hub " << hub << ": " << e.what();
@@ -167,6 +169,7 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   StatusOr<LoadedFleet> loaded = LoadFleet(sections, path, config_dir);
   if (!loaded.ok()) return ReportError(loaded.status());
   const FleetConfig& fleet = loaded->fleet;
+  SetMaxMessageBytes(fleet.max_message_mb << 20);
   const std::string emit = args.Get("emit");
   if (!emit.empty()) {
     StatusOr<std::string> text = EmitLaunchFiles(emit, fleet, loaded->run, path);
@@ -293,6 +296,11 @@ int RunActorCommand(const CliArgs& args) {
   if (options.heartbeat.count() < 10) {
     return ReportError(InvalidArgumentError("--heartbeat-ms: expected at least 10"));
   }
+  if (args.Int("max-message-mb") < 1 || args.Int("max-message-mb") > (1 << 20)) {
+    return ReportError(InvalidArgumentError("--max-message-mb: expected 1 to 1048576, got " +
+                                            std::to_string(args.Int("max-message-mb"))));
+  }
+  SetMaxMessageBytes(args.Int("max-message-mb") << 20);
   if (!options.config_path.empty()) {
     // One actor per process: [run] (threads, log level) applies to the whole process.
     StatusOr<ConfigDocument> doc =
@@ -401,7 +409,9 @@ void RegisterFleetCommands(CliRegistry& registry) {
        {"--config-dir", "resolve the config's relative paths here (default: its directory)",
         CliKind::kString, false, ""},
        {"--run-dir", "run directory (default: [run].dir of --config)", CliKind::kString, false, ""},
-       {"--heartbeat-ms", "heartbeat period", CliKind::kInt, false, "500"}},
+       {"--heartbeat-ms", "heartbeat period", CliKind::kInt, false, "500"},
+       {"--max-message-mb", "the largest ZeroMQ message any socket of the actor accepts",
+        CliKind::kInt, false, "1024"}},
       [](const CliArgs& args) { return RunActorCommand(args); }});
 
   registry.AddGroup({"fleet"}, "Inspect a running fleet");

@@ -73,7 +73,7 @@ std::string EmitSlurm(const FleetConfig& fleet, const RunConfig& run, const std:
       << "; while true; do \"$0\" actor " << r.role
       << " --index \"$SLURM_PROCID\" --endpoint \"tcp://*:$((" << ports[i]
       << " + SLURM_PROCID))\" --coordinator \"$1\" --config \"$2\" --heartbeat-ms "
-      << fleet.heartbeat_ms << " && exit 0; ";
+      << fleet.heartbeat_ms << " --max-message-mb " << fleet.max_message_mb << " && exit 0; ";
     if (r.restart == RestartPolicy::kNever) {
       o << "exit 1; ";
     }
@@ -146,7 +146,8 @@ StatusOr<std::string> EmitK8s(const FleetConfig& fleet, const RunConfig& run,
                        " --index ${HOSTNAME##*-} --endpoint tcp://*:" + std::to_string(ports[i]) +
                        " --coordinator " + coord +
                        " --config /etc/orrery/run.toml --heartbeat-ms " +
-                       std::to_string(fleet.heartbeat_ms) + "\"",
+                       std::to_string(fleet.heartbeat_ms) + " --max-message-mb " +
+                       std::to_string(fleet.max_message_mb) + "\"",
                    r.cpus, r.memory_gb, r.gpus);
   }
   return o.str();

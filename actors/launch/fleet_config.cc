@@ -21,6 +21,7 @@ FleetConfig ReadFleetConfig(ConfigTable& root, const RunConfig& run, bool check_
     t.Fail("coordinator", "expected an ipc:// or tcp:// endpoint, got '" + c.coordinator + "'");
   }
   c.heartbeat_ms = static_cast<int>(t.Int("heartbeat_ms", c.heartbeat_ms, 10, 60000));
+  c.max_message_mb = t.Int("max_message_mb", c.max_message_mb, 1, 1 << 20);
   c.heartbeat_timeout_ms =
       static_cast<int>(t.Int("heartbeat_timeout_ms", c.heartbeat_timeout_ms, 50, 3600000));
   if (c.heartbeat_timeout_ms < 2 * c.heartbeat_ms) {

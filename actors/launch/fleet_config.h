@@ -7,6 +7,7 @@
 //   host = "127.0.0.1"           # tcp: the address actors bind (a local launch) or advertise
 //   base_port = 5600             # tcp: the coordinator's port; actors take the following ones
 //   heartbeat_ms = 500
+//   max_message_mb = 1024        # the largest ZeroMQ message any socket of the fleet accepts
 //   heartbeat_timeout_ms = 3000  # silent this long -> killed and restarted
 //   startup_timeout_ms = 30000   # spawn -> registration
 //   restart_backoff_ms = 250     # first restart delay; doubles per restart within the window
@@ -66,6 +67,7 @@ struct FleetConfig {
   std::string host = "127.0.0.1";
   int base_port = 5600;
   int heartbeat_ms = 500;
+  int64_t max_message_mb = 1024;  // ZMQ_MAXMSGSIZE of every socket (core/message_limits.h)
   int heartbeat_timeout_ms = 3000;
   int startup_timeout_ms = 30000;
   int restart_backoff_ms = 250;

@@ -175,7 +175,9 @@ StatusOr<FleetPlan> BuildFleetPlan(const FleetConfig& fleet, const RunConfig& ru
                 "--run-dir",
                 plan.run_dir,
                 "--heartbeat-ms",
-                std::to_string(fleet.heartbeat_ms)};
+                std::to_string(fleet.heartbeat_ms),
+                "--max-message-mb",
+                std::to_string(fleet.max_message_mb)};
       plan.processes.push_back(std::move(p));
     }
   }

@@ -3,6 +3,7 @@
 #include <zmq.hpp>
 
 #include "core/logging.h"
+#include "core/message_limits.h"
 
 namespace orrery {
 
@@ -24,6 +25,7 @@ StatusOr<std::unique_ptr<MetricsHub>> MetricsHub::Start(const MetricsHubOptions&
     sock.set(zmq::sockopt::subscribe, "");
     sock.set(zmq::sockopt::rcvtimeo, 100);  // the loop checks for Stop() this often
     sock.set(zmq::sockopt::linger, 0);
+    sock.set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
     sock.set(zmq::sockopt::rcvhwm, 100000);
     for (const std::string& ep : options.listen) {
       sock.bind(ep);

@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <zmq.hpp>
 
+#include "core/message_limits.h"
+
 namespace orrery {
 
 StatusOr<std::unique_ptr<MetricsPublisher>> MetricsPublisher::Open(
@@ -22,6 +24,7 @@ StatusOr<std::unique_ptr<MetricsPublisher>> MetricsPublisher::Open(
       self->context_ = std::make_unique<zmq::context_t>(1);
       self->socket_ = std::make_unique<zmq::socket_t>(*self->context_, zmq::socket_type::pub);
       self->socket_->set(zmq::sockopt::linger, 200);
+      self->socket_->set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
       self->socket_->set(zmq::sockopt::sndhwm, 10000);
       self->socket_->connect(options.endpoint);
     } catch (const zmq::error_t& e) {

@@ -2,12 +2,17 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -197,7 +202,254 @@ StatusOr<ActorResult> ThroughActor(const std::string& dir, const std::vector<std
   return r;
 }
 
+// The resident memory of process `pid` in bytes (VmRSS), 0 when unreadable.
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) << 10;
+  }
+  return 0;
+}
+
+volatile std::sig_atomic_t soak_store_stop = 0;
+
+// The soak's store process: serves until SIGTERM; writes its endpoint (or "error: ...") to `fd`.
+[[noreturn]] void SoakStoreMain(const ReplaySoakOptions& o, int fd) {
+  std::signal(SIGTERM, [](int) { soak_store_stop = 1; });
+  auto report = [fd](const std::string& line) {
+    const std::string text = line + "\n";
+    (void)!write(fd, text.data(), text.size());
+    close(fd);
+  };
+  ReplayConfig config;
+  config.storage.path = o.dir + "/db";
+  config.storage.sync_each_write = !o.group_commit;
+  config.storage.group_commit_ms = 1;
+  config.storage.block_cache_bytes = o.block_cache_bytes;
+  config.storage.write_buffer_bytes = o.write_buffer_bytes;
+  config.checkpoint_root = o.dir + "/checkpoints";
+  TableOptions t;
+  t.name = "soak";
+  t.limiter = *MinSizeLimiter(1);
+  t.max_size = std::max<int64_t>(1, o.table_bytes / o.item_bytes);
+  t.max_item_bytes = o.item_bytes;
+  config.tables.push_back(t);
+  StatusOr<std::unique_ptr<ReplayStore>> store = ReplayStore::Open(config);
+  if (!store.ok()) {
+    report("error: " + store.status().ToString());
+    _exit(1);
+  }
+  {
+    zmq::context_t context(1);
+    ReplayServer server(store->get(), context);
+    if (Status s = server.Bind("tcp://127.0.0.1:*"); !s.ok()) {
+      report("error: " + s.ToString());
+      _exit(1);
+    }
+    report(server.endpoint());
+    (void)server.Run([] { return soak_store_stop != 0; });
+  }
+  store->reset();
+  _exit(0);
+}
+
+// One soak client's latencies (ms) and failures.
+struct SoakClientResult {
+  std::vector<double> insert_ms, sample_ms;
+  int64_t failures = 0;
+  std::string first_error;
+};
+
 }  // namespace
+
+Status RunReplaySoak(const ReplaySoakOptions& o) {
+  if (o.clients < 1 || o.seconds < 1 || o.item_bytes < 1 || o.table_bytes < o.item_bytes ||
+      o.block_cache_bytes < 1 || o.report_every_s < 1 || o.warmup_s < 0 ||
+      o.warmup_s >= o.seconds) {
+    return InvalidArgumentError(
+        "replay bench --soak: clients, seconds, item size and block cache must be >= 1, the "
+        "warm-up shorter than the run and the table must hold at least one item");
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(o.dir, ec);
+  std::filesystem::create_directories(o.dir, ec);
+  if (ec) return IoError("bench: cannot create " + o.dir + ": " + ec.message());
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return IoError("bench: pipe failed");
+  // Forked before this process starts any thread.
+  const pid_t child = fork();
+  if (child < 0) return IoError("bench: fork failed");
+  if (child == 0) {
+    close(pipe_fds[0]);
+    SoakStoreMain(o, pipe_fds[1]);
+  }
+  close(pipe_fds[1]);
+  std::string endpoint;
+  {
+    char buf[512];
+    ssize_t n;
+    while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) endpoint.append(buf, n);
+    close(pipe_fds[0]);
+    while (!endpoint.empty() && endpoint.back() == '\n') endpoint.pop_back();
+  }
+  auto stop_store = [child] {
+    kill(child, SIGTERM);
+    int status = 0;
+    waitpid(child, &status, 0);
+    return status;
+  };
+  if (endpoint.rfind("tcp://", 0) != 0) {
+    stop_store();
+    return InternalError("bench: the store process did not start: " + endpoint);
+  }
+
+  const int64_t max_size = std::max<int64_t>(1, o.table_bytes / o.item_bytes);
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 64; ++i) payloads.push_back(RandomBytes(o.item_bytes, 1000 + i));
+  zmq::context_t context(2);
+  std::atomic<int64_t> inserts{0}, samples{0};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> timing{false};
+  std::vector<SoakClientResult> results(o.clients);
+  auto client_loop = [&](int c, bool fill_only) {
+    SoakClientResult& r = results[c];
+    auto client = ReplayClient::Connect(endpoint, &context);
+    if (!client.ok()) {
+      ++r.failures;
+      r.first_error = client.status().ToString();
+      return;
+    }
+    uint64_t n = static_cast<uint64_t>(c);
+    while (!stop.load()) {
+      ItemInput in;
+      in.group_id = n;
+      in.tokens = 1;
+      in.trajectories = {payloads[n % payloads.size()]};
+      n += static_cast<uint64_t>(o.clients);
+      auto a = Clock::now();
+      Status s = (*client)->Insert("soak", in, 10000).status();
+      const double insert_ms = Seconds(a, Clock::now()) * 1e3;
+      if (!s.ok()) {
+        if (r.first_error.empty()) r.first_error = s.ToString();
+        ++r.failures;
+        continue;
+      }
+      ++inserts;
+      if (fill_only) continue;
+      a = Clock::now();
+      s = (*client)->Sample("soak", {1, -1, -1}, 10000).status();
+      const double sample_ms = Seconds(a, Clock::now()) * 1e3;
+      if (!s.ok()) {
+        if (r.first_error.empty()) r.first_error = s.ToString();
+        ++r.failures;
+        continue;
+      }
+      ++samples;
+      if (timing.load()) {
+        r.insert_ms.push_back(insert_ms);
+        r.sample_ms.push_back(sample_ms);
+      }
+    }
+  };
+  auto table_info = [&]() -> StatusOr<TableInfo> {
+    ORRERY_ASSIGN_OR_RETURN(auto client, ReplayClient::Connect(endpoint, &context));
+    ORRERY_ASSIGN_OR_RETURN(std::vector<TableInfo> tables, client->Info());
+    if (tables.empty()) return InternalError("bench: the store has no table");
+    return tables[0];
+  };
+
+  std::printf(
+      "soak: %d clients (each: insert, then sample 1), %d s, %lld KiB items, table max_size "
+      "%lld (%.0f MiB of payload), block cache %.0f MiB, write buffer %.0f MiB, %s\n\n",
+      o.clients, o.seconds, static_cast<long long>(o.item_bytes >> 10),
+      static_cast<long long>(max_size), static_cast<double>(max_size * o.item_bytes) / (1 << 20),
+      static_cast<double>(o.block_cache_bytes) / (1 << 20),
+      static_cast<double>(o.write_buffer_bytes) / (1 << 20),
+      o.group_commit ? "group commit (1 ms)" : "fsync per insert");
+  // Warm-up: fill the table to max_size.
+  const auto fill_start = Clock::now();
+  {
+    std::vector<std::thread> fillers;
+    for (int c = 0; c < std::min(o.clients, 8); ++c) fillers.emplace_back(client_loop, c, true);
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      StatusOr<TableInfo> info = table_info();
+      if (!info.ok() || info->size >= max_size) break;
+    }
+    stop = true;
+    for (auto& th : fillers) th.join();
+    stop = false;
+  }
+  std::printf("warm-up: filled to %lld items in %.1f s; store RSS %.0f MiB\n\n",
+              static_cast<long long>(max_size), Seconds(fill_start, Clock::now()),
+              static_cast<double>(ResidentBytes(child)) / (1 << 20));
+  std::printf(
+      "| t (s) | inserts/s | samples/s | store RSS MiB | table MiB |\n|---|---|---|---|---|\n");
+  for (SoakClientResult& r : results) r = SoakClientResult();
+  inserts = 0;
+  samples = 0;
+  timing = true;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < o.clients; ++c) threads.emplace_back(client_loop, c, false);
+  const auto t0 = Clock::now();
+  int64_t last_inserts = 0, last_samples = 0;
+  auto last = t0;
+  int64_t rss_min = INT64_MAX, rss_max = 0;
+  for (int s = 1; s <= o.seconds; ++s) {
+    std::this_thread::sleep_until(t0 + std::chrono::seconds(s));
+    const int64_t rss = ResidentBytes(child);
+    if (s > o.warmup_s) {
+      rss_min = std::min(rss_min, rss);
+      rss_max = std::max(rss_max, rss);
+    }
+    if (s % o.report_every_s != 0 && s != o.seconds) continue;
+    const auto now = Clock::now();
+    const int64_t i = inserts.load(), n = samples.load();
+    StatusOr<TableInfo> info = table_info();
+    std::printf("| %d | %.0f | %.0f | %.0f | %.0f |\n", s,
+                static_cast<double>(i - last_inserts) / Seconds(last, now),
+                static_cast<double>(n - last_samples) / Seconds(last, now),
+                static_cast<double>(rss) / (1 << 20),
+                info.ok() ? static_cast<double>(info->bytes) / (1 << 20) : -1.0);
+    std::fflush(stdout);
+    last_inserts = i;
+    last_samples = n;
+    last = now;
+  }
+  stop = true;
+  for (auto& th : threads) th.join();
+  const double elapsed = Seconds(t0, Clock::now());
+  const int status = stop_store();
+  std::filesystem::remove_all(o.dir, ec);
+
+  std::vector<double> insert_ms, sample_ms;
+  int64_t failures = 0;
+  std::string first_error;
+  for (const SoakClientResult& r : results) {
+    insert_ms.insert(insert_ms.end(), r.insert_ms.begin(), r.insert_ms.end());
+    sample_ms.insert(sample_ms.end(), r.sample_ms.begin(), r.sample_ms.end());
+    failures += r.failures;
+    if (first_error.empty()) first_error = r.first_error;
+  }
+  std::printf(
+      "\n| clients | inserts/s | MB/s in | samples/s | insert p50/p99 ms | sample p50/p99 ms | "
+      "RSS after %d s min/max MiB | spread | failed calls |\n"
+      "|---|---|---|---|---|---|---|---|---|\n"
+      "| %d | %.0f | %.1f | %.0f | %.2f / %.2f | %.2f / %.2f | %.0f / %.0f | %.1f%% | %lld |\n",
+      o.warmup_s, o.clients, static_cast<double>(insert_ms.size()) / elapsed,
+      static_cast<double>(insert_ms.size()) * static_cast<double>(o.item_bytes) / elapsed / 1e6,
+      static_cast<double>(sample_ms.size()) / elapsed, Percentile(insert_ms, 0.5),
+      Percentile(insert_ms, 0.99), Percentile(sample_ms, 0.5), Percentile(sample_ms, 0.99),
+      static_cast<double>(rss_min) / (1 << 20), static_cast<double>(rss_max) / (1 << 20),
+      rss_min > 0 ? 100.0 * static_cast<double>(rss_max - rss_min) / static_cast<double>(rss_min)
+                  : 0.0,
+      static_cast<long long>(failures));
+  if (failures > 0) std::printf("first failure: %s\n", first_error.c_str());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return InternalError("bench: the store process ended with status " + std::to_string(status));
+  }
+  return Status::OK();
+}
 
 Status RunReplayBench(const ReplayBenchOptions& options) {
   std::error_code ec;

@@ -6,6 +6,7 @@
 
 #include "actors/replay/capnp_io.h"
 #include "actors/replay/wire.h"
+#include "core/message_limits.h"
 
 namespace orrery::replay {
 namespace {
@@ -34,6 +35,7 @@ StatusOr<std::unique_ptr<ReplayClient>> ReplayClient::Connect(const std::string&
   }
   std::unique_ptr<ReplayClient> client(new ReplayClient(std::move(owned), context, options));
   client->socket_.set(zmq::sockopt::linger, 0);
+  client->socket_.set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
   try {
     client->socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -157,6 +159,8 @@ StatusOr<std::vector<SampledItem>> ReplayClient::Sample(const std::string& table
         in.setMaxItems(static_cast<uint32_t>(std::max(options.max_items, 0)));
         in.setLearnerVersion(options.learner_version);
         in.setBatchStep(options.batch_step);
+        in.setClaimant(options.claimant);
+        in.setClaimSession(options.claim_session);
       },
       {
         if (!reply.isSample()) return InternalError("replay client: unexpected reply to sample");
@@ -210,6 +214,26 @@ StatusOr<int64_t> ReplayClient::SetLearnerVersion(const std::string& table, int6
         evicted = static_cast<int64_t>(reply.getSetLearnerVersion());
       });
   return evicted;
+}
+
+StatusOr<int64_t> ReplayClient::Acknowledge(const std::string& table, const std::string& claimant,
+                                            int64_t through_step) {
+  int64_t deleted = 0;
+  ORRERY_REPLAY_CALL(
+      0,
+      {
+        auto in = req.initAcknowledge();
+        in.setTable(table);
+        in.setClaimant(claimant);
+        in.setThroughStep(through_step);
+      },
+      {
+        if (!reply.isAcknowledge()) {
+          return InternalError("replay client: unexpected reply to acknowledge");
+        }
+        deleted = static_cast<int64_t>(reply.getAcknowledge());
+      });
+  return deleted;
 }
 
 StatusOr<std::vector<TableInfo>> ReplayClient::Info() {

@@ -49,6 +49,10 @@ class ReplayClient {
                                            const std::vector<std::pair<uint64_t, double>>& updates,
                                            const std::vector<uint64_t>& deletes = {});
   StatusOr<int64_t> SetLearnerVersion(const std::string& table, int64_t version);
+  // Deletes what `claimant` claimed for batch steps <= through_step (SampleOptions::claimant);
+  // returns how many items. Call once the claimant's own record of those batches is safe.
+  StatusOr<int64_t> Acknowledge(const std::string& table, const std::string& claimant,
+                                int64_t through_step);
   StatusOr<std::vector<TableInfo>> Info();
   // Returns the checkpoint directory (`directory`, or one the store chose when empty).
   StatusOr<std::string> Checkpoint(const std::string& directory = "");

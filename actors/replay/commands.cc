@@ -95,7 +95,22 @@ int CheckpointCommand(const CliArgs& args) {
   return 0;
 }
 
+int Soak(const CliArgs& args) {
+  ReplaySoakOptions o;
+  o.dir = args.Get("dir");
+  o.group_commit = args.Get("sync") != "per_insert";
+  o.clients = static_cast<int>(args.Int("clients"));
+  o.seconds = static_cast<int>(args.Int("seconds"));
+  o.warmup_s = static_cast<int>(args.Int("warmup-s"));
+  o.item_bytes = args.Int("item-kb") << 10;
+  o.block_cache_bytes = args.Int("block-cache-mb") << 20;
+  o.table_bytes = o.block_cache_bytes * args.Int("table-over-cache");
+  Status s = RunReplaySoak(o);
+  return s.ok() ? 0 : ReportError(s);
+}
+
 int Bench(const CliArgs& args) {
+  if (args.Flag("soak")) return Soak(args);
   ReplayBenchOptions o;
   o.dir = args.Get("dir");
   o.group_commit = args.Get("sync") != "per_insert";
@@ -175,7 +190,8 @@ void RegisterReplayCommands(CliRegistry& registry) {
       CheckpointCommand});
   registry.Add(CliCommand{
       {"replay", "bench"},
-      "Benchmark the replay actor over loopback (1 and 8 clients) against raw RocksDB Put/Get",
+      "Benchmark the replay actor over loopback (1 and 8 clients) against raw RocksDB Put/Get, or "
+      "soak it (--soak)",
       {{"--dir", "scratch directory (deleted before and after)", CliKind::kString, false,
         "/tmp/orrery_replay_bench"},
        {"--sync", "per_insert or group (applies to both raw RocksDB and the store)",
@@ -183,7 +199,19 @@ void RegisterReplayCommands(CliRegistry& registry) {
        {"--mb-per-size", "bytes written per item size, in MiB", CliKind::kInt, false, "256"},
        {"--max-items", "at most this many items per size", CliKind::kInt, false, "4000"},
        {"--sizes-kb", "item sizes to run, in KiB, comma separated", CliKind::kString, false,
-        "4,64,1024"}},
+        "4,64,1024"},
+       {"--soak",
+        "instead: a soak of --clients inserting and sampling for --seconds against "
+        "a store process (throughput, p50/p99, the store's RSS over time)",
+        CliKind::kFlag, false, ""},
+       {"--clients", "soak: client threads", CliKind::kInt, false, "64"},
+       {"--seconds", "soak: timed duration after the fill", CliKind::kInt, false, "60"},
+       {"--warmup-s", "soak: first seconds of the timed run left out of the RSS range",
+        CliKind::kInt, false, "10"},
+       {"--item-kb", "soak: item size in KiB", CliKind::kInt, false, "16"},
+       {"--block-cache-mb", "soak: the store's RocksDB block cache", CliKind::kInt, false, "16"},
+       {"--table-over-cache", "soak: payload bytes the table holds, as a multiple of the cache",
+        CliKind::kInt, false, "10"}},
       Bench});
 }
 

@@ -55,6 +55,11 @@ std::string IdempotencyRecordKey(std::string_view table, uint64_t seq) {
   return NumberedKey('k', table, seq);
 }
 
+std::string ClaimRecordPrefix(std::string_view table) { return Prefix('c', table); }
+std::string ClaimRecordKey(std::string_view table, uint64_t key) {
+  return NumberedKey('c', table, key);
+}
+
 StatusOr<uint64_t> RecordKeyNumber(std::string_view record_key) {
   if (record_key.size() < 8) return DataLossError("replay record key too short");
   uint64_t v = 0;
@@ -192,6 +197,27 @@ StatusOr<IdempotencyRecord> DecodeIdempotencyRecord(std::string_view bytes) {
     rec.group_id = r.getGroupId();
     rec.key = r.getKey();
     rec.dropped_stale = r.getDroppedStale();
+    return Status::OK();
+  });
+  if (!st.ok()) return DataLossError(st.message());
+  return rec;
+}
+
+std::string EncodeClaimRecord(const ClaimRecord& rec) {
+  capnp::MallocMessageBuilder builder;
+  auto r = builder.initRoot<schema::ClaimRecord>();
+  r.setClaimant(rec.claimant);
+  r.setSession(rec.session);
+  r.setStep(rec.step);
+  return CapnpToBytes(builder);
+}
+
+StatusOr<ClaimRecord> DecodeClaimRecord(std::string_view bytes) {
+  ClaimRecord rec;
+  Status st = ReadCapnpMessage<schema::ClaimRecord>(bytes, "claim record", [&](auto r) {
+    rec.claimant = r.getClaimant();
+    rec.session = r.getSession();
+    rec.step = r.getStep();
     return Status::OK();
   });
   if (!st.ok()) return DataLossError(st.message());

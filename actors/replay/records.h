@@ -8,6 +8,8 @@
 //   b/<table>/<n:be64>     BatchRecord: which keys went into learner batch n, at which version
 //   k/<table>/<seq:be64>   IdempotencyRecord: the outcome of the seq-th insert with an
 //                          idempotency key (the last idempotency_window of them are kept)
+//   c/<table>/<key:be64>   ClaimRecord: item <key> was sampled by a claimant and is kept until
+//                          that claimant acknowledges the batch step (then deleted with i/, d/)
 //
 // Table names are [A-Za-z0-9_.-]+, so '/' separates fields unambiguously and big-endian keys
 // iterate in key order.
@@ -35,6 +37,8 @@ std::string BatchRecordPrefix(std::string_view table);
 std::string BatchRecordKey(std::string_view table, uint64_t n);
 std::string IdempotencyRecordPrefix(std::string_view table);
 std::string IdempotencyRecordKey(std::string_view table, uint64_t seq);
+std::string ClaimRecordPrefix(std::string_view table);
+std::string ClaimRecordKey(std::string_view table, uint64_t key);
 // The trailing big-endian number of an item, payload or batch key.
 StatusOr<uint64_t> RecordKeyNumber(std::string_view record_key);
 
@@ -73,6 +77,12 @@ struct IdempotencyRecord {
   bool dropped_stale = false;
 };
 
+struct ClaimRecord {
+  std::string claimant;
+  uint64_t session = 0;  // the claimant's incarnation that holds the claim
+  int64_t step = 0;      // the batch step it was sampled for
+};
+
 std::string EncodeTableState(const TableState& state);
 StatusOr<TableState> DecodeTableState(std::string_view bytes);
 std::string EncodeItemState(const ItemState& state);
@@ -85,6 +95,8 @@ void PutPayload(rocksdb::WriteBatch* batch, std::string_view key,
 StatusOr<std::vector<std::string>> DecodePayload(std::string_view bytes);
 std::string EncodeIdempotencyRecord(const IdempotencyRecord& record);
 StatusOr<IdempotencyRecord> DecodeIdempotencyRecord(std::string_view bytes);
+std::string EncodeClaimRecord(const ClaimRecord& record);
+StatusOr<ClaimRecord> DecodeClaimRecord(std::string_view bytes);
 std::string EncodeBatchLogEntry(const BatchLogEntry& entry);
 StatusOr<BatchLogEntry> DecodeBatchLogEntry(std::string_view bytes);
 

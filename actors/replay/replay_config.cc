@@ -86,6 +86,12 @@ ReplayConfig ReadReplayConfig(ConfigTable& root) {
   c.storage.restore_from = r.Path("restore_from", "");
   c.checkpoint_root = r.Path("checkpoint_dir", "runs/replay/checkpoints");
   c.max_message_bytes = r.Int("max_message_bytes", 512ll << 20, 1024, 8ll << 30);
+  c.storage.block_cache_bytes = r.Int("block_cache_mb", 256, 1, 1 << 20) << 20;
+  c.storage.write_buffer_bytes = r.Int("write_buffer_mb", 64, 1, 1 << 16) << 20;
+  c.max_parked_per_table = r.Int("max_parked_per_table", 4096, 1, 1 << 24);
+  c.max_parked_bytes_per_table = r.Int("max_parked_mb_per_table", 1024, 1, 1 << 20) << 20;
+  c.max_parked_per_client = r.Int("max_parked_per_client", 256, 1, 1 << 24);
+  c.max_parked_bytes_per_client = r.Int("max_parked_mb_per_client", 256, 1, 1 << 20) << 20;
   std::vector<ConfigTable> tables = r.TableArray("tables");
   if (r.present() && tables.empty()) r.Fail("tables", "at least one [[replay.tables]] is required");
   std::set<std::string> names;

@@ -36,6 +36,13 @@ struct ReplayConfig {
   StorageOptions storage;
   std::string checkpoint_root;  // where unnamed checkpoints go
   int64_t max_message_bytes = 512ll << 20;
+  // Requests parked on a rate limiter (or behind one that is), and the payload bytes they hold:
+  // a request beyond a limit is refused at once with ResourceExhausted. A client is one ZeroMQ
+  // peer (routing id).
+  int64_t max_parked_per_table = 4096;
+  int64_t max_parked_bytes_per_table = 1ll << 30;
+  int64_t max_parked_per_client = 256;
+  int64_t max_parked_bytes_per_client = 256ll << 20;
   std::vector<TableOptions> tables;
 };
 

@@ -15,8 +15,10 @@ namespace orrery::replay {
 ReplayServer::ReplayServer(ReplayStore* store, zmq::context_t& context)
     : store_(store), socket_(context, zmq::socket_type::router) {
   socket_.set(zmq::sockopt::linger, 0);
-  socket_.set(zmq::sockopt::sndhwm, 100000);
-  socket_.set(zmq::sockopt::rcvhwm, 100000);
+  // ZeroMQ's default high-water marks (1000 messages per peer); parked requests are bounded by
+  // the service's own limits.
+  socket_.set(zmq::sockopt::sndhwm, 1000);
+  socket_.set(zmq::sockopt::rcvhwm, 1000);
   socket_.set(zmq::sockopt::maxmsgsize, store->config().max_message_bytes + 4096);
   service_ = std::make_unique<ReplayService>(
       store, [this](const std::string& peer, kj::Array<capnp::word> reply) {

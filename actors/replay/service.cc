@@ -17,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 struct ReplayService::Parked {
   std::string peer;
   uint64_t id = 0;
+  int64_t bytes = 0;  // the insert's payload
   Table* table = nullptr;
   bool is_insert = false;
   ItemInput item;
@@ -26,10 +27,11 @@ struct ReplayService::Parked {
   double start_unix = 0;
 };
 
-struct ReplayService::PendingAck {
+struct ReplayService::PendingReply {
   std::string peer;
   uint64_t id;
-  InsertOutcome outcome;
+  uint64_t ticket;
+  kj::Array<capnp::word> reply;
 };
 
 struct ReplayService::PendingCheckpoint {
@@ -53,11 +55,63 @@ void ReplayService::Reply(const std::string& peer, uint64_t id, const Status& er
   send_(peer, capnp::messageToFlatArray(builder));
 }
 
-void ReplayService::AnswerInsert(const std::string& peer, uint64_t id, const InsertOutcome& out) {
-  if (out.ticket > store_->storage()->durable_ticket()) {
-    acks_.push_back({peer, id, out});
+void ReplayService::SendWhenDurable(const std::string& peer, uint64_t id, uint64_t ticket,
+                                    kj::Array<capnp::word> reply) {
+  if (ticket <= store_->storage()->durable_ticket()) {
+    send_(peer, std::move(reply));
     return;
   }
+  pending_.push_back({peer, id, ticket, std::move(reply)});
+}
+
+Status ReplayService::CheckParkLimits(const Parked& p) const {
+  const ReplayConfig& c = store_->config();
+  auto over = [&](const Load& load, int64_t max_requests, int64_t max_bytes) {
+    return load.requests + 1 > max_requests || load.bytes + p.bytes > max_bytes;
+  };
+  auto describe = [&](const Load& load) {
+    return std::to_string(load.requests) + " parked requests holding " +
+           std::to_string(load.bytes) + " bytes";
+  };
+  if (auto it = parked_by_table_.find(p.table);
+      it != parked_by_table_.end() &&
+      over(it->second, c.max_parked_per_table, c.max_parked_bytes_per_table)) {
+    return ResourceExhaustedError(
+        "replay table '" + p.table->name() + "' already has " + describe(it->second) +
+        " (max_parked_per_table " + std::to_string(c.max_parked_per_table) +
+        ", max_parked_mb_per_table " + std::to_string(c.max_parked_bytes_per_table >> 20) +
+        "): retry later");
+  }
+  if (auto it = parked_by_peer_.find(p.peer);
+      it != parked_by_peer_.end() &&
+      over(it->second, c.max_parked_per_client, c.max_parked_bytes_per_client)) {
+    return ResourceExhaustedError(
+        "replay: this client already has " + describe(it->second) + " (max_parked_per_client " +
+        std::to_string(c.max_parked_per_client) + ", max_parked_mb_per_client " +
+        std::to_string(c.max_parked_bytes_per_client >> 20) + "): retry later");
+  }
+  if (p.bytes > c.max_parked_bytes_per_table || p.bytes > c.max_parked_bytes_per_client) {
+    return ResourceExhaustedError("replay: an insert of " + std::to_string(p.bytes) +
+                                  " bytes cannot be parked (max_parked_mb_per_table " +
+                                  std::to_string(c.max_parked_bytes_per_table >> 20) +
+                                  ", max_parked_mb_per_client " +
+                                  std::to_string(c.max_parked_bytes_per_client >> 20) + ")");
+  }
+  return Status::OK();
+}
+
+void ReplayService::Count(const Parked& p, int sign) {
+  for (Load* load : {&parked_by_table_[p.table], &parked_by_peer_[p.peer]}) {
+    load->requests += sign;
+    load->bytes += sign * p.bytes;
+  }
+  if (sign < 0) {
+    if (parked_by_table_[p.table].requests == 0) parked_by_table_.erase(p.table);
+    if (parked_by_peer_[p.peer].requests == 0) parked_by_peer_.erase(p.peer);
+  }
+}
+
+void ReplayService::AnswerInsert(const std::string& peer, uint64_t id, const InsertOutcome& out) {
   capnp::MallocMessageBuilder builder;
   auto reply = builder.initRoot<schema::ReplayReply>();
   reply.setId(id);
@@ -65,7 +119,7 @@ void ReplayService::AnswerInsert(const std::string& peer, uint64_t id, const Ins
   ins.setKey(out.key);
   ins.setDroppedStale(out.dropped_stale);
   ins.setDuplicate(out.duplicate);
-  send_(peer, capnp::messageToFlatArray(builder));
+  SendWhenDurable(peer, id, out.ticket, capnp::messageToFlatArray(builder));
 }
 
 bool ReplayService::TryParked(Parked& p) {
@@ -81,7 +135,8 @@ bool ReplayService::TryParked(Parked& p) {
     }
     return true;
   }
-  StatusOr<std::vector<SampledItem>> out = p.table->TrySample(p.sample);
+  uint64_t ticket = 0;
+  StatusOr<std::vector<SampledItem>> out = p.table->TrySample(p.sample, &ticket);
   if (out.ok() && out->empty()) return false;
   p.table->RecordBlocked(BlockedOp::kSample, p.start_unix,
                          std::chrono::duration<double>(Clock::now() - p.start).count());
@@ -95,7 +150,7 @@ bool ReplayService::TryParked(Parked& p) {
   auto list = reply.initSample(static_cast<unsigned>(out->size()));
   for (size_t i = 0; i < out->size(); ++i)
     FillSampledItem((*out)[i], list[static_cast<unsigned>(i)]);
-  send_(p.peer, capnp::messageToFlatArray(builder));
+  SendWhenDurable(p.peer, p.id, ticket, capnp::messageToFlatArray(builder));
   return true;
 }
 
@@ -130,6 +185,7 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
             for (auto d : in.getTrajectories()) {
               park->item.trajectories.emplace_back(reinterpret_cast<const char*>(d.begin()),
                                                    d.size());
+              park->bytes += static_cast<int64_t>(d.size());
             }
             break;
           }
@@ -145,6 +201,8 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
             park->sample.max_items = static_cast<int>(in.getMaxItems());
             park->sample.learner_version = in.getLearnerVersion();
             park->sample.batch_step = in.getBatchStep();
+            park->sample.claimant = in.getClaimant();
+            park->sample.claim_session = in.getClaimSession();
             break;
           }
           case schema::ReplayRequest::UPDATE_PRIORITIES: {
@@ -169,7 +227,7 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
             u.setUpdated(static_cast<uint32_t>(out.updated));
             u.setDeleted(static_cast<uint32_t>(out.deleted));
             u.setMissing(static_cast<uint32_t>(out.missing));
-            send_(peer, capnp::messageToFlatArray(builder));
+            SendWhenDurable(peer, id, out.ticket, capnp::messageToFlatArray(builder));
             return Status::OK();
           }
           case schema::ReplayRequest::INFO: {
@@ -197,12 +255,31 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
           case schema::ReplayRequest::SET_LEARNER_VERSION: {
             auto in = req.getSetLearnerVersion();
             ORRERY_ASSIGN_OR_RETURN(Table * table, store_->Find(in.getTable()));
-            ORRERY_ASSIGN_OR_RETURN(int64_t evicted, table->SetLearnerVersion(in.getVersion()));
+            uint64_t ticket = 0;
+            ORRERY_ASSIGN_OR_RETURN(int64_t evicted,
+                                    table->SetLearnerVersion(in.getVersion(), &ticket));
             capnp::MallocMessageBuilder builder;
             auto reply = builder.initRoot<schema::ReplayReply>();
             reply.setId(id);
             reply.setSetLearnerVersion(static_cast<uint64_t>(evicted));
-            send_(peer, capnp::messageToFlatArray(builder));
+            SendWhenDurable(peer, id, ticket, capnp::messageToFlatArray(builder));
+            return Status::OK();
+          }
+          case schema::ReplayRequest::ACKNOWLEDGE: {
+            auto in = req.getAcknowledge();
+            ORRERY_ASSIGN_OR_RETURN(Table * table, store_->Find(in.getTable()));
+            if (in.getClaimant().size() == 0) {
+              return InvalidArgumentError("replay acknowledge: empty claimant");
+            }
+            uint64_t ticket = 0;
+            ORRERY_ASSIGN_OR_RETURN(
+                int64_t deleted,
+                table->Acknowledge(in.getClaimant(), in.getThroughStep(), &ticket));
+            capnp::MallocMessageBuilder builder;
+            auto reply = builder.initRoot<schema::ReplayReply>();
+            reply.setId(id);
+            reply.setAcknowledge(static_cast<uint64_t>(deleted));
+            SendWhenDurable(peer, id, ticket, capnp::messageToFlatArray(builder));
             return Status::OK();
           }
           default:
@@ -230,6 +307,11 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
     Poll();  // the table changed: parked requests of the other kind may proceed now
     return;
   }
+  if (Status limit = CheckParkLimits(*park); !limit.ok()) {
+    Reply(peer, id, limit);
+    return;
+  }
+  Count(*park, +1);
   parked_.push_back(std::move(park));
   Poll();
 }
@@ -241,6 +323,7 @@ void ReplayService::Poll() {
     progress = false;
     for (auto it = parked_.begin(); it != parked_.end();) {
       if (TryParked(**it)) {
+        Count(**it, -1);
         it = parked_.erase(it);
         progress = true;
       } else {
@@ -259,16 +342,25 @@ void ReplayService::Poll() {
                 "replay table '" + p.table->name() + "': " +
                 (p.is_insert ? "insert blocked by the rate limiter" : "nothing could be sampled") +
                 " until the deadline"));
+      Count(p, -1);
       it = parked_.erase(it);
     } else {
       ++it;
     }
   }
   const uint64_t durable = store_->storage()->durable_ticket();
-  while (!acks_.empty() && acks_.front().outcome.ticket <= durable) {
-    PendingAck ack = std::move(acks_.front());
-    acks_.pop_front();
-    AnswerInsert(ack.peer, ack.id, ack.outcome);
+  // After a failed write or WAL sync nothing later becomes durable: those replies get the error.
+  const Status failed = pending_.empty() ? Status::OK() : store_->storage()->error();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->ticket <= durable) {
+      send_(it->peer, std::move(it->reply));
+    } else if (!failed.ok()) {
+      Reply(it->peer, it->id, failed);
+    } else {
+      ++it;
+      continue;
+    }
+    it = pending_.erase(it);
   }
   for (auto it = checkpoints_.begin(); it != checkpoints_.end();) {
     PendingCheckpoint& c = **it;
@@ -291,7 +383,7 @@ void ReplayService::Poll() {
 }
 
 int64_t ReplayService::PollIntervalMs() const {
-  if (!acks_.empty() || !checkpoints_.empty()) return 1;
+  if (!pending_.empty() || !checkpoints_.empty()) return 1;
   if (parked_.empty()) return -1;
   Deadline earliest = Deadline::max();
   for (const auto& p : parked_) earliest = std::min(earliest, p->deadline);
@@ -304,6 +396,8 @@ int64_t ReplayService::PollIntervalMs() const {
 void ReplayService::CancelAll() {
   for (auto& p : parked_) Reply(p->peer, p->id, CancelledError("replay: the store is stopping"));
   parked_.clear();
+  parked_by_table_.clear();
+  parked_by_peer_.clear();
   for (auto& c : checkpoints_) c->result.wait();
   Poll();
 }

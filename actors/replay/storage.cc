@@ -1,8 +1,10 @@
 #include "actors/replay/storage.h"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
+#include <rocksdb/table.h>
 #include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 
@@ -194,7 +196,13 @@ StatusOr<std::unique_ptr<Storage>> Storage::Open(const StorageOptions& options) 
   db_options.create_if_missing = true;
   db_options.compression = compression;
   db_options.max_background_jobs = 2;
-  db_options.write_buffer_size = 64 << 20;
+  db_options.write_buffer_size = static_cast<size_t>(options.write_buffer_bytes);
+  db_options.max_write_buffer_number = 2;
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.block_cache = rocksdb::NewLRUCache(static_cast<size_t>(options.block_cache_bytes));
+  // Index and filter blocks are charged to the cache too, so the cache bounds what reads hold.
+  table_options.cache_index_and_filter_blocks = true;
+  db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   rocksdb::Env* base = options.env != nullptr ? options.env : rocksdb::Env::Default();
   storage->gate_ = std::make_shared<WalSyncGate>(base->GetFileSystem(), options.path);
   storage->env_ = rocksdb::NewCompositeEnv(storage->gate_);
@@ -303,6 +311,16 @@ void Storage::SyncLoop() {
       return stopping_ || written_ > durable_.load();
     });
   }
+}
+
+Status Storage::error() const {
+  std::lock_guard<std::mutex> lock(sync_mu_);
+  return sync_error_;
+}
+
+uint64_t Storage::last_ticket() const {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return written_;
 }
 
 void Storage::SetDurableListener(std::function<void()> fn) {

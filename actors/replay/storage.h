@@ -45,8 +45,12 @@ struct StorageOptions {
   int64_t group_commit_ms = 5;      // group commit only: the longest wait between WAL fsyncs
   std::string compression = "lz4";  // none, snappy, lz4, zstd
   std::string restore_from;         // a checkpoint directory copied to `path` when `path` is empty
-  rocksdb::Env* env = nullptr;      // RocksDB's file system and threads (tests: power loss); null:
-                                    // the default. Must outlive the Storage.
+  // RocksDB's memory: the LRU block cache that sampled payloads are read through, and the size
+  // of one memtable (at most two are kept, so writes hold at most twice this much).
+  int64_t block_cache_bytes = 256ll << 20;
+  int64_t write_buffer_bytes = 64ll << 20;
+  rocksdb::Env* env = nullptr;  // RocksDB's file system and threads (tests: power loss); null:
+                                // the default. Must outlive the Storage.
 };
 
 class Storage {
@@ -59,6 +63,11 @@ class Storage {
   // Applies `batch` atomically; returns its ticket (0 with sync_each_write: durable already).
   StatusOr<uint64_t> Write(rocksdb::WriteBatch* batch);
   uint64_t durable_ticket() const { return durable_.load(std::memory_order_acquire); }
+  // The ticket of the latest write (0 with sync_each_write).
+  uint64_t last_ticket() const;
+  // The first failed write or WAL sync (OK while none failed): tickets after the durable one
+  // will never be durable.
+  Status error() const;
   // Blocks until `ticket` is durable (or the syncer failed: that error).
   Status WaitDurable(uint64_t ticket);
   // Group commit: `fn` is called on the syncer thread after every WAL fsync that advanced
@@ -93,11 +102,11 @@ class Storage {
     void operator()(rocksdb::DB* db) const;
   };
   std::unique_ptr<rocksdb::DB, DbCloser> db_;
-  std::mutex write_mu_;  // orders tickets like the WAL
+  mutable std::mutex write_mu_;  // orders tickets like the WAL
   uint64_t written_ = 0;
   std::atomic<uint64_t> durable_{0};
 
-  std::mutex sync_mu_;
+  mutable std::mutex sync_mu_;
   std::condition_variable sync_cv_;   // the syncer waits for writes; waiters for durability
   Status sync_error_;                 // the first failed write or sync
   std::function<void()> on_durable_;  // guarded by sync_mu_

@@ -79,8 +79,7 @@ Status Table::Recover() {
         ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> t, DecodePayload(value));
         int64_t bytes = 0;
         for (const std::string& s : t) bytes += static_cast<int64_t>(s.size());
-        it->second.bytes = bytes;
-        it->second.trajectories = std::make_shared<const std::vector<std::string>>(std::move(t));
+        it->second.bytes = bytes;  // the payload itself stays on disk: samples read it back
         ++with_payload;
         return Status::OK();
       }));
@@ -93,6 +92,17 @@ Status Table::Recover() {
         remembered_[std::move(idempotency_key)] = {seq, std::move(record), 0};
         return Status::OK();
       }));
+  std::map<uint64_t, ClaimRecord> claims;
+  ORRERY_RETURN_IF_ERROR(storage_->ScanPrefix(
+      ClaimRecordPrefix(name), [&](std::string_view key, std::string_view value) -> Status {
+        ORRERY_ASSIGN_OR_RETURN(uint64_t k, RecordKeyNumber(key));
+        if (!items_.count(k)) {
+          return DataLossError("replay table '" + name + "': claim without item " +
+                               std::to_string(k));
+        }
+        ORRERY_ASSIGN_OR_RETURN(claims[k], DecodeClaimRecord(value));
+        return Status::OK();
+      }));
   if (with_payload != items_.size()) {
     return DataLossError("replay table '" + name + "': " +
                          std::to_string(items_.size() - with_payload) + " items have no payload");
@@ -103,11 +113,17 @@ Status Table::Recover() {
       return DataLossError("replay table '" + name + "': item key " + std::to_string(key) +
                            " >= next key " + std::to_string(state_.next_key));
     }
+    bytes_ += item.bytes;
+    live_cost += Cost(item.state.tokens);  // claimed items count until acknowledged
+    if (claims.count(key)) continue;
     ORRERY_RETURN_IF_ERROR(sampler_->Insert(key, item.state.priority, item.state.tiebreak));
     ORRERY_RETURN_IF_ERROR(remover_->Insert(key, item.state.priority, item.state.tiebreak));
     by_version_.insert({item.state.min_policy_version, key});
-    bytes_ += item.bytes;
-    live_cost += Cost(item.state.tokens);
+  }
+  for (auto& [key, claim] : claims) {
+    auto it = items_.find(key);
+    claimed_.emplace(key, Claimed{std::move(it->second), std::move(claim)});
+    items_.erase(it);
   }
   limiter_.set_counters({state_.inserts, state_.samples, state_.deletes});
   rng_.set_offset(state_.rng_offset);
@@ -116,9 +132,9 @@ Status Table::Recover() {
                          std::to_string(state_.inserts - state_.deletes) + " live but " +
                          std::to_string(live_cost) + " are stored");
   }
-  ORRERY_LOG(INFO) << "replay: recovered table " << name << " with " << items_.size()
-                   << " items (inserts " << state_.inserts << ", samples " << state_.samples
-                   << ", deletes " << state_.deletes << ")";
+  ORRERY_LOG(INFO) << "replay: recovered table " << name << " with " << items_.size() << " items, "
+                   << claimed_.size() << " claimed (inserts " << state_.inserts << ", samples "
+                   << state_.samples << ", deletes " << state_.deletes << ")";
   return Status::OK();
 }
 
@@ -221,6 +237,41 @@ void Table::DeleteLocked(uint64_t key, rocksdb::WriteBatch* batch) {
   batch->Delete(AsSlice(PayloadRecordKey(options_.name, key)));
 }
 
+StatusOr<std::shared_ptr<const std::vector<std::string>>> Table::PayloadLocked(uint64_t key,
+                                                                               const Item& item) {
+  if (item.trajectories != nullptr) return item.trajectories;
+  StatusOr<std::optional<std::string>> stored = storage_->Get(PayloadRecordKey(options_.name, key));
+  Status s = stored.status();
+  if (s.ok() && !stored->has_value()) {
+    s = DataLossError("replay table '" + options_.name + "': the payload of item " +
+                      std::to_string(key) + " is missing from the database");
+  }
+  if (s.ok()) {
+    StatusOr<std::vector<std::string>> decoded = DecodePayload(**stored);
+    if (decoded.ok()) {
+      return std::make_shared<const std::vector<std::string>>(std::move(*decoded));
+    }
+    s = decoded.status();
+  }
+  // This sample may already have changed the table in memory: nothing more is served.
+  broken_ = s;
+  ORRERY_LOG(ERROR) << "replay table " << options_.name << ": " << s.message();
+  return s;
+}
+
+void Table::ClaimLocked(uint64_t key, ClaimRecord claim, rocksdb::WriteBatch* batch) {
+  auto it = items_.find(key);
+  if (it == items_.end()) return;
+  (void)sampler_->Delete(key);  // present: the key is in items_
+  (void)remover_->Delete(key);
+  by_version_.erase({it->second.state.min_policy_version, key});
+  batch->Put(AsSlice(ItemRecordKey(options_.name, key)),
+             AsSlice(EncodeItemState(it->second.state)));
+  batch->Put(AsSlice(ClaimRecordKey(options_.name, key)), AsSlice(EncodeClaimRecord(claim)));
+  claimed_.emplace(key, Claimed{std::move(it->second), std::move(claim)});
+  items_.erase(it);
+}
+
 int64_t Table::EvictStaleLocked(rocksdb::WriteBatch* batch) {
   int64_t evicted = 0;
   while (!by_version_.empty() && IsStale(by_version_.begin()->first)) {
@@ -274,8 +325,10 @@ StatusOr<std::optional<InsertOutcome>> Table::TryInsert(ItemInput& item) {
   for (const std::string& t : item.trajectories) stored.bytes += static_cast<int64_t>(t.size());
   batch.Put(AsSlice(ItemRecordKey(options_.name, key)), AsSlice(EncodeItemState(stored.state)));
   PutPayload(&batch, PayloadRecordKey(options_.name, key), item.trajectories);
-  stored.trajectories =
-      std::make_shared<const std::vector<std::string>>(std::move(item.trajectories));
+  if (storage_ == nullptr) {  // memory only: the table keeps the payload
+    stored.trajectories =
+        std::make_shared<const std::vector<std::string>>(std::move(item.trajectories));
+  }
   ORRERY_RETURN_IF_ERROR(sampler_->Insert(key, stored.state.priority, stored.state.tiebreak));
   ORRERY_RETURN_IF_ERROR(remover_->Insert(key, stored.state.priority, stored.state.tiebreak));
   by_version_.insert({stored.state.min_policy_version, key});
@@ -289,20 +342,27 @@ StatusOr<std::optional<InsertOutcome>> Table::TryInsert(ItemInput& item) {
   return std::optional<InsertOutcome>(out);
 }
 
-StatusOr<std::vector<SampledItem>> Table::TrySample(const SampleOptions& options) {
+StatusOr<std::vector<SampledItem>> Table::TrySample(const SampleOptions& options,
+                                                    uint64_t* ticket) {
   std::vector<SampledItem> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ORRERY_ASSIGN_OR_RETURN(out, TrySampleLocked(options));
+    ORRERY_ASSIGN_OR_RETURN(out, TrySampleLocked(options, ticket));
   }
   cv_.notify_all();
   return out;
 }
 
-StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& options) {
+StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& options,
+                                                          uint64_t* ticket) {
   ORRERY_RETURN_IF_ERROR(CheckUsable());
   if (options.max_items < 1) {
     return InvalidArgumentError("replay table '" + options_.name + "': max_items must be >= 1");
+  }
+  const bool claiming = !options.claimant.empty();
+  if (claiming && options.batch_step < 0) {
+    return InvalidArgumentError("replay table '" + options_.name +
+                                "': a sample with a claimant needs batch_step >= 0");
   }
   rocksdb::WriteBatch batch;
   bool dirty = false;
@@ -312,6 +372,22 @@ StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& o
     dirty = true;
   }
   std::vector<SampledItem> out;
+  // Claims an earlier session of this claimant never acknowledged come back first.
+  for (auto& [key, c] : claimed_) {
+    if (!claiming || static_cast<int>(out.size()) >= options.max_items) break;
+    if (c.claim.claimant != options.claimant || c.claim.session == options.claim_session) continue;
+    c.claim.session = options.claim_session;
+    c.claim.step = options.batch_step;
+    batch.Put(AsSlice(ClaimRecordKey(options_.name, key)), AsSlice(EncodeClaimRecord(c.claim)));
+    SampledItem s;
+    s.key = key;
+    s.state = c.item.state;
+    s.table_size = static_cast<int64_t>(items_.size());
+    ORRERY_ASSIGN_OR_RETURN(s.trajectories, PayloadLocked(key, c.item));
+    s.redelivered = true;
+    out.push_back(std::move(s));
+    dirty = true;
+  }
   while (static_cast<int>(out.size()) < options.max_items && !items_.empty()) {
     const uint64_t rng_before = rng_.offset();
     ORRERY_ASSIGN_OR_RETURN(Selection sel, sampler_->Select(rng_));
@@ -322,16 +398,20 @@ StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& o
       break;
     }
     SampledItem s;
+    { ORRERY_ASSIGN_OR_RETURN(s.trajectories, PayloadLocked(sel.key, item)); }
     s.key = sel.key;
     s.probability = sel.probability;
     s.table_size = static_cast<int64_t>(items_.size());
     ++item.state.times_sampled;
     s.state = item.state;
-    s.trajectories = item.trajectories;
     limiter_.RecordSample(cost);
     if (options_.max_times_sampled > 0 &&
         item.state.times_sampled >= static_cast<uint32_t>(options_.max_times_sampled)) {
-      DeleteLocked(sel.key, &batch);
+      if (claiming) {
+        ClaimLocked(sel.key, {options.claimant, options.claim_session, options.batch_step}, &batch);
+      } else {
+        DeleteLocked(sel.key, &batch);
+      }
     } else {
       batch.Put(AsSlice(ItemRecordKey(options_.name, sel.key)),
                 AsSlice(EncodeItemState(item.state)));
@@ -349,7 +429,10 @@ StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& o
               AsSlice(EncodeBatchLogEntry(entry)));
     ++state_.batches_logged;
   }
-  if (dirty) ORRERY_RETURN_IF_ERROR(Commit(&batch).status());
+  if (dirty) {
+    ORRERY_ASSIGN_OR_RETURN(const uint64_t t, Commit(&batch));
+    if (ticket != nullptr) *ticket = t;
+  }
   return out;
 }
 
@@ -388,21 +471,22 @@ StatusOr<InsertOutcome> Table::Insert(ItemInput item, Deadline deadline) {
       }
     }
   }
-  if (storage_ != nullptr) ORRERY_RETURN_IF_ERROR(storage_->WaitDurable(out->ticket));
+  ORRERY_RETURN_IF_ERROR(WaitDurable(out->ticket));
   return *out;
 }
 
 StatusOr<std::vector<SampledItem>> Table::Sample(const SampleOptions& options, Deadline deadline) {
   std::vector<SampledItem> out;
+  uint64_t ticket = 0;
   {
     BlockedTimer timer(&blocked_, BlockedOp::kSample);
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       if (cancelled_) return CancelledError("replay table '" + options_.name + "' cancelled");
-      ORRERY_ASSIGN_OR_RETURN(out, TrySampleLocked(options));
+      ORRERY_ASSIGN_OR_RETURN(out, TrySampleLocked(options, &ticket));
       if (!out.empty()) break;
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
-        ORRERY_ASSIGN_OR_RETURN(out, TrySampleLocked(options));
+        ORRERY_ASSIGN_OR_RETURN(out, TrySampleLocked(options, &ticket));
         if (!out.empty()) break;
         return DeadlineExceededError("replay table '" + options_.name +
                                      "': nothing could be sampled before the deadline");
@@ -410,6 +494,7 @@ StatusOr<std::vector<SampledItem>> Table::Sample(const SampleOptions& options, D
     }
   }
   cv_.notify_all();
+  ORRERY_RETURN_IF_ERROR(WaitDurable(ticket));
   return out;
 }
 
@@ -449,25 +534,62 @@ StatusOr<UpdateOutcome> Table::UpdatePriorities(
       DeleteLocked(key, &batch);
       ++out.deleted;
     }
-    ORRERY_RETURN_IF_ERROR(Commit(&batch).status());
+    ORRERY_ASSIGN_OR_RETURN(out.ticket, Commit(&batch));
   }
   cv_.notify_all();
   return out;
 }
 
-StatusOr<int64_t> Table::SetLearnerVersion(int64_t version) {
+StatusOr<int64_t> Table::SetLearnerVersion(int64_t version, uint64_t* ticket) {
   int64_t evicted = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ORRERY_RETURN_IF_ERROR(CheckUsable());
-    if (version <= state_.learner_version) return int64_t{0};
+    if (version <= state_.learner_version) {
+      if (ticket != nullptr) *ticket = LastTicket();
+      return int64_t{0};
+    }
     state_.learner_version = version;
     rocksdb::WriteBatch batch;
     evicted = EvictStaleLocked(&batch);
-    ORRERY_RETURN_IF_ERROR(Commit(&batch).status());
+    ORRERY_ASSIGN_OR_RETURN(const uint64_t t, Commit(&batch));
+    if (ticket != nullptr) *ticket = t;
   }
   cv_.notify_all();
   return evicted;
+}
+
+StatusOr<int64_t> Table::Acknowledge(const std::string& claimant, int64_t through_step,
+                                     uint64_t* ticket) {
+  int64_t deleted = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ORRERY_RETURN_IF_ERROR(CheckUsable());
+    rocksdb::WriteBatch batch;
+    for (auto it = claimed_.begin(); it != claimed_.end();) {
+      const ClaimRecord& c = it->second.claim;
+      if (c.claimant != claimant || c.step > through_step) {
+        ++it;
+        continue;
+      }
+      limiter_.RecordDelete(Cost(it->second.item.state.tokens));
+      bytes_ -= it->second.item.bytes;
+      batch.Delete(AsSlice(ItemRecordKey(options_.name, it->first)));
+      batch.Delete(AsSlice(PayloadRecordKey(options_.name, it->first)));
+      batch.Delete(AsSlice(ClaimRecordKey(options_.name, it->first)));
+      it = claimed_.erase(it);
+      ++deleted;
+    }
+    // Nothing to delete (a repeated acknowledgement): reply after the latest write, which holds
+    // the deletions of the first.
+    uint64_t t = LastTicket();
+    if (deleted > 0) {
+      ORRERY_ASSIGN_OR_RETURN(t, Commit(&batch));
+    }
+    if (ticket != nullptr) *ticket = t;
+  }
+  cv_.notify_all();
+  return deleted;
 }
 
 void Table::Cancel() {
@@ -493,6 +615,7 @@ TableInfo Table::Info() const {
     info.learner_version = state_.learner_version;
     info.bytes = bytes_;
     info.batches_logged = state_.batches_logged;
+    info.claimed = static_cast<int64_t>(claimed_.size());
   }
   info.insert_blocked = blocked_.Stats(BlockedOp::kInsert);
   info.sample_blocked = blocked_.Stats(BlockedOp::kSample);
@@ -508,6 +631,13 @@ StatusOr<std::vector<BatchLogEntry>> Table::ReadBatchLog() const {
         out.push_back(std::move(e));
         return Status::OK();
       }));
+  return out;
+}
+
+std::vector<std::pair<uint64_t, ClaimRecord>> Table::Claims() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, ClaimRecord>> out;
+  for (const auto& [key, c] : claimed_) out.emplace_back(key, c.claim);
   return out;
 }
 

@@ -13,10 +13,23 @@
 // whose key it remembers is answered with that first outcome (duplicate = true) instead of being
 // stored again, even when the first item was sampled or evicted since.
 //
+// A sample may name a claimant (a learner rank) and its session (the rank's incarnation): an item
+// that sample would delete (max_times_sampled reached) is *claimed* instead: no longer sampled,
+// but kept with its payload until the claimant acknowledges the batch step it was sampled for
+// (Acknowledge), i.e. until the claimant's own log of the batch is safe. A sample by another
+// session of the same claimant (the rank restarted) first gets the unacknowledged claims back
+// (redelivered), so a learner killed between a sample and its batch log loses nothing.
+//
+// Payloads live only in RocksDB (a table without storage keeps them in memory): a sample reads
+// them back through the block cache, so the store's memory does not grow with its contents.
+//
 // Every mutation is first applied in memory and then written to Storage as one WriteBatch (items,
-// payloads and counters together). If that write fails the table refuses every later call with
-// the storage error: the caller was not acknowledged, and restarting recovers the last consistent
-// state from disk.
+// payloads and counters together) and returns the write's Storage ticket: a caller replies only
+// once the ticket is durable (Storage::durable_ticket), so in group-commit mode nothing a reply
+// shows (an item sampled, a priority, a deletion) can be lost after the reply. The blocking calls
+// (Insert, Sample) wait for that themselves. If a write fails the table refuses every later call
+// with the storage error: the caller was not acknowledged, and restarting recovers the last
+// consistent state from disk.
 //
 // Thread-safe. Try* calls never wait (the replay actor parks requests itself); Insert and Sample
 // wait for the rate limiter until a deadline or Cancel().
@@ -88,9 +101,15 @@ struct InsertOutcome {
 };
 
 struct SampleOptions {
+  SampleOptions(int max_items = 1, int64_t learner_version = -1, int64_t batch_step = -1)
+      : max_items(max_items), learner_version(learner_version), batch_step(batch_step) {}
+
   int max_items = 1;             // returns between 1 and max_items items
   int64_t learner_version = -1;  // >= 0: advance the learner version first
   int64_t batch_step = -1;       // >= 0: log the sampled keys as this learner step's batch
+  // Non-empty (needs batch_step >= 0): claim instead of delete (see above).
+  std::string claimant;
+  uint64_t claim_session = 0;
 };
 
 struct SampledItem {
@@ -99,10 +118,14 @@ struct SampledItem {
   double probability = 0;
   int64_t table_size = 0;  // before this sample
   std::shared_ptr<const std::vector<std::string>> trajectories;
+  // A claim of an earlier session of the claimant, handed back (probability 0, times_sampled
+  // not counted again).
+  bool redelivered = false;
 };
 
 struct UpdateOutcome {
   int64_t updated = 0, deleted = 0, missing = 0;
+  uint64_t ticket = 0;  // Storage ticket: reply once durable
 };
 
 struct TableInfo {
@@ -113,6 +136,7 @@ struct TableInfo {
   int64_t learner_version = 0;
   int64_t bytes = 0;
   int64_t batches_logged = 0;
+  int64_t claimed = 0;  // items claimed and not yet acknowledged (not in `size`)
   BlockedStats insert_blocked, sample_blocked;
 };
 
@@ -125,21 +149,27 @@ class Table {
   // Non-blocking: nullopt when the rate limiter does not allow it now (`item` is untouched). A
   // remembered idempotency key is answered at once, whatever the rate limiter says.
   StatusOr<std::optional<InsertOutcome>> TryInsert(ItemInput& item);
-  // Non-blocking: an empty vector when nothing can be sampled now.
-  StatusOr<std::vector<SampledItem>> TrySample(const SampleOptions& options);
+  // Non-blocking: an empty vector when nothing can be sampled now. `*ticket` (when given): the
+  // Storage ticket of the sample's write.
+  StatusOr<std::vector<SampledItem>> TrySample(const SampleOptions& options,
+                                               uint64_t* ticket = nullptr);
 
   // Blocking: wait for the rate limiter until `deadline` (DeadlineExceeded) or Cancel()
-  // (Cancelled). Insert returns once the item is durable.
+  // (Cancelled). Both return once what they did is durable.
   StatusOr<InsertOutcome> Insert(ItemInput item, Deadline deadline);
   StatusOr<std::vector<SampledItem>> Sample(const SampleOptions& options, Deadline deadline);
 
   // All-or-nothing: every priority is validated first; keys no longer present are skipped and
-  // counted; the rest is written in one batch.
+  // counted; the rest is written in one batch. Does not wait for durability (outcome.ticket).
   StatusOr<UpdateOutcome> UpdatePriorities(const std::vector<std::pair<uint64_t, double>>& updates,
                                            const std::vector<uint64_t>& deletes);
   // Advances the learner version (never backwards) and evicts items outside the window; returns
-  // how many were evicted.
-  StatusOr<int64_t> SetLearnerVersion(int64_t version);
+  // how many were evicted. `*ticket` as for TrySample.
+  StatusOr<int64_t> SetLearnerVersion(int64_t version, uint64_t* ticket = nullptr);
+  // Deletes the items `claimant` (any session) claimed for batch steps <= through_step; returns
+  // how many. `*ticket` as for TrySample.
+  StatusOr<int64_t> Acknowledge(const std::string& claimant, int64_t through_step,
+                                uint64_t* ticket = nullptr);
 
   // Wakes every waiter with Cancelled; later blocking calls fail at once.
   void Cancel();
@@ -151,15 +181,23 @@ class Table {
   std::vector<BlockedCall> RecentBlockedCalls() const { return blocked_.Recent(); }
   // The learner-batch log, oldest first.
   StatusOr<std::vector<BatchLogEntry>> ReadBatchLog() const;
-  // Every live item's key and state, in key order (tests and tools).
+  // Every live item's key and state, in key order (tests and tools); claimed items are not live.
   std::vector<std::pair<uint64_t, ItemState>> Items() const;
+  // Every claimed item's key and claim, in key order.
+  std::vector<std::pair<uint64_t, ClaimRecord>> Claims() const;
   Storage* storage() const { return storage_; }
 
  private:
   struct Item {
     ItemState state;
+    // Memory-only tables keep the payload here; with storage it is read back on sample.
     std::shared_ptr<const std::vector<std::string>> trajectories;
     int64_t bytes = 0;
+  };
+
+  struct Claimed {
+    Item item;
+    ClaimRecord claim;
   };
 
   struct Remembered {
@@ -182,6 +220,11 @@ class Table {
   Status ValidateInput(const ItemInput& item) const;
   // Removes an item from memory and adds its deletion to `batch`.
   void DeleteLocked(uint64_t key, rocksdb::WriteBatch* batch);
+  // The item's payload: its own copy, or read from storage (a failure makes the table unusable).
+  StatusOr<std::shared_ptr<const std::vector<std::string>>> PayloadLocked(uint64_t key,
+                                                                          const Item& item);
+  // Moves a live item to claimed_ and adds its state and claim records to `batch`.
+  void ClaimLocked(uint64_t key, ClaimRecord claim, rocksdb::WriteBatch* batch);
   int64_t EvictStaleLocked(rocksdb::WriteBatch* batch);
   // Remembers `out` as the outcome of `item`'s idempotency key (none: nothing), adding the
   // record to `batch` and forgetting the oldest key beyond idempotency_window.
@@ -191,7 +234,13 @@ class Table {
                                        rocksdb::WriteBatch* batch);
   void PutTableState(rocksdb::WriteBatch* batch);
   StatusOr<uint64_t> Commit(rocksdb::WriteBatch* batch);
-  StatusOr<std::vector<SampledItem>> TrySampleLocked(const SampleOptions& options);
+  // The ticket of the latest write to the storage (a call that wrote nothing replies after it).
+  uint64_t LastTicket() const { return storage_ != nullptr ? storage_->last_ticket() : 0; }
+  Status WaitDurable(uint64_t ticket) const {
+    return storage_ != nullptr ? storage_->WaitDurable(ticket) : Status::OK();
+  }
+  StatusOr<std::vector<SampledItem>> TrySampleLocked(const SampleOptions& options,
+                                                     uint64_t* ticket);
 
   const TableOptions options_;
   Storage* const storage_;
@@ -204,7 +253,8 @@ class Table {
   RateLimiter limiter_;
   TableState state_;
   PhiloxGenerator rng_;
-  std::map<uint64_t, Item> items_;
+  std::map<uint64_t, Item> items_;                          // live: in the selectors
+  std::map<uint64_t, Claimed> claimed_;                     // sampled, kept until acknowledged
   std::set<std::pair<int64_t, uint64_t>> by_version_;       // (min_policy_version, key)
   std::unordered_map<std::string, Remembered> remembered_;  // by idempotency key
   std::map<uint64_t, std::string> remembered_order_;        // seq -> idempotency key

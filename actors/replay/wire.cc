@@ -45,6 +45,7 @@ void FillTableInfo(const TableInfo& info, schema::TableInfo::Builder out) {
   out.setSampleBlockedMsP99(info.sample_blocked.p99_ms);
   out.setInsertBlockedSecondsTotal(info.insert_blocked.blocked_seconds_total);
   out.setSampleBlockedSecondsTotal(info.sample_blocked.blocked_seconds_total);
+  out.setClaimed(info.claimed);
 }
 
 TableInfo ReadTableInfo(schema::TableInfo::Reader in) {
@@ -84,6 +85,7 @@ TableInfo ReadTableInfo(schema::TableInfo::Reader in) {
   info.sample_blocked.p99_ms = in.getSampleBlockedMsP99();
   info.insert_blocked.blocked_seconds_total = in.getInsertBlockedSecondsTotal();
   info.sample_blocked.blocked_seconds_total = in.getSampleBlockedSecondsTotal();
+  info.claimed = in.getClaimed();
   return info;
 }
 
@@ -96,6 +98,7 @@ void FillSampledItem(const SampledItem& item, schema::SampledItem::Builder out) 
   out.setTableSize(static_cast<uint64_t>(item.table_size));
   out.setTokens(item.state.tokens);
   out.setMinPolicyVersion(item.state.min_policy_version);
+  out.setRedelivered(item.redelivered);
   const auto& t = *item.trajectories;
   auto list = out.initTrajectories(static_cast<unsigned>(t.size()));
   for (size_t i = 0; i < t.size(); ++i) list.set(static_cast<unsigned>(i), Bytes(t[i]));
@@ -111,6 +114,7 @@ SampledItem ReadSampledItem(schema::SampledItem::Reader in) {
   item.table_size = static_cast<int64_t>(in.getTableSize());
   item.state.tokens = in.getTokens();
   item.state.min_policy_version = in.getMinPolicyVersion();
+  item.redelivered = in.getRedelivered();
   auto t = std::make_shared<std::vector<std::string>>();
   for (auto d : in.getTrajectories()) {
     t->emplace_back(reinterpret_cast<const char*>(d.begin()), d.size());

@@ -6,13 +6,18 @@
 // uses the local communicator).
 // Each update: this rank's share of groups_per_step groups is taken from its BatchLog when the
 // killed predecessor already sampled them, else sampled from the replay table (advancing the
-// table's learner version, logged as this update's batch) and logged; RlTrainer::Step; rank 0
+// table's learner version, logged as this update's batch) and logged. The samples claim the
+// groups for this rank ("learner/<rank>", a session per process) instead of deleting them; the
+// claim is acknowledged (the store deletes the groups) only once the BatchLog holds them, and a
+// restarted rank gets its predecessor's unacknowledged claims back first: a rank killed between a
+// sample reply and BatchLog::Save loses no group. Then RlTrainer::Step; rank 0
 // publishes the new version to RUN/rl/weights, announces it in the run state, writes metrics, and
 // checkpoints every checkpoint_every versions. After the last version rank 0 sets the run phase
 // to "rl-done" and every rank waits for the fleet to stop.
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <random>
 
 #include "actors/metrics/metrics_publisher.h"
 #include "actors/replay/client.h"
@@ -48,7 +53,9 @@ class LearnerRank {
         world_(world),
         paths_(ctx.run_dir()),
         weights_(paths_.weights, config_.keep_weights),
-        batches_(ctx.state_dir() + "/batches") {}
+        batches_(ctx.state_dir() + "/batches"),
+        claimant_("learner/" + std::to_string(rank_)),
+        claim_session_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {}
 
   Status Run(const std::string& metrics_endpoint) {
     for (const char* name : {"model.toml", "tokenizer.json"}) {
@@ -81,6 +88,8 @@ class LearnerRank {
         ORRERY_LOG(INFO) << "update " << next << ": re-using the " << batch->size()
                          << " logged groups";
       }
+      // The batch is in the log: the store may delete the groups this rank claimed for it.
+      ORRERY_RETURN_IF_ERROR(AcknowledgeClaims(next));
       std::vector<rl::PolicyGroup> groups;
       for (const EncodedGroup& g : *batch) {
         ORRERY_ASSIGN_OR_RETURN(rl::PolicyGroup pg, DecodeGroup(g.group_id, g.trajectories));
@@ -163,6 +172,8 @@ class LearnerRank {
       o.max_items = share - static_cast<int>(out.size());
       o.learner_version = trainer_->version();
       o.batch_step = next;
+      o.claimant = claimant_;
+      o.claim_session = claim_session_;
       StatusOr<std::vector<replay::SampledItem>> items = replay_->Sample(config_.table, o, 500);
       if (!items.ok()) {
         if (items.status().code() == StatusCode::kDeadlineExceeded ||
@@ -195,6 +206,21 @@ class LearnerRank {
       }
     }
     return out;
+  }
+
+  // Retries while the store does not answer; a stopping store leaves the claims for the next
+  // start, which acknowledges them after re-using the logged batch.
+  Status AcknowledgeClaims(int64_t through_step) {
+    while (!ctx_.stop().cancelled()) {
+      StatusOr<int64_t> deleted = replay_->Acknowledge(config_.table, claimant_, through_step);
+      if (deleted.ok()) return Status::OK();
+      const StatusCode code = deleted.status().code();
+      if (code == StatusCode::kCancelled) return Status::OK();
+      if (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded) {
+        return deleted.status().WithContext("replay acknowledge");
+      }
+    }
+    return Status::OK();
   }
 
   Status Publish() {
@@ -270,6 +296,8 @@ class LearnerRank {
   RlRunPaths paths_;
   rl::WeightStore weights_;
   BatchLog batches_;
+  const std::string claimant_;
+  const uint64_t claim_session_;
   std::map<std::string, std::string> checkpoint_files_;
   std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<rl::RlTrainer> trainer_;

@@ -4,12 +4,14 @@
 
 #include "actors/runtime/wire.h"
 #include "core/logging.h"
+#include "core/message_limits.h"
 
 namespace orrery {
 
 Actor::Actor(zmq::context_t& zmq, std::string name)
     : name_(std::move(name)), socket_(zmq, zmq::socket_type::router) {
   socket_.set(zmq::sockopt::linger, 0);
+  socket_.set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
   // A reply to a caller that has gone away is dropped, never blocks the loop.
   socket_.set(zmq::sockopt::router_mandatory, 0);
 }

@@ -4,6 +4,7 @@
 
 #include "actors/runtime/wire.h"
 #include "core/logging.h"
+#include "core/message_limits.h"
 
 namespace orrery {
 
@@ -20,6 +21,7 @@ Status ActorClient::Connect(const std::string& endpoint) {
   try {
     auto socket = std::make_unique<zmq::socket_t>(zmq_, zmq::socket_type::dealer);
     socket->set(zmq::sockopt::linger, 0);
+    socket->set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
     socket->set(zmq::sockopt::reconnect_ivl, 50);
     socket->set(zmq::sockopt::reconnect_ivl_max, 1000);
     socket->connect(endpoint);

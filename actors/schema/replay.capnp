@@ -14,6 +14,7 @@ struct ReplayRequest {
     info @5 :Void;
     checkpoint @6 :CheckpointRequest;
     setLearnerVersion @7 :SetLearnerVersionRequest;
+    acknowledge @8 :AcknowledgeRequest;
   }
 }
 
@@ -33,6 +34,16 @@ struct SampleRequest {
   maxItems @1 :UInt32;         # returns between 1 and maxItems items
   learnerVersion @2 :Int64;    # >= 0: advance the table's learner version first
   batchStep @3 :Int64;         # >= 0: log the sampled keys as the learner batch of this step
+  claimant @4 :Text;           # non-empty (needs batchStep >= 0): items this sample would delete
+                               # are claimed instead, and deleted by a later AcknowledgeRequest
+  claimSession @5 :UInt64;     # the claimant's incarnation: claims of another one are redelivered
+}
+
+# Deletes the items `claimant` claimed for batch steps <= throughStep (its batch log is safe).
+struct AcknowledgeRequest {
+  table @0 :Text;
+  claimant @1 :Text;
+  throughStep @2 :Int64;
 }
 
 struct UpdatePrioritiesRequest {
@@ -61,6 +72,7 @@ struct ReplayReply {
     info @5 :List(TableInfo);
     checkpoint @6 :Text;       # the checkpoint directory
     setLearnerVersion @7 :UInt64;  # items evicted as stale
+    acknowledge @8 :UInt64;        # claimed items deleted
   }
 }
 
@@ -91,6 +103,7 @@ struct SampledItem {
   tokens @6 :Int64;
   minPolicyVersion @7 :Int64;
   trajectories @8 :List(Data);
+  redelivered @9 :Bool;      # claimed by an earlier incarnation of the claimant, never acknowledged
 }
 
 struct TableInfo {
@@ -121,6 +134,7 @@ struct TableInfo {
   sampleBlockedMsP99 @24 :Float64;
   insertBlockedSecondsTotal @25 :Float64;
   sampleBlockedSecondsTotal @26 :Float64;
+  claimed @27 :Int64;        # items claimed by a learner and not yet acknowledged
 }
 
 # --- Records kept in RocksDB (key layout in actors/replay/records.h) ---
@@ -159,6 +173,13 @@ struct IdempotencyRecord {
   groupId @1 :UInt64;
   key @2 :UInt64;
   droppedStale @3 :Bool;
+}
+
+# A sampled item held for its claimant until acknowledged (key c/<table>/<item key>).
+struct ClaimRecord {
+  claimant @0 :Text;
+  session @1 :UInt64;
+  step @2 :Int64;
 }
 
 struct BatchRecord {

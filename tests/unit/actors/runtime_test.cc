@@ -13,6 +13,7 @@
 #include "actors/runtime/host.h"
 #include "actors/runtime/role.h"
 #include "actors/schema/actor.capnp.h"
+#include "core/message_limits.h"
 
 namespace orrery {
 namespace {
@@ -150,6 +151,26 @@ TEST(ActorRuntime, MalformedMessagesDoNotStopTheLoop) {
   auto reply = Echo(client, "after garbage");
   ASSERT_TRUE(reply.ok()) << reply.status().ToString();
   EXPECT_EQ(reply->get().getServed(), 1u);
+}
+
+// ZMQ_MAXMSGSIZE (core/message_limits.h): a message over the limit never reaches a handler (ZeroMQ
+// drops the connection while decoding it; inproc has no decoder, so ipc is used), and the
+// client's next call, on a new connection, is served.
+TEST(ActorRuntime, AMessageOverTheLimitNeverReachesTheHandler) {
+  SetMaxMessageBytes(1 << 20);
+  {
+    zmq::context_t zmq;
+    ServedActor server(zmq, "ipc://" + TempDir() + "/maxmsg.sock");
+    ASSERT_TRUE(server.bind_status().ok()) << server.bind_status().ToString();
+    ActorClient client(zmq, "test");
+    ASSERT_TRUE(client.Connect(server.endpoint()).ok());
+    auto big = Echo(client, std::string(2 << 20, 'x'), 0, CallOptions{milliseconds(500), nullptr});
+    EXPECT_FALSE(big.ok()) << "a 2 MiB message was served with a 1 MiB limit";
+    auto small = Echo(client, "small", 0, CallOptions{milliseconds(5000), nullptr});
+    ASSERT_TRUE(small.ok()) << small.status().ToString();
+    EXPECT_EQ(small->get().getServed(), 1u);
+  }
+  SetMaxMessageBytes(kDefaultMaxMessageBytes);
 }
 
 TEST(ActorRuntime, DeadlinePassesWhileServerIsBusy) {

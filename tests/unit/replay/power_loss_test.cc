@@ -1,14 +1,16 @@
 // Power loss: the PowerLossFileSystem's model (unsynced bytes and unsynced directory entries are
 // lost), then the replay store under random power cuts. Each round opens the store on the files
-// that survived the last cut, runs random inserts, samples (logged as learner batches), priority
-// updates with deletions and a checkpoint, and cuts the power at a random mutating file-system
-// call (inside any of those operations, RocksDB's flushes and compactions included). After the
-// cut the store is reopened and must hold exactly the state after some prefix of the operations
-// that contains every acknowledged one (per_insert: every operation that returned; group commit:
-// every insert that returned), with every item's exact payload: nothing acknowledged lost, nothing
-// unacknowledged half there. An acknowledged checkpoint must survive the cut with everything
-// acknowledged before it. The insert in flight at the cut is retried with its idempotency key
-// and must end up stored exactly once.
+// that survived the last cut, runs random inserts, samples (logged as learner batches, half of
+// them claiming for a learner whose session changes every round, so claims are redelivered),
+// acknowledgements of those claims, priority updates with deletions and a checkpoint, and cuts
+// the power at a random mutating file-system call (inside any of those operations, RocksDB's
+// flushes and compactions included). After the cut the store is reopened and must hold exactly
+// the state after some prefix of the operations that contains every acknowledged one (every
+// operation that returned, in both sync modes: a sample, an acknowledgement and a priority update
+// return, or are replied to, only once durable), with every item's exact payload and every claim:
+// nothing acknowledged lost, nothing unacknowledged half there. An acknowledged checkpoint must
+// survive the cut with everything acknowledged before it. The insert in flight at the cut is
+// retried with its idempotency key and must end up stored exactly once.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "actors/replay/power_loss_fs.h"
@@ -140,6 +143,10 @@ std::string Digest(const Table& t) {
     out << key << ":" << s.group_id << "," << prio << "," << s.times_sampled << "," << s.tokens
         << "," << s.tiebreak << ";";
   }
+  out << " claimed";
+  for (const auto& [key, c] : t.Claims()) {
+    out << " " << key << ":" << c.claimant << "," << c.session << "," << c.step;
+  }
   return out.str();
 }
 
@@ -147,11 +154,17 @@ std::string Digest(const Table& t) {
 void ExpectExactPayloads(const Table& t) {
   std::map<uint64_t, uint64_t> group_of;
   for (const auto& [key, s] : t.Items()) group_of[key] = s.group_id;
+  std::set<uint64_t> claimed;
+  for (const auto& [key, c] : t.Claims()) claimed.insert(key);
   size_t seen = 0;
   Status s = t.storage()->ScanPrefix(
       PayloadRecordPrefix(kTable), [&](std::string_view k, std::string_view v) -> Status {
         ORRERY_ASSIGN_OR_RETURN(uint64_t key, RecordKeyNumber(k));
         ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> payload, DecodePayload(v));
+        if (claimed.count(key)) {  // a claimed item keeps its payload; its group is not listed
+          ++seen;
+          return Status::OK();
+        }
         EXPECT_TRUE(group_of.count(key)) << "payload without item " << key;
         if (group_of.count(key)) {
           EXPECT_EQ(payload, Payload(group_of[key])) << "item " << key;
@@ -160,7 +173,7 @@ void ExpectExactPayloads(const Table& t) {
         return Status::OK();
       });
   EXPECT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(seen, group_of.size());
+  EXPECT_EQ(seen, group_of.size() + claimed.size());
 }
 
 ReplayConfig StoreConfig(const std::string& path, rocksdb::Env* env, bool per_insert) {
@@ -209,6 +222,7 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
   int64_t next_step = 0;
   std::map<std::string, int> cuts_in;  // operation kind -> power cuts that landed in it
   int power_losses = 0, retries_answered_first = 0, checkpoints_checked = 0;
+  int64_t claims_acknowledged = 0, claims_recovered = 0;
   for (int round = 0; round < kRounds; ++round) {
     const bool per_insert = round % 2 == 0;
     SCOPED_TRACE("round " + std::to_string(round) + (per_insert ? " per_insert" : " group"));
@@ -242,13 +256,29 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
         if (status.ok()) {
           ASSERT_FALSE(out->duplicate);
         }
-      } else if (r < 75) {
+      } else if (r < 70) {
         kind = "sample";
         SampleOptions so;
         so.max_items = 1 + static_cast<int>(rng.UniformInt(4));
         so.batch_step = next_step++;
-        status = t->TrySample(so).status();
-        acknowledged = status.ok() && per_insert;  // group commit does not wait for samples
+        if (rng.UniformInt(2) == 0) {  // a learner's claim; each round is a new incarnation
+          so.claimant = "learner/0";
+          so.claim_session = static_cast<uint64_t>(round) + 1;
+        }
+        status = t->Sample(so, DeadlineFromTimeoutMs(0)).status();  // returns once durable
+        // Nothing sampleable (every item claimed): nothing was written.
+        if (status.code() == StatusCode::kDeadlineExceeded && fs->powered()) status = Status::OK();
+        acknowledged = status.ok();
+      } else if (r < 80) {
+        kind = "acknowledge";
+        uint64_t ticket = 0;
+        const int64_t claimed_before = t->Info().claimed;
+        status = t->Acknowledge("learner/0",
+                                next_step - 1 - static_cast<int64_t>(rng.UniformInt(3)), &ticket)
+                     .status();
+        if (status.ok()) status = t->storage()->WaitDurable(ticket);
+        acknowledged = status.ok();
+        if (status.ok()) claims_acknowledged += claimed_before - t->Info().claimed;
       } else if (r < 95) {
         kind = "priority update";
         std::vector<std::pair<uint64_t, double>> updates;
@@ -259,8 +289,10 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
           updates.emplace_back(key, 0.25 * static_cast<double>(1 + rng.UniformInt(16)));
         }
         if (rng.UniformInt(3) == 0) deletes.push_back(items[rng.UniformInt(items.size())].first);
-        status = t->UpdatePriorities(updates, deletes).status();
-        acknowledged = status.ok() && per_insert;
+        StatusOr<UpdateOutcome> updated = t->UpdatePriorities(updates, deletes);
+        status = updated.status();
+        if (status.ok()) status = t->storage()->WaitDurable(updated->ticket);  // the reply waits
+        acknowledged = status.ok();
       } else {
         kind = "checkpoint";
         const std::string ckpt =
@@ -305,6 +337,7 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
                                 << "recovered: " << recovered
                                 << "\nacknowledged: " << snapshots[required];
     ExpectExactPayloads(*t);
+    claims_recovered += t->Info().claimed;
 
     if (checkpoint) {
       ASSERT_TRUE(std::filesystem::exists(checkpoint->dir + "/CURRENT"))
@@ -350,11 +383,14 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
   for (const auto& [kind, n] : cuts_in) summary << kind << " " << n << ", ";
   summary << "), " << retries_answered_first
           << " retries of the last insert answered with the first outcome, " << checkpoints_checked
-          << " acknowledged checkpoints checked after the cut";
+          << " acknowledged checkpoints checked after the cut, " << claims_recovered
+          << " claims recovered after cuts, " << claims_acknowledged << " claims acknowledged";
   std::printf("%s\n", summary.str().c_str());
   EXPECT_GE(power_losses, 100);
   EXPECT_GT(retries_answered_first, 0);
   EXPECT_GT(checkpoints_checked, 0);
+  EXPECT_GT(claims_recovered, 0);
+  EXPECT_GT(claims_acknowledged, 0);
   for (const char* kind :
        {"insert", "sample", "priority update", "checkpoint", "reply of a committed insert"}) {
     EXPECT_GT(cuts_in[kind], 0) << "no power cut landed in a " << kind;
