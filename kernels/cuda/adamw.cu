@@ -246,15 +246,7 @@ Status ClipFactorCuda(const Tensor& sumsq, double max_norm, Tensor* factor) {
 Status AdamWStepCuda(const AdamWStepArgs& args, const Tensor& grad, const Tensor& grad_factor,
                      Tensor* param, Tensor* m, Tensor* v, Tensor* param_bf16) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(grad.device().index));
-  const double bc1 = 1.0 - std::pow(args.beta1, static_cast<double>(args.step));
-  const double bc2 = 1.0 - std::pow(args.beta2, static_cast<double>(args.step));
-  AdamWScalars c;
-  c.b1 = static_cast<float>(args.beta1);
-  c.b2 = static_cast<float>(args.beta2);
-  c.eps = static_cast<float>(args.eps);
-  c.step_size = static_cast<float>(args.lr / bc1);
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  c.decay = static_cast<float>(1.0 - args.lr * args.weight_decay);
+  const AdamWScalars c = ScalarsOf(args);
   const int64_t n = grad.numel();
   AdamWKernel<<<GridFor(n, kThreads), kThreads, 0, ctx->stream()>>>(
       c, grad.data<float>(), grad_factor.defined() ? grad_factor.data<float>() : nullptr, n,
