@@ -88,14 +88,15 @@ StatusOr<RateLimiterOptions> StackLimiter(int64_t size) {
 bool RateLimiter::CanSample(int64_t n) const {
   if (counters_.inserts - counters_.deletes < options_.min_size_to_sample) return false;
   const double diff = static_cast<double>(counters_.inserts) * options_.samples_per_insert -
-                      static_cast<double>(counters_.samples) - static_cast<double>(n);
+                      static_cast<double>(counters_.samples) - counters_.forgiven -
+                      static_cast<double>(n);
   return diff >= options_.min_diff;
 }
 
 bool RateLimiter::CanInsert(int64_t n) const {
   if (counters_.inserts + n - counters_.deletes <= options_.min_size_to_sample) return true;
   const double diff = static_cast<double>(counters_.inserts + n) * options_.samples_per_insert -
-                      static_cast<double>(counters_.samples);
+                      static_cast<double>(counters_.samples) - counters_.forgiven;
   return diff <= options_.max_diff;
 }
 

@@ -4,9 +4,14 @@
 // insert or a sample may proceed now:
 //
 //   CanSample(n): inserts - deletes < min_size_to_sample  -> false
-//                 else inserts * SPI - samples - n >= min_diff
+//                 else inserts * SPI - (samples + forgiven) - n >= min_diff
 //   CanInsert(n): inserts + n - deletes <= min_size_to_sample -> true
-//                 else (inserts + n) * SPI - samples <= max_diff
+//                 else (inserts + n) * SPI - (samples + forgiven) <= max_diff
+//
+// `forgiven` is Orrery's one addition: the samples owed by items the staleness window evicted
+// before they were sampled SPI times. Those samples can never be taken; without forgiving them, a
+// Queue(n) table blocks every insert for good after n stale evictions while it is empty, and the
+// rollouts and the learner wait on each other forever.
 //
 // Counters are in items, or in tokens when the table counts tokens (then n is a token count and
 // min_size_to_sample is in tokens too). The limiter itself never blocks: the table waits on it.
@@ -54,6 +59,7 @@ struct RateLimiterCounters {
   int64_t inserts = 0;
   int64_t samples = 0;
   int64_t deletes = 0;
+  double forgiven = 0;  // samples owed by items evicted as stale (cost units)
 };
 
 class RateLimiter {
@@ -66,6 +72,7 @@ class RateLimiter {
   void RecordInsert(int64_t n) { counters_.inserts += n; }
   void RecordSample(int64_t n) { counters_.samples += n; }
   void RecordDelete(int64_t n) { counters_.deletes += n; }
+  void RecordForgiven(double n) { counters_.forgiven += n; }
 
   const RateLimiterOptions& options() const { return options_; }
   const RateLimiterCounters& counters() const { return counters_; }

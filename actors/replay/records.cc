@@ -76,6 +76,7 @@ std::string EncodeTableState(const TableState& s) {
   r.setSamples(s.samples);
   r.setDeletes(s.deletes);
   r.setStaleEvicted(s.stale_evicted);
+  r.setForgivenSamples(s.forgiven_samples);
   r.setLearnerVersion(s.learner_version);
   r.setNextKey(s.next_key);
   r.setNextTiebreak(s.next_tiebreak);
@@ -92,6 +93,7 @@ StatusOr<TableState> DecodeTableState(std::string_view bytes) {
     s.samples = r.getSamples();
     s.deletes = r.getDeletes();
     s.stale_evicted = r.getStaleEvicted();
+    s.forgiven_samples = r.getForgivenSamples();
     s.learner_version = r.getLearnerVersion();
     s.next_key = r.getNextKey();
     s.next_tiebreak = r.getNextTiebreak();

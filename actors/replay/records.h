@@ -45,6 +45,7 @@ StatusOr<uint64_t> RecordKeyNumber(std::string_view record_key);
 struct TableState {
   int64_t inserts = 0, samples = 0, deletes = 0;
   int64_t stale_evicted = 0;
+  double forgiven_samples = 0;  // RateLimiterCounters::forgiven
   int64_t learner_version = 0;
   uint64_t next_key = 1;
   uint64_t next_tiebreak = 1;

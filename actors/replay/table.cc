@@ -125,7 +125,7 @@ Status Table::Recover() {
     claimed_.emplace(key, Claimed{std::move(it->second), std::move(claim)});
     items_.erase(it);
   }
-  limiter_.set_counters({state_.inserts, state_.samples, state_.deletes});
+  limiter_.set_counters({state_.inserts, state_.samples, state_.deletes, state_.forgiven_samples});
   rng_.set_offset(state_.rng_offset);
   if (state_.inserts - state_.deletes != live_cost) {
     return DataLossError("replay table '" + name + "': counters say " +
@@ -178,6 +178,7 @@ void Table::PutTableState(rocksdb::WriteBatch* batch) {
   state_.inserts = c.inserts;
   state_.samples = c.samples;
   state_.deletes = c.deletes;
+  state_.forgiven_samples = c.forgiven;
   state_.rng_offset = rng_.offset();
   batch->Put(AsSlice(TableRecordKey(options_.name)), AsSlice(EncodeTableState(state_)));
 }
@@ -274,8 +275,13 @@ void Table::ClaimLocked(uint64_t key, ClaimRecord claim, rocksdb::WriteBatch* ba
 
 int64_t Table::EvictStaleLocked(rocksdb::WriteBatch* batch) {
   int64_t evicted = 0;
+  const double spi = options_.limiter.samples_per_insert;
   while (!by_version_.empty() && IsStale(by_version_.begin()->first)) {
-    DeleteLocked(by_version_.begin()->second, batch);
+    const uint64_t key = by_version_.begin()->second;
+    const ItemState& state = items_.at(key).state;
+    const double owed = spi - static_cast<double>(state.times_sampled);
+    if (owed > 0) limiter_.RecordForgiven(owed * static_cast<double>(Cost(state.tokens)));
+    DeleteLocked(key, batch);
     ++evicted;
   }
   state_.stale_evicted += evicted;

@@ -150,6 +150,7 @@ struct StoredTable {
   rngOffset @7 :UInt64;
   batchesLogged @8 :Int64;
   nextIdempotencySeq @9 :UInt64 = 1;
+  forgivenSamples @10 :Float64;  # samples owed by items evicted as stale (rate_limiter.h)
 }
 
 struct StoredItem {

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "env/sandbox/bwrap_tree.h"
+
 namespace orrery::env {
 namespace {
 
@@ -139,8 +141,12 @@ class Watchdog {
     if (s.cpu_seconds > 0 && u.cpu_seconds > s.cpu_seconds) over = TreeLimit::kCpu;
     if (over == TreeLimit::kNone) return;
     s.exceeded.store(over);
-    kill(-s.root_pid, SIGKILL);
-    kill(s.root_pid, SIGKILL);
+    // The namespace init first (env/sandbox/bwrap_tree.h); bwrap then exits by itself. Only a
+    // bwrap with no child yet is killed here: the Run or the process that owns it reaps it.
+    if (KillChildrenOf(s.root_pid) == 0) {
+      kill(-s.root_pid, SIGKILL);
+      kill(s.root_pid, SIGKILL);
+    }
   }
 
   std::mutex mu_;       // guards watched_

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 
+#include "env/sandbox/bwrap_tree.h"
 #include "env/sandbox/seccomp_filter.h"
 
 namespace orrery::env {
@@ -99,14 +100,6 @@ StatusOr<Spawned> Spawn(const std::vector<std::string>& argv, uint32_t uid,
   fcntl(out[0], F_SETFL, O_NONBLOCK);
   fcntl(err[0], F_SETFL, O_NONBLOCK);
   return Spawned{pid, in[1], out[0], err[0]};
-}
-
-// Kills the process group of bwrap; its death tears down the sandbox's pid namespace (the
-// namespace init has PR_SET_PDEATHSIG from --die-with-parent), which kills every process inside.
-void KillTree(int pid) {
-  if (pid <= 0) return;
-  kill(-pid, SIGKILL);
-  kill(pid, SIGKILL);
 }
 
 int PollTimeoutMs(Deadline deadline) {
@@ -269,15 +262,16 @@ Status Sandbox::Reset() {
 }
 
 std::vector<std::string> Sandbox::BwrapArgv(const std::vector<std::string>& argv) const {
-  std::vector<std::string> a = {options_.bwrap,  "--unshare-all", "--die-with-parent",
-                                "--new-session", "--cap-drop",    "ALL",
-                                "--uid",         "65534",         "--gid",
-                                "65534",         "--hostname",    "sandbox",
-                                "--ro-bind",     "/usr",          "/usr",
-                                "--symlink",     "usr/lib",       "/lib",
-                                "--symlink",     "usr/lib64",     "/lib64",
-                                "--symlink",     "usr/bin",       "/bin",
-                                "--symlink",     "usr/sbin",      "/sbin"};
+  std::vector<std::string> a = {options_.bwrap, "--unshare-all", "--die-with-parent",
+                                "--as-pid-1",   "--new-session", "--cap-drop",
+                                "ALL",          "--uid",         "65534",
+                                "--gid",        "65534",         "--hostname",
+                                "sandbox",      "--ro-bind",     "/usr",
+                                "/usr",         "--symlink",     "usr/lib",
+                                "/lib",         "--symlink",     "usr/lib64",
+                                "/lib64",       "--symlink",     "usr/bin",
+                                "/bin",         "--symlink",     "usr/sbin",
+                                "/sbin"};
   for (const char* etc : {"/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl", "/etc/localtime"}) {
     if (access(etc, F_OK) == 0) a.insert(a.end(), {"--ro-bind", etc, etc});
   }
@@ -352,12 +346,11 @@ StatusOr<RunResult> Sandbox::Run(const std::vector<std::string>& argv,
     }
   }
   if (!exited) {
-    KillTree(p.pid);
+    KillBwrapTree(p.pid);
     exceeded = watch->exceeded();
     watch.reset();
     waitpid(p.pid, &status, 0);
   }
-  KillTree(p.pid);  // stragglers in the process group, if any
   CloseFd(p.in), CloseFd(p.out), CloseFd(p.err);
   if (pidfd >= 0) close(pidfd);
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -400,7 +393,7 @@ SandboxProcess::~SandboxProcess() { Kill(); }
 
 void SandboxProcess::Kill() {
   if (pid_ > 0) {
-    KillTree(pid_);
+    KillBwrapTree(pid_);
     watch_.reset();  // before the pid is reaped and may be reused
     int status;
     waitpid(pid_, &status, 0);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -143,6 +144,60 @@ TEST_F(SandboxTest, WallClockTimeoutKillsTheWholeTree) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->timed_out);
   EXPECT_LT(r->wall_seconds, 3.0);
+}
+
+// Where the host's pid 1 does not reap (many container inits do not), a killed sandbox must leave
+// no orphan behind: an orphaned namespace init stays a zombie of the sandbox's uid, and ~35 of
+// them spent RLIMIT_NPROC so that no sandbox of that uid could start (CI, before bwrap_tree.h).
+// This process stands in for such a pid 1: as a child subreaper it inherits every orphan below
+// it, and it never reaps one.
+TEST(SandboxReapTest, KilledTreesLeaveNoOrphansForInitToReap) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+  SandboxOptions o = SmallLimits();
+  o.limits.processes = 4;  // RLIMIT_NPROC of 7: orphans would spend it within the loop below
+  o.limits.memory_bytes = 128 << 20;
+  std::unique_ptr<Sandbox> s = std::move(*Sandbox::Create(o, 5));
+  for (int i = 0; i < 8; ++i) {
+    // The wall clock ends these (KillBwrapTree from Run).
+    StatusOr<RunResult> r =
+        s->Run({"/usr/bin/python3", "-c", "import time; time.sleep(600)"}, "", DeadlineIn(0.3));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->timed_out) << i << ": " << r->Describe() << r->stderr_text;
+  }
+  // RLIMIT_CPU ends this one (SIGKILL from the kernel)...
+  StatusOr<RunResult> cpu =
+      s->Run({"/usr/bin/python3", "-c", "while True: pass"}, "", DeadlineIn(60));
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->signal, SIGKILL) << cpu->Describe() << cpu->stderr_text;
+  // ...and the watchdog this one (resident memory over the cap).
+  StatusOr<RunResult> memory =
+      s->Run({"/usr/bin/python3", "-c", "import time; b = b'x' * (300 << 20); time.sleep(60)"}, "",
+             DeadlineIn(60));
+  ASSERT_TRUE(memory.ok());
+  EXPECT_FALSE(memory->limit_exceeded.empty()) << memory->Describe() << memory->stderr_text;
+  // A long-running process ended by its owner (SandboxProcess::Kill).
+  StatusOr<std::unique_ptr<SandboxProcess>> p =
+      s->Start({"/usr/bin/python3", "-c", "import time; time.sleep(600)"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  p->reset();
+  // Still able to start: nothing of this uid is left.
+  StatusOr<RunResult> ok = s->Run({"/usr/bin/python3", "-c", "print('ok')"}, "", DeadlineIn(30));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->stdout_text, "ok\n") << ok->Describe() << ok->stderr_text;
+  // Every child of this process was a bwrap it reaped; an orphan would show up here.
+  int orphans = 0;
+  for (int tries = 0; tries < 100; ++tries) {
+    siginfo_t info{};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) break;  // ECHILD: none
+    if (info.si_pid != 0) {
+      ++orphans;
+      waitpid(info.si_pid, nullptr, 0);
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a live one, maybe dying
+  }
+  EXPECT_EQ(orphans, 0) << "orphaned sandbox processes were left for the host's init to reap";
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1) << "a child of this process is still alive";
 }
 
 // The attacks of issue 27 on the kernel surface (x86-64 system call numbers): a process inside

@@ -85,6 +85,44 @@ TEST(TableTest, QueueSamplesEachItemOnceInOrderAndBlocksWhenFull) {
   EXPECT_GE(t->Info().sample_blocked.blocked_seconds_total, 0.008);
 }
 
+// Items the staleness window evicts are never sampled: the samples they owed the limiter are
+// forgiven. Before, a Queue(2) table that had evicted two stale items refused every insert while
+// it was empty (diff = inserts - samples stuck at 2), and the RL fleet waited forever (an
+// rl.launch_faults hang). Also after a restart: the forgiven count is stored with the table.
+TEST(TableTest, QueueKeepsAcceptingAfterStaleEvictions) {
+  TestDir dir;
+  StorageOptions so;
+  so.path = dir.Sub("db");
+  TableOptions o = Options("queue");
+  o.sampler = {SelectorKind::kFifo, 1.0};
+  o.remover = {SelectorKind::kFifo, 1.0};
+  o.max_times_sampled = 1;
+  o.max_size = 2;
+  o.max_staleness = 1;
+  o.limiter = *QueueLimiter(2);
+  auto storage = *Storage::Open(so);
+  auto t = *Table::Open(o, storage.get());
+  for (int64_t version = 0; version < 3; ++version) {
+    MustInsert(*t, MakeItem(10 * version + 1, 1, 1.0, 10, version));
+    MustInsert(*t, MakeItem(10 * version + 2, 1, 1.0, 10, version));
+    ASSERT_EQ(*t->SetLearnerVersion(version + 2), 2) << version;  // both stale now
+    EXPECT_EQ(t->Info().size, 0);
+  }
+  t.reset();
+  storage.reset();
+  storage = *Storage::Open(so);
+  t = *Table::Open(o, storage.get());
+  MustInsert(*t, MakeItem(100, 1, 1.0, 10, 4));
+  ItemInput second = MakeItem(101, 1, 1.0, 10, 4);
+  ASSERT_TRUE(t->TryInsert(second)->has_value()) << "an empty queue refuses inserts";
+  ItemInput third = MakeItem(102, 1, 1.0, 10, 4);
+  EXPECT_FALSE(t->TryInsert(third)->has_value());  // full: the limiter still bounds the queue
+  auto s = *t->Sample({2, 4, -1}, DeadlineFromTimeoutMs(0));
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].state.group_id, 100u);
+  EXPECT_EQ(t->Info().stale_evicted, 6);
+}
+
 TEST(TableTest, MaxTimesSampledDeletes) {
   TableOptions o = Options("t");
   o.max_times_sampled = 3;
