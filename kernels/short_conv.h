@@ -31,11 +31,17 @@ void ShortConvSiluBackward(const T* x, int64_t channels, const T* w, int64_t wid
 
 // Tensor-level forms, dispatched by device (the GPU model's op; the templates above are its CPU
 // twin). x [N, C]: f32 or f64 on cpu, bf16 or f32 on cuda; w [C, W] of x's dtype with
-// 1 <= W <= 16 (the config's conv_size range); cu_seqlens i64 [docs + 1] on x's device (read back
-// to the host once per call to be checked). y like x (allocated when undefined).
+// 1 <= W <= 16 (the config's conv_size range); cu_seqlens i64 [docs + 1] on x's device. The
+// starts are checked on the host: `cu_host`, when defined, is the same i64 [docs + 1] on the CPU
+// and is what is checked; without it a CUDA cu_seqlens is read back, which waits for the stream
+// on every call (the GPU model passes both). y like x (allocated when undefined).
+Status ShortConvSilu(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
+                     const Tensor& cu_host, Tensor* y);
 Status ShortConvSilu(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens, Tensor* y);
 // dx like x (allocated when undefined, overwritten). dw [C, W] accumulated: x's dtype on cpu, f32
 // on cuda (the fp32 gradients of the GPU model); allocated zeroed when undefined.
+Status ShortConvSiluGrad(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
+                         const Tensor& cu_host, const Tensor& dy, Tensor* dx, Tensor* dw);
 Status ShortConvSiluGrad(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
                          const Tensor& dy, Tensor* dx, Tensor* dw);
 

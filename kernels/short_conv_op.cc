@@ -38,17 +38,23 @@ Status CheckInputs(const Tensor& x, const Tensor& w) {
   return Status::OK();
 }
 
-// The documents' starts, read back to the host and checked: i64 [docs + 1] on x's device,
-// 0 = cu[0] <= ... <= cu[docs] = N.
-StatusOr<std::vector<int64_t>> CheckedStarts(const Tensor& x, const Tensor& cu) {
+// The documents' starts, checked on the host: i64 [docs + 1] on x's device, 0 = cu[0] <= ... <=
+// cu[docs] = N; their host copy `cu_host` when defined, else cu read back.
+StatusOr<std::vector<int64_t>> CheckedStarts(const Tensor& x, const Tensor& cu,
+                                             const Tensor& cu_host) {
   if (!cu.defined() || cu.dtype() != DType::kI64 || cu.ndim() != 1 || cu.dim(0) < 2 ||
       !(cu.device() == x.device())) {
     return InvalidArgumentError(
         std::string(kOp) + ": cu_seqlens " + (cu.defined() ? cu.ToString() : "undefined") +
         ", expected i64 [docs + 1] with docs >= 1 on " + x.device().ToString());
   }
-  Tensor host = cu;
-  if (!cu.device().is_cpu()) {
+  if (cu_host.defined() && (cu_host.dtype() != DType::kI64 || cu_host.shape() != cu.shape() ||
+                            !cu_host.device().is_cpu())) {
+    return InvalidArgumentError(std::string(kOp) + ": cu_host " + cu_host.ToString() +
+                                ", expected i64 [" + std::to_string(cu.dim(0)) + "] on cpu");
+  }
+  Tensor host = cu_host.defined() ? cu_host : cu;
+  if (!host.device().is_cpu()) {
     ORRERY_ASSIGN_OR_RETURN(host, cu.To(Device::Cpu()));
   }
   std::vector<int64_t> starts(host.data<int64_t>(), host.data<int64_t>() + cu.dim(0));
@@ -70,9 +76,14 @@ StatusOr<std::vector<int64_t>> CheckedStarts(const Tensor& x, const Tensor& cu) 
 }  // namespace
 
 Status ShortConvSilu(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens, Tensor* y) {
+  return ShortConvSilu(x, w, cu_seqlens, Tensor(), y);
+}
+
+Status ShortConvSilu(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
+                     const Tensor& cu_host, Tensor* y) {
   PhaseScope phase("op.short_conv_silu");
   ORRERY_RETURN_IF_ERROR(CheckInputs(x, w));
-  ORRERY_ASSIGN_OR_RETURN(const std::vector<int64_t> cu, CheckedStarts(x, cu_seqlens));
+  ORRERY_ASSIGN_OR_RETURN(const std::vector<int64_t> cu, CheckedStarts(x, cu_seqlens, cu_host));
   ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "y", x, y));
   if (x.numel() == 0) return Status::OK();
   const int64_t channels = x.dim(1), width = w.dim(1);
@@ -95,9 +106,14 @@ Status ShortConvSilu(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
 
 Status ShortConvSiluGrad(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
                          const Tensor& dy, Tensor* dx, Tensor* dw) {
+  return ShortConvSiluGrad(x, w, cu_seqlens, Tensor(), dy, dx, dw);
+}
+
+Status ShortConvSiluGrad(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
+                         const Tensor& cu_host, const Tensor& dy, Tensor* dx, Tensor* dw) {
   PhaseScope phase("op.short_conv_silu_grad");
   ORRERY_RETURN_IF_ERROR(CheckInputs(x, w));
-  ORRERY_ASSIGN_OR_RETURN(const std::vector<int64_t> cu, CheckedStarts(x, cu_seqlens));
+  ORRERY_ASSIGN_OR_RETURN(const std::vector<int64_t> cu, CheckedStarts(x, cu_seqlens, cu_host));
   ORRERY_RETURN_IF_ERROR(ExpectLike(kOp, "dy", dy, x));
   ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "dx", x, dx));
   if (dw == nullptr) return InvalidArgumentError(std::string(kOp) + ": dw is null");

@@ -292,7 +292,8 @@ Status GpuInferenceState::Impl::RunPass(const std::vector<int64_t>& slots,
     ORRERY_ASSIGN_OR_RETURN(seg.ext_index, I32(ext).To(device));
     ORRERY_ASSIGN_OR_RETURN(seg.new_rows, I32(new_rows).To(device));
     ORRERY_ASSIGN_OR_RETURN(seg.hist_rows, I32(hist_rows).To(device));
-    ORRERY_ASSIGN_OR_RETURN(seg.ext_cu, Tensor::FromVector<int64_t>({ns + 1}, ext_cu).To(device));
+    seg.ext_cu_host = Tensor::FromVector<int64_t>({ns + 1}, ext_cu);
+    ORRERY_ASSIGN_OR_RETURN(seg.ext_cu, seg.ext_cu_host.To(device));
   }
   gpu::MlaPagedCall call;
   call.uniform = uniform;

@@ -70,9 +70,11 @@ Status GpuKda::Forward(const Tensor& x, const Sequences& s, bool training, Tenso
   ORRERY_RETURN_IF_ERROR(Linear(x, wq_, &c->qh));
   ORRERY_RETURN_IF_ERROR(Linear(x, wk_, &c->kh));
   ORRERY_RETURN_IF_ERROR(Linear(x, wv_, &c->vh));
-  ORRERY_RETURN_IF_ERROR(kernels::ShortConvSilu(c->qh, cq_.compute, s.cu_device, &c->qc));
-  ORRERY_RETURN_IF_ERROR(kernels::ShortConvSilu(c->kh, ck_.compute, s.cu_device, &c->kc));
-  ORRERY_RETURN_IF_ERROR(kernels::ShortConvSilu(c->vh, cv_.compute, s.cu_device, &c->v));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::ShortConvSilu(c->qh, cq_.compute, s.cu_device, s.cu_host, &c->qc));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::ShortConvSilu(c->kh, ck_.compute, s.cu_device, s.cu_host, &c->kc));
+  ORRERY_RETURN_IF_ERROR(kernels::ShortConvSilu(c->vh, cv_.compute, s.cu_device, s.cu_host, &c->v));
   ORRERY_RETURN_IF_ERROR(Linear(x, fa_, &c->fa));
   ORRERY_RETURN_IF_ERROR(Linear(c->fa, fb_, &c->z));
   ORRERY_RETURN_IF_ERROR(Linear(x, wb_, &c->bl));
@@ -113,8 +115,8 @@ Status GpuKda::Infer(const Tensor& x, const InferenceSegments& s, KdaSlotState* 
                   {c.vh, cv_, &c.v, &st->conv[2]}};
   for (const auto& stream : streams) {
     if (!s.ext_index.defined()) {  // conv_size 1: no history
-      ORRERY_RETURN_IF_ERROR(
-          kernels::ShortConvSilu(stream.pre, stream.conv.compute, s.cu_device, stream.out));
+      ORRERY_RETURN_IF_ERROR(kernels::ShortConvSilu(stream.pre, stream.conv.compute, s.cu_device,
+                                                    s.cu_host, stream.out));
       continue;
     }
     const int64_t hist_rows = stream.hist->dim(0), width = stream.pre.dim(1);
@@ -127,7 +129,7 @@ Status GpuKda::Infer(const Tensor& x, const InferenceSegments& s, KdaSlotState* 
     Tensor window, conv_out;
     ORRERY_RETURN_IF_ERROR(kernels::GatherRows(both, s.ext_index, &window));
     ORRERY_RETURN_IF_ERROR(
-        kernels::ShortConvSilu(window, stream.conv.compute, s.ext_cu, &conv_out));
+        kernels::ShortConvSilu(window, stream.conv.compute, s.ext_cu, s.ext_cu_host, &conv_out));
     ORRERY_RETURN_IF_ERROR(kernels::GatherRows(conv_out, s.new_rows, stream.out));
     ORRERY_RETURN_IF_ERROR(kernels::GatherRows(window, s.hist_rows, stream.hist));
   }
@@ -192,8 +194,8 @@ Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Te
   for (const Stream& st : streams) {
     ORRERY_ASSIGN_OR_RETURN(Tensor dyc, st.dy.Reshape({s.n, st.width}));
     Tensor dpre, conv_grad = st.conv.grad;
-    ORRERY_RETURN_IF_ERROR(
-        kernels::ShortConvSiluGrad(st.pre, st.conv.compute, s.cu_device, dyc, &dpre, &conv_grad));
+    ORRERY_RETURN_IF_ERROR(kernels::ShortConvSiluGrad(st.pre, st.conv.compute, s.cu_device,
+                                                      s.cu_host, dyc, &dpre, &conv_grad));
     ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, st.proj, dpre, dx));
   }
   return Status::OK();

@@ -59,10 +59,11 @@ struct InferenceSegments {
   // The short conv over each segment's window [its conv_size - 1 history rows ; its new rows]:
   // the windows are packed as "ext" rows, gathered from [all histories ; all new rows]. Built once
   // per call and shared by every KDA layer. With conv_size 1 there is no history (all undefined).
-  Tensor ext_index;  // i32 [segments * hist + n]: for each ext row, its row in [histories ; new]
-  Tensor ext_cu;     // i64 [segments + 1] on the device: the windows' offsets in ext
-  Tensor new_rows;   // i32 [n]: the ext rows of the new tokens
-  Tensor hist_rows;  // i32 [segments * hist]: the ext rows that become each segment's history
+  Tensor ext_index;    // i32 [segments * hist + n]: for each ext row, its row in [histories ; new]
+  Tensor ext_cu;       // i64 [segments + 1] on the device: the windows' offsets in ext
+  Tensor ext_cu_host;  // the same on the CPU (the short conv checks it there)
+  Tensor new_rows;     // i32 [n]: the ext rows of the new tokens
+  Tensor hist_rows;    // i32 [segments * hist]: the ext rows that become each segment's history
 };
 
 // One KDA layer's state for the slots of a call, gathered in call order; Infer advances it.

@@ -112,6 +112,31 @@ TEST(ShortConvTest, RejectsBadInputs) {
   ExpectInvalid(ShortConvSiluGrad(x, w, Cu(), x, &dx, &dw), "short_conv: dw f64[3, 4]");
 }
 
+// With a host copy of the starts given (the GPU model's form: no read-back of the device copy),
+// the host copy is what is checked, and it must have the device copy's shape.
+TEST(ShortConvTest, HostStartsAreCheckedInsteadOfReadingBack) {
+  const Tensor x = Tensor::Zeros({13, 3}, DType::kF32), w = Tensor::Zeros({3, 4}, DType::kF32);
+  Tensor y;
+  ExpectInvalid(
+      ShortConvSilu(x, w, Cu(), Tensor::FromVector<int64_t>({7}, {0, 1, 4, 4, 10, 11, 12}), &y),
+      "short_conv: cu_seqlens must start at 0 and end at N = 13, got 0 .. 12");
+  ExpectInvalid(ShortConvSilu(x, w, Cu(), Tensor::FromVector<int64_t>({2}, {0, 13}), &y),
+                "short_conv: cu_host i64[2] on cpu, expected i64 [7] on cpu");
+  Tensor dx, dw;
+  ExpectInvalid(
+      ShortConvSiluGrad(x, w, Cu(), Tensor::FromVector<int32_t>({7}, {0, 1, 4, 4, 10, 11, 13}), x,
+                        &dx, &dw),
+      "short_conv: cu_host i32[7] on cpu, expected i64 [7] on cpu");
+  // Valid: the same result as with the starts read from cu_seqlens.
+  PhiloxGenerator rng(3, 1);
+  const Tensor xr = RandomNormal({13, 3}, DType::kF32, rng),
+               wr = RandomNormal({3, 4}, DType::kF32, rng);
+  Tensor a, b;
+  ASSERT_TRUE(ShortConvSilu(xr, wr, Cu(), &a).ok());
+  ASSERT_TRUE(ShortConvSilu(xr, wr, Cu(), Cu(), &b).ok());
+  for (int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+}
+
 // ---- AttnRes: the Tensor forms are the templates (checked against finite differences in
 // model_ops_test.cc) behind the checks ----
 
