@@ -23,6 +23,7 @@
 #include "actors/runtime/client.h"
 #include "actors/runtime/echo_role.h"
 #include "actors/runtime/host.h"
+#include "actors/runtime/wire.h"
 #include "actors/schema/actor.capnp.h"
 
 namespace orrery {
@@ -71,6 +72,30 @@ TEST(Coordinator, ActorsRegisterHeartbeatAndFindEachOther) {
   for (const ActorRecord& r : state.Snapshot()) {
     EXPECT_GE(r.progress, 2u) << r.name;
     EXPECT_GT(r.last_progress_ms, 0) << r.name;
+  }
+  // A handler that blocks echo:0's loop for 1.5 s: its heartbeats go on, its counter stops (the
+  // timer runs on the loop; unblocked it would advance ~15 times), then it moves again.
+  {
+    ActorClient echo(zmq, "test-echo");
+    ASSERT_TRUE(echo.Connect("inproc://echo-coord-0").ok());
+    const uint64_t before = state.Get("echo:0")->progress;
+    const int64_t call_ms = UnixMillis();
+    auto slow = echo.Call<schema::EchoRequest, schema::EchoReply>(
+        kEchoMethod,
+        [](schema::EchoRequest::Builder r) {
+          r.setText("slow");
+          r.setSleepMs(1500);
+        },
+        CallOptions{milliseconds(10000), nullptr});
+    ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+    const ActorRecord during = *state.Get("echo:0");
+    EXPECT_LE(during.progress, before + 3) << "the counter advanced while the loop was blocked";
+    EXPECT_GT(during.last_heartbeat_ms, call_ms + 1000) << "heartbeats stopped with the loop";
+    for (int attempt = 0; attempt < 500 && state.Get("echo:0")->progress < during.progress + 2;
+         ++attempt) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    EXPECT_GE(state.Get("echo:0")->progress, during.progress + 2);
   }
 
   // Lookups by name and by role (spread over the instances), through the mailbox.
