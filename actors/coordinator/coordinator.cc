@@ -33,7 +33,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(zmq::conte
         if (name.empty()) return InvalidArgumentError("register without a name");
         fleet->Register(name, req.getRole().cStr(), static_cast<int>(req.getIndex()),
                         req.getEndpoint().cStr(), req.getHost().cStr(), req.getPid(),
-                        req.getReady());
+                        req.getReady(), req.getProgress());
         ORRERY_LOG(INFO) << name << " registered (pid " << req.getPid() << ", "
                          << req.getEndpoint().cStr() << ")";
         rep.setKnown(true);
@@ -43,7 +43,8 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(zmq::conte
   actor.Handle<schema::HeartbeatRequest, schema::HeartbeatReply>(
       m::kHeartbeat,
       [fleet](schema::HeartbeatRequest::Reader req, schema::HeartbeatReply::Builder rep) {
-        rep.setKnown(fleet->Heartbeat(req.getName().cStr(), req.getPid(), req.getReady()));
+        rep.setKnown(fleet->Heartbeat(req.getName().cStr(), req.getPid(), req.getReady(),
+                                      req.getProgress()));
         ToWire(fleet->run_state(), rep.initRunState());
         return Status::OK();
       });
@@ -83,6 +84,8 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(zmq::conte
           a.setRestarts(static_cast<uint32_t>(r.restarts));
           a.setLastHeartbeatUnixMs(r.last_heartbeat_ms);
           a.setLastExit(r.last_exit);
+          a.setProgress(r.progress);
+          a.setLastProgressUnixMs(r.last_progress_ms);
         }
         return Status::OK();
       });

@@ -5,6 +5,15 @@
 #include "actors/runtime/wire.h"
 
 namespace orrery {
+namespace {
+
+void RecordProgress(ActorRecord& r, uint64_t progress) {
+  if (progress == r.progress) return;
+  r.progress = progress;
+  r.last_progress_ms = UnixMillis();
+}
+
+}  // namespace
 
 const char* ActorStateName(ActorState state) {
   switch (state) {
@@ -32,7 +41,7 @@ void FleetState::Expect(const ActorRecord& record) {
 
 void FleetState::Register(const std::string& name, const std::string& role, int index,
                           const std::string& endpoint, const std::string& host, int64_t pid,
-                          bool ready) {
+                          bool ready, uint64_t progress) {
   std::lock_guard<std::mutex> lock(mu_);
   if (started_ms_ == 0) started_ms_ = UnixMillis();
   ActorRecord& r = actors_[name];
@@ -41,20 +50,26 @@ void FleetState::Register(const std::string& name, const std::string& role, int 
   r.index = index;
   r.endpoint = endpoint;
   r.host = host;
+  if (r.pid != pid) {  // a new incarnation: its counter starts over
+    r.progress = 0;
+    r.last_progress_ms = 0;
+  }
   r.pid = pid;
   r.last_heartbeat_ms = UnixMillis();
+  RecordProgress(r, progress);
   if (r.state == ActorState::kStarting || r.state == ActorState::kRunning ||
       r.state == ActorState::kBackoff || !r.supervised) {
     r.state = ready ? ActorState::kRunning : ActorState::kStarting;
   }
 }
 
-bool FleetState::Heartbeat(const std::string& name, int64_t pid, bool ready) {
+bool FleetState::Heartbeat(const std::string& name, int64_t pid, bool ready, uint64_t progress) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = actors_.find(name);
   if (it == actors_.end() || it->second.pid != pid) return false;
   ActorRecord& r = it->second;
   r.last_heartbeat_ms = UnixMillis();
+  RecordProgress(r, progress);
   if (r.state == ActorState::kStarting && ready) r.state = ActorState::kRunning;
   return true;
 }
@@ -94,6 +109,8 @@ void FleetState::MarkSpawned(const std::string& name, int64_t pid) {
   r.pid = pid;
   r.state = ActorState::kStarting;
   r.last_heartbeat_ms = 0;
+  r.progress = 0;
+  r.last_progress_ms = 0;
 }
 
 void FleetState::MarkDown(const std::string& name, ActorState state, const std::string& how,
@@ -162,6 +179,8 @@ std::vector<MetricRecord> FleetState::ToMetrics(int64_t step) const {
     m.scalars["fleet/restarts"] = r.restarts;
     m.scalars["fleet/heartbeat_age_seconds"] =
         r.last_heartbeat_ms == 0 ? -1 : (now_ms - r.last_heartbeat_ms) / 1000.0;
+    m.scalars["fleet/progress_age_seconds"] =
+        r.last_progress_ms == 0 ? -1 : (now_ms - r.last_progress_ms) / 1000.0;
     m.scalars["fleet/pid"] = static_cast<double>(r.pid);
     out.push_back(std::move(m));
     by_state[std::string("fleet/actors_") + ActorStateName(r.state)] += 1;

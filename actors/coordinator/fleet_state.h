@@ -1,7 +1,8 @@
 // FleetState: what the coordinator knows about the fleet: every actor instance (endpoint, state,
-// pid, restarts, last heartbeat) and the shared run state. Thread-safe: the coordinator's mailbox
-// thread answers registrations, heartbeats and lookups from it while the supervisor (the launch
-// process's main thread) records spawns, exits and restarts.
+// pid, restarts, last heartbeat, progress counter and when it last advanced) and the shared run
+// state. Thread-safe: the coordinator's mailbox thread answers registrations, heartbeats and
+// lookups from it while the supervisor (the launch process's main thread) records spawns, exits and
+// restarts.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,8 @@ struct ActorRecord {
   ActorState state = ActorState::kStarting;
   int restarts = 0;
   int64_t last_heartbeat_ms = 0;  // Unix ms; 0 = never
+  uint64_t progress = 0;          // the role's progress counter, as last heartbeated (0: none)
+  int64_t last_progress_ms = 0;   // Unix ms when `progress` last changed; 0 = never
   std::string last_exit;          // "exit 1", "killed by signal 9", "heartbeat timeout"
   bool supervised = false;        // spawned by this coordinator (else it registered itself)
 };
@@ -48,9 +51,11 @@ class FleetState {
 
   // An actor announces itself (also after a restart, or after a coordinator restart).
   void Register(const std::string& name, const std::string& role, int index,
-                const std::string& endpoint, const std::string& host, int64_t pid, bool ready);
-  // Returns false when the name is unknown (the actor must register again).
-  bool Heartbeat(const std::string& name, int64_t pid, bool ready);
+                const std::string& endpoint, const std::string& host, int64_t pid, bool ready,
+                uint64_t progress);
+  // Returns false when the name is unknown (the actor must register again). A `progress` other
+  // than the one recorded stamps last_progress_ms.
+  bool Heartbeat(const std::string& name, int64_t pid, bool ready, uint64_t progress);
   // The endpoint of a ready actor by name, or of the ready instance of a role with the fewest
   // lookups so far (spreads callers over instances).
   StatusOr<std::pair<std::string, std::string>> Lookup(const std::string& name_or_role);
@@ -69,9 +74,9 @@ class FleetState {
   std::vector<ActorRecord> Snapshot() const;
   int64_t started_ms() const { return started_ms_; }
 
-  // One metric record per actor (source "fleet/<name>"): up (0/1), restarts, heartbeat age in
-  // seconds (-1 when never), pid; and a "coordinator" record with counts by state and the run
-  // state's stage and policy version.
+  // One metric record per actor (source "fleet/<name>"): up (0/1), restarts, heartbeat age and
+  // progress age (since the counter last advanced) in seconds (-1 when never), pid; and a
+  // "coordinator" record with counts by state and the run state's stage and policy version.
   std::vector<MetricRecord> ToMetrics(int64_t step) const;
 
  private:

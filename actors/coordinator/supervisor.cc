@@ -97,14 +97,19 @@ Status Supervisor::Spawn(Child& child) {
 
 void Supervisor::Reap(bool stopping, Status* failure) {
   while (true) {
-    int wstatus = 0;
-    const pid_t pid = waitpid(-1, &wstatus, WNOHANG);
-    if (pid <= 0) return;
+    // Peek first (WNOWAIT leaves the child a zombie): while it is unreaped its pid, which is
+    // also its group's id, cannot be given to another process, so the group kill below cannot
+    // hit a stranger. Only then reap it.
+    siginfo_t info{};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    const pid_t pid = info.si_pid;
     auto it = std::find_if(children_.begin(), children_.end(),
                            [pid](const Child& c) { return c.pid == pid; });
+    if (it != children_.end()) kill(-pid, SIGKILL);  // whatever the actor started dies with it
+    int wstatus = 0;
+    if (waitpid(pid, &wstatus, 0) != pid) return;
     if (it == children_.end()) continue;
     Child& c = *it;
-    kill(-pid, SIGKILL);  // whatever the actor started dies with it
     c.pid = 0;
     std::string how = DescribeExit(wstatus);
     if (!c.kill_reason.empty()) how = c.kill_reason + " (" + how + ")";
@@ -156,7 +161,7 @@ void Supervisor::Reap(bool stopping, Status* failure) {
   }
 }
 
-void Supervisor::CheckHeartbeats() {
+void Supervisor::CheckLiveness() {
   const auto now = Clock::now();
   const int64_t now_ms = UnixMillis();
   for (Child& c : children_) {
@@ -171,6 +176,11 @@ void Supervisor::CheckHeartbeats() {
       }
     } else if (now_ms - r->last_heartbeat_ms > options_.heartbeat_timeout.count()) {
       reason = "no heartbeat for " + std::to_string(now_ms - r->last_heartbeat_ms) + " ms";
+    } else if (options_.progress_timeout.count() > 0 && r->last_progress_ms != 0 &&
+               now_ms - r->last_progress_ms > options_.progress_timeout.count()) {
+      reason = "no progress for " + std::to_string(now_ms - r->last_progress_ms) +
+               " ms (counter at " + std::to_string(r->progress) + ", fleet.progress_timeout_ms " +
+               std::to_string(options_.progress_timeout.count()) + ")";
     }
     if (!reason.empty()) {
       ORRERY_LOG(WARN) << c.spec.name << ": " << reason << "; killing it";
@@ -235,7 +245,7 @@ Status Supervisor::Run(const Cancellation& stop) {
         if (!s.ok()) failure = s;
       }
     }
-    CheckHeartbeats();
+    CheckLiveness();
     if (options_.report && now >= next_report) {
       options_.report();
       next_report = now + options_.report_interval;

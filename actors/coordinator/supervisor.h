@@ -2,13 +2,17 @@
 //
 // Each child gets its own process group (a signal to the group also reaches what the actor
 // started, e.g. sandboxed tools) and PR_SET_PDEATHSIG(SIGKILL), so no child outlives the
-// supervisor even when the supervisor itself is SIGKILLed. A child that dies, or that stops
-// heartbeating for `heartbeat_timeout` (then it is killed), is restarted after an exponential
-// backoff (initial, doubling per restart within the window, capped). More than `restart_budget`
-// restarts of one instance within `restart_window` fail the fleet: everything is stopped and Run
-// returns the error. Stopping (the `stop` token: SIGINT/SIGTERM in `orrery launch`) marks the run
-// state "stopping", sends SIGTERM to every group, waits `shutdown_grace`, then SIGKILLs what is
-// left and reaps every child before returning.
+// supervisor even when the supervisor itself is SIGKILLed. A child that dies, that stops
+// heartbeating for `heartbeat_timeout`, or whose progress counter (ActorContext::Progress, carried
+// by its heartbeats) has not advanced for `progress_timeout` since it first advanced (a main loop
+// stuck inside one call) is killed and restarted after an exponential backoff (initial, doubling
+// per restart within the window, capped). More than `restart_budget` restarts of one instance
+// within `restart_window` fail the fleet: everything is stopped and Run returns the error. Stopping
+// (the `stop` token: SIGINT/SIGTERM in `orrery launch`) marks the run state "stopping", sends
+// SIGTERM to every group, waits `shutdown_grace`, then SIGKILLs what is left and reaps every child
+// before returning. A child's process group is killed while the child is still an unreaped zombie
+// (so its pid, the group's id, cannot have been reused) and only then is the child reaped and its
+// exit recorded.
 #pragma once
 
 #include <sys/types.h>
@@ -43,6 +47,8 @@ struct ProcessSpec {
 struct SupervisorOptions {
   std::chrono::milliseconds heartbeat_timeout{2000};
   std::chrono::milliseconds startup_timeout{30000};  // spawn -> first registration
+  // Progress counter unchanged this long (once it is non-zero) -> killed; 0: not watched.
+  std::chrono::milliseconds progress_timeout{120000};
   std::chrono::milliseconds backoff_initial{250};
   std::chrono::milliseconds backoff_max{10000};
   int restart_budget = 5;
@@ -77,7 +83,7 @@ class Supervisor {
 
   Status Spawn(Child& child);
   void Reap(bool stopping, Status* failure);
-  void CheckHeartbeats();
+  void CheckLiveness();
   void Shutdown();
 
   FleetState& fleet_;

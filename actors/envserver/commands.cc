@@ -23,8 +23,9 @@ std::string Joined(const std::vector<std::string>& names) {
 
 // The "env" role: one environment worker of a fleet, at the endpoint the fleet chose.
 Status EnvMain(ActorContext& ctx) {
-  return ServeEnvs(ctx.zmq(), ctx.name(), ctx.config_root(), ctx.endpoint(), ctx.stop(),
-                   [&ctx](const EnvServer&) { ctx.SetReady(); });
+  return ServeEnvs(
+      ctx.zmq(), ctx.name(), ctx.config_root(), ctx.endpoint(), ctx.stop(),
+      [&ctx](const EnvServer&) { ctx.SetReady(); }, [&ctx] { ctx.Progress(); });
 }
 
 int Serve(const CliArgs& args, const ConfigSections* sections) {
@@ -61,7 +62,8 @@ int Serve(const CliArgs& args, const ConfigSections* sections) {
 
 Status ServeEnvs(zmq::context_t& zmq, const std::string& name, ConfigTable root,
                  const std::string& endpoint, const Cancellation& stop,
-                 const std::function<void(const EnvServer&)>& on_ready) {
+                 const std::function<void(const EnvServer&)>& on_ready,
+                 const std::function<void()>& on_iteration) {
   EnvServerOptions options = ReadEnvServerOptions(root);
   env::EnvRegistry registry;
   env::RegisterBuiltinEnvs(registry);
@@ -72,7 +74,7 @@ Status ServeEnvs(zmq::context_t& zmq, const std::string& name, ConfigTable root,
   ORRERY_LOG(INFO) << "serving " << Joined(server.env_names()) << " on " << server.endpoint()
                    << " (" << options.workers << " workers)";
   on_ready(server);
-  return server.Run(stop);
+  return server.Run(stop, on_iteration);
 }
 
 void RegisterEnvServerCommands(CliRegistry& registry) {

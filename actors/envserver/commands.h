@@ -14,10 +14,12 @@
 namespace orrery::envserver {
 
 // Creates the environments of `root` ([env], [env_server]), binds `endpoint`, calls `on_ready`
-// once it serves, and serves until `stop` is cancelled. What both entry points run.
+// once it serves, and serves until `stop` is cancelled, calling `on_iteration` (when set) once
+// per turn of the serving loop. What both entry points run.
 Status ServeEnvs(zmq::context_t& zmq, const std::string& name, ConfigTable root,
                  const std::string& endpoint, const Cancellation& stop,
-                 const std::function<void(const EnvServer&)>& on_ready);
+                 const std::function<void(const EnvServer&)>& on_ready,
+                 const std::function<void()>& on_iteration = nullptr);
 
 // Registers the "env" role, the [env_server] config validator and `orrery env serve`.
 void RegisterEnvServerCommands(CliRegistry& registry);

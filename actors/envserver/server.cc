@@ -379,11 +379,12 @@ void EnvServer::ExpireIdle() {
   }
 }
 
-Status EnvServer::Run(const Cancellation& stop) {
+Status EnvServer::Run(const Cancellation& stop, const std::function<void()>& on_iteration) {
   if (endpoint_.empty())
     return FailedPreconditionError("env server " + name_ + ": Run before Bind");
   auto next_expiry = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   while (!stop.cancelled()) {
+    if (on_iteration) on_iteration();
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, stop.fd(), ZMQ_POLLIN, 0},
                                {nullptr, done_fd_, ZMQ_POLLIN, 0}};

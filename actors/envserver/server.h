@@ -53,8 +53,10 @@ class EnvServer {
   std::vector<std::string> env_names() const;
 
   // Serves until `stop` is cancelled, then returns OK (calls still running finish in the
-  // background; their replies are dropped). Error only when the mailbox fails.
-  Status Run(const Cancellation& stop);
+  // background; their replies are dropped). Error only when the mailbox fails. `on_iteration`
+  // (when set) runs once per turn of the loop, at least every 200 ms unless a request blocks it
+  // (liveness: the env role advances its progress counter there).
+  Status Run(const Cancellation& stop, const std::function<void()>& on_iteration = nullptr);
 
  private:
   struct Slot {

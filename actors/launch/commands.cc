@@ -257,6 +257,7 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
     SupervisorOptions options;
     options.heartbeat_timeout = std::chrono::milliseconds(fleet.heartbeat_timeout_ms);
     options.startup_timeout = std::chrono::milliseconds(fleet.startup_timeout_ms);
+    options.progress_timeout = std::chrono::milliseconds(fleet.progress_timeout_ms);
     options.backoff_initial = std::chrono::milliseconds(fleet.restart_backoff_ms);
     options.backoff_max = std::chrono::milliseconds(fleet.restart_backoff_max_ms);
     options.restart_budget = fleet.restart_budget;
@@ -356,13 +357,14 @@ int RunFleetStatus(const ConfigSections& sections, const CliArgs& args) {
   std::printf("phase %s  stage %u  policy version %llu%s\n", rs.getPhase().cStr(), rs.getStage(),
               static_cast<unsigned long long>(rs.getPolicyVersion()),
               rs.getStopping() ? "  (stopping)" : "");
-  std::printf("%-14s %-9s %-8s %8s %8s  %-12s %-40s %s\n", "ACTOR", "ROLE", "STATE", "PID",
-              "RESTARTS", "HEARTBEAT", "ENDPOINT", "LAST EXIT");
+  std::printf("%-14s %-9s %-8s %8s %8s  %-12s %-12s %-40s %s\n", "ACTOR", "ROLE", "STATE", "PID",
+              "RESTARTS", "HEARTBEAT", "PROGRESS", "ENDPOINT", "LAST EXIT");
   for (auto a : st.getActors()) {
-    std::printf("%-14s %-9s %-8s %8lld %8u  %-12s %-40s %s\n", a.getName().cStr(),
+    std::printf("%-14s %-9s %-8s %8lld %8u  %-12s %-12s %-40s %s\n", a.getName().cStr(),
                 a.getRole().cStr(), a.getState().cStr(), static_cast<long long>(a.getPid()),
                 a.getRestarts(), FormatAge(a.getLastHeartbeatUnixMs()).c_str(),
-                a.getEndpoint().cStr(), a.getLastExit().size() ? a.getLastExit().cStr() : "-");
+                FormatAge(a.getLastProgressUnixMs()).c_str(), a.getEndpoint().cStr(),
+                a.getLastExit().size() ? a.getLastExit().cStr() : "-");
   }
   return 0;
 }

@@ -31,6 +31,13 @@ FleetConfig ReadFleetConfig(ConfigTable& root, const RunConfig& run, bool check_
   }
   c.startup_timeout_ms =
       static_cast<int>(t.Int("startup_timeout_ms", c.startup_timeout_ms, 100, 3600000));
+  c.progress_timeout_ms =
+      static_cast<int>(t.Int("progress_timeout_ms", c.progress_timeout_ms, 0, 86400000));
+  if (c.progress_timeout_ms != 0 && c.progress_timeout_ms < 2 * c.heartbeat_ms) {
+    t.Fail("progress_timeout_ms", "must be 0 (off) or at least twice fleet.heartbeat_ms (" +
+                                      std::to_string(2 * c.heartbeat_ms) + "), got " +
+                                      std::to_string(c.progress_timeout_ms));
+  }
   c.restart_backoff_ms =
       static_cast<int>(t.Int("restart_backoff_ms", c.restart_backoff_ms, 0, 3600000));
   c.restart_backoff_max_ms = static_cast<int>(

@@ -10,6 +10,8 @@
 //   max_message_mb = 1024        # the largest ZeroMQ message any socket of the fleet accepts
 //   heartbeat_timeout_ms = 3000  # silent this long -> killed and restarted
 //   startup_timeout_ms = 30000   # spawn -> registration
+//   progress_timeout_ms = 120000 # a role's progress counter (ActorContext::Progress) stalled
+//                                #   this long -> killed and restarted; 0: off
 //   restart_backoff_ms = 250     # first restart delay; doubles per restart within the window
 //   restart_backoff_max_ms = 10000
 //   restart_budget = 5           # restarts of one instance within restart_window_s, then the
@@ -70,6 +72,7 @@ struct FleetConfig {
   int64_t max_message_mb = 1024;  // ZMQ_MAXMSGSIZE of every socket (core/message_limits.h)
   int heartbeat_timeout_ms = 3000;
   int startup_timeout_ms = 30000;
+  int progress_timeout_ms = 120000;  // 0: off
   int restart_backoff_ms = 250;
   int restart_backoff_max_ms = 10000;
   int restart_budget = 5;

@@ -154,7 +154,11 @@ Status ReplayMain(ActorContext& ctx) {
   ReplayServer server(store.get(), ctx.zmq());
   ORRERY_RETURN_IF_ERROR(server.Bind(ctx.endpoint()));
   ctx.SetReady();
-  return server.Run([&ctx] { return ctx.stop().cancelled(); });
+  // Asked once per loop iteration (at most 50 ms apart unless a request handler blocks).
+  return server.Run([&ctx] {
+    ctx.Progress();
+    return ctx.stop().cancelled();
+  });
 }
 
 }  // namespace

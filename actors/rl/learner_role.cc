@@ -76,6 +76,7 @@ class LearnerRank {
                      << " of " << config_.steps << " (" << (config_.sync ? "sync" : "async") << ")";
 
     while (trainer_->version() < config_.steps && !ctx_.stop().cancelled()) {
+      ctx_.Progress();
       const int64_t next = trainer_->version() + 1;
       StatusOr<std::vector<EncodedGroup>> batch = batches_.Load(next);
       if (!batch.ok()) {
@@ -110,6 +111,7 @@ class LearnerRank {
         ORRERY_LOG(INFO) << "reached version " << trainer_->version() << ": RL phase done";
       }
       while (!ctx_.stop().WaitFor(std::chrono::milliseconds(500))) {
+        ctx_.Progress();  // done, idle until the fleet stops
       }
     }
     return Status::OK();
@@ -168,6 +170,7 @@ class LearnerRank {
     const int share = n / world_ + (rank_ < n % world_ ? 1 : 0);
     std::vector<EncodedGroup> out;
     while (static_cast<int>(out.size()) < share && !ctx_.stop().cancelled()) {
+      ctx_.Progress();  // each attempt waits at most 500 ms for groups: waiting is not a stall
       replay::SampleOptions o;
       o.max_items = share - static_cast<int>(out.size());
       o.learner_version = trainer_->version();
@@ -212,6 +215,7 @@ class LearnerRank {
   // start, which acknowledges them after re-using the logged batch.
   Status AcknowledgeClaims(int64_t through_step) {
     while (!ctx_.stop().cancelled()) {
+      ctx_.Progress();
       StatusOr<int64_t> deleted = replay_->Acknowledge(config_.table, claimant_, through_step);
       if (deleted.ok()) return Status::OK();
       const StatusCode code = deleted.status().code();

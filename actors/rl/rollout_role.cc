@@ -72,6 +72,7 @@ class RolloutActor {
 
     auto last_poll = std::chrono::steady_clock::now();
     while (!ctx_.stop().cancelled()) {
+      ctx_.Progress();  // idle iterations too: a rollout past the learner's last version
       const auto now = std::chrono::steady_clock::now();
       if (now - last_poll >= std::chrono::milliseconds(config_.weight_poll_ms)) {
         ORRERY_RETURN_IF_ERROR(PollWeights());
@@ -175,6 +176,7 @@ class RolloutActor {
     }
     item.min_policy_version = g.trajectories.empty() ? 0 : min_version;
     while (!ctx_.stop().cancelled()) {
+      ctx_.Progress();  // each attempt is bounded (500 ms): back-pressure is not a stall
       StatusOr<replay::InsertReply> reply = replay_->Insert(config_.table, item, 500);
       if (reply.ok()) {
         if (reply->dropped_stale) ++stale_dropped_;

@@ -28,6 +28,8 @@ Status EchoMain(ActorContext& ctx) {
         return Status::OK();
       });
   ctx.SetReady();
+  // A timer on the loop thread: it stops firing when a handler never returns.
+  actor.Every(std::chrono::milliseconds(100), [&ctx] { ctx.Progress(); });
   return actor.Run(ctx.stop());
 }
 

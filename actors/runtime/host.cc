@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
@@ -44,6 +45,7 @@ RunState FromWire(schema::RunState::Reader r) {
 class StandaloneLink : public FleetLink {
  public:
   void SetReady() override {}
+  void Progress() override {}
   RunState run_state() const override { return RunState{}; }
   StatusOr<std::string> Lookup(const std::string& name, std::chrono::milliseconds) override {
     return NotFoundError("cannot look up '" + name + "': this actor runs without a coordinator");
@@ -87,6 +89,8 @@ class CoordinatorLink : public FleetLink {
     }
     cv_.notify_all();
   }
+
+  void Progress() override { progress_.fetch_add(1, std::memory_order_relaxed); }
 
   RunState run_state() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -161,6 +165,7 @@ class CoordinatorLink : public FleetLink {
               req.setPid(getpid());
               req.setHost(HostName());
               req.setReady(ready);
+              req.setProgress(progress_.load(std::memory_order_relaxed));
             },
             call);
       } else {
@@ -170,6 +175,7 @@ class CoordinatorLink : public FleetLink {
               req.setName(name_);
               req.setPid(getpid());
               req.setReady(ready);
+              req.setProgress(progress_.load(std::memory_order_relaxed));
             },
             call);
       }
@@ -207,6 +213,7 @@ class CoordinatorLink : public FleetLink {
   bool ready_ = false;
   bool beat_now_ = false;
   RunState run_state_;
+  std::atomic<uint64_t> progress_{0};
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 //     ORRERY_RETURN_IF_ERROR(actor.Bind(ctx.endpoint()));
 //     actor.Handle<...>(...);
 //     ctx.SetReady();                  // lookups of "replay" find this instance from now on
+//     actor.Every(std::chrono::milliseconds(100), [&ctx] { ctx.Progress(); });  // liveness
 //     return actor.Run(ctx.stop());    // returns when the fleet stops or SIGTERM arrives
 //   }
 //
@@ -21,6 +22,7 @@
 //     fleet config chooses; roles that only pull work, like rollout and learner, bind nothing),
 //     call SetReady() once it works, and return when ctx.stop() is cancelled (promptly: the
 //     launcher escalates to SIGKILL after fleet.shutdown_grace_ms);
+//   - call Progress() from every iteration of its main loop (liveness, see ActorContext);
 //   - return OK for a clean end, an error Status otherwise (the process then exits non-zero and
 //     the coordinator restarts it with backoff, within the restart budget);
 //   - keep durable state under ctx.state_dir(): a restarted instance gets the same directory;
@@ -56,6 +58,8 @@ class FleetLink {
  public:
   virtual ~FleetLink() = default;
   virtual void SetReady() = 0;
+  // Advances the progress counter that heartbeats carry (thread-safe, cheap: an atomic add).
+  virtual void Progress() = 0;
   virtual RunState run_state() const = 0;
   // Endpoint of an actor ("replay:0") or of any ready instance of a role ("env"); waits up to
   // `wait` for it to register and be ready.
@@ -97,6 +101,14 @@ class ActorContext {
   Cancellation& stop() { return stop_; }
   FleetLink& fleet() { return fleet_; }
   void SetReady() { fleet_.SetReady(); }
+  // Liveness: the role's main loop calls this once per iteration, idle iterations included (a
+  // learner past its last version, a rollout waiting for weights, a store without clients), and
+  // so does any loop that retries or waits in bounded slices. Heartbeats carry the counter; from
+  // the first call on, the supervisor kills (and restarts) an instance whose counter has not
+  // advanced for fleet.progress_timeout_ms: a loop stuck inside one call. Roles that never call
+  // it are not watched. No single call between two Progress() calls may legitimately take that
+  // long (one learner update, one checkpoint write, one weight load).
+  void Progress() { fleet_.Progress(); }
 
  private:
   Fields fields_;

@@ -39,12 +39,15 @@ struct RegisterRequest {
   pid @4 :Int64;
   host @5 :Text;
   ready @6 :Bool;           # serving requests (false: still starting)
+  progress @7 :UInt64;      # the role's progress counter (see HeartbeatRequest.progress)
 }
 
 struct HeartbeatRequest {
   name @0 :Text;
   pid @1 :Int64;
   ready @2 :Bool;
+  progress @3 :UInt64;      # advanced by the role's main loop (ActorContext::Progress); 0: the
+                            # role has not reported progress (it is then not watched for stalls)
 }
 
 struct HeartbeatReply {
@@ -78,6 +81,8 @@ struct ActorStatus {
   restarts @7 :UInt32;
   lastHeartbeatUnixMs @8 :Int64;  # 0: never
   lastExit @9 :Text;        # how the last incarnation ended ("killed by signal 9", "exit 1")
+  progress @10 :UInt64;     # the role's progress counter (0: never reported)
+  lastProgressUnixMs @11 :Int64;  # when the coordinator last saw it advance; 0: never
 }
 
 struct FleetStatus {

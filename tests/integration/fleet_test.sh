@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fleet launch end to end with real processes: the dry-run plan, bad configs failing in one line,
-# a supervised fleet of echo actors surviving the SIGKILL of one of them (noticed, restarted with
-# a new pid, the other untouched), `orrery fleet status`, clean shutdown on SIGINT with no process
+# a supervised fleet of echo actors whose heartbeats carry their progress counters, surviving the
+# SIGKILL of one of them (noticed, restarted with a new pid, the other untouched), `orrery fleet status`, clean shutdown on SIGINT with no process
 # left behind, and the SLURM / Kubernetes renderings.
 set -uo pipefail
 orrery="$1"
@@ -33,6 +33,8 @@ write_config "$tmp/unknown.toml" $'[[fleet.roles]]\nrole = "nosuchrole"'
 one_line_error unknown-role "unknown role 'nosuchrole'" -- launch "$tmp/unknown.toml"
 write_config "$tmp/typo.toml" $'heartbeat = 5\n[[fleet.roles]]\nrole = "echo"'
 one_line_error unknown-key "unknown key 'fleet.heartbeat'" -- launch "$tmp/typo.toml"
+write_config "$tmp/progress.toml" $'heartbeat_ms = 500\nprogress_timeout_ms = 600\n[[fleet.roles]]\nrole = "echo"'
+one_line_error progress-timeout "fleet.progress_timeout_ms" -- launch "$tmp/progress.toml"
 python3 -c 'import socket,sys,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1",0)); s.listen()
 print(s.getsockname()[1], flush=True); time.sleep(60)' > "$tmp/port" &
@@ -62,7 +64,8 @@ printf '%s\n' "$plan" | grep -q "echo:1 .*ipc://$tmp/run/fleet/echo-1.sock .*act
 "$orrery" launch "$tmp/fleet.toml" > "$tmp/launch.log" 2>&1 &
 launch_pid=$!
 status() { "$orrery" fleet status --config "$tmp/fleet.toml" --timeout-ms 1000 2>/dev/null; }
-field() { status | awk -v n="$1" -v f="$2" '$1 == n { print $f }'; }  # 3 state, 4 pid, 5 restarts
+field() { status | awk -v n="$1" -v f="$2" '$1 == n { print $f }'; }  # 3 state, 4 pid, 5 restarts,
+# 8 progress ("never", or "1.2s" of "1.2s ago": when the role's progress counter last advanced)
 wait_for() {  # wait_for SECONDS COMMAND...
   local end=$((SECONDS + $1)); shift
   until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.1; done
@@ -70,6 +73,8 @@ wait_for() {  # wait_for SECONDS COMMAND...
 both_running() { [ "$(field echo:0 3)" = running ] && [ "$(field echo:1 3)" = running ]; }
 wait_for 20 both_running || fail "the two echo actors never reached running: $(status)"
 pid0="$(field echo:0 4)"; pid1="$(field echo:1 4)"
+progressing() { [ "$(field echo:1 8)" != never ] && [ -n "$(field echo:1 8)" ]; }
+wait_for 10 progressing || fail "echo:1's heartbeats carry no progress: $(status)"
 kill -0 "$pid0" && kill -0 "$pid1" || fail "status pids are not live processes"
 kill -KILL "$pid0"
 restarted() { [ "$(field echo:0 3)" = running ] && [ "$(field echo:0 5)" = 1 ] && [ "$(field echo:0 4)" != "$pid0" ]; }

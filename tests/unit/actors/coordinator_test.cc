@@ -1,13 +1,19 @@
-// Coordinator, supervisor and fleet config: registry and lookups over a real mailbox, child
-// processes restarted with backoff until the budget is spent, hung children killed, shutdown that
-// reaps everything, strict [fleet] parsing and the process plan.
+// Coordinator, supervisor and fleet config: registry and lookups over a real mailbox, progress
+// counters carried by heartbeats, child processes restarted with backoff until the budget is
+// spent, hung children (silent, or heartbeating without progress) killed, process groups killed
+// with their leader, shutdown that reaps everything, strict [fleet] parsing and the process plan.
 #include "actors/coordinator/coordinator.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
 #include <thread>
 
 #include "actors/coordinator/fleet_state.h"
@@ -17,6 +23,7 @@
 #include "actors/runtime/client.h"
 #include "actors/runtime/echo_role.h"
 #include "actors/runtime/host.h"
+#include "actors/runtime/wire.h"
 #include "actors/schema/actor.capnp.h"
 
 namespace orrery {
@@ -56,6 +63,40 @@ TEST(Coordinator, ActorsRegisterHeartbeatAndFindEachOther) {
   EXPECT_EQ(snap[0].state, ActorState::kRunning);
   EXPECT_EQ(snap[1].endpoint, "inproc://echo-coord-1");
   EXPECT_GT(snap[1].last_heartbeat_ms, 0);
+  // The echo role's loop advances its progress counter (every 100 ms); heartbeats carry it.
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    auto s = state.Snapshot();
+    if (s[0].progress >= 2 && s[1].progress >= 2) break;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  for (const ActorRecord& r : state.Snapshot()) {
+    EXPECT_GE(r.progress, 2u) << r.name;
+    EXPECT_GT(r.last_progress_ms, 0) << r.name;
+  }
+  // A handler that blocks echo:0's loop for 1.5 s: its heartbeats go on, its counter stops (the
+  // timer runs on the loop; unblocked it would advance ~15 times), then it moves again.
+  {
+    ActorClient echo(zmq, "test-echo");
+    ASSERT_TRUE(echo.Connect("inproc://echo-coord-0").ok());
+    const uint64_t before = state.Get("echo:0")->progress;
+    const int64_t call_ms = UnixMillis();
+    auto slow = echo.Call<schema::EchoRequest, schema::EchoReply>(
+        kEchoMethod,
+        [](schema::EchoRequest::Builder r) {
+          r.setText("slow");
+          r.setSleepMs(1500);
+        },
+        CallOptions{milliseconds(10000), nullptr});
+    ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+    const ActorRecord during = *state.Get("echo:0");
+    EXPECT_LE(during.progress, before + 3) << "the counter advanced while the loop was blocked";
+    EXPECT_GT(during.last_heartbeat_ms, call_ms + 1000) << "heartbeats stopped with the loop";
+    for (int attempt = 0; attempt < 500 && state.Get("echo:0")->progress < during.progress + 2;
+         ++attempt) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    EXPECT_GE(state.Get("echo:0")->progress, during.progress + 2);
+  }
 
   // Lookups by name and by role (spread over the instances), through the mailbox.
   ActorClient client(zmq, "test");
@@ -151,6 +192,112 @@ TEST(Supervisor, KillsSilentChildrenAndStopsEverythingOnCancel) {
   EXPECT_TRUE(state.run_state().stopping);
 }
 
+// Heartbeats every supervised child (by its current pid) every 10 ms from a thread, standing in
+// for the children's heartbeat threads; `progress(name, beats)` is the counter to report after
+// `beats` heartbeats of this incarnation.
+class FakeHeartbeats {
+ public:
+  FakeHeartbeats(FleetState& state, std::function<uint64_t(const std::string&, uint64_t)> progress)
+      : thread_([this, &state, progress = std::move(progress)] {
+          std::map<int64_t, uint64_t> beats;  // by pid
+          while (!done_.load()) {
+            for (const ActorRecord& r : state.Snapshot()) {
+              if (r.pid <= 0) continue;
+              const uint64_t n = ++beats[r.pid];
+              state.Heartbeat(r.name, r.pid, /*ready=*/true, progress(r.name, n));
+            }
+            std::this_thread::sleep_for(milliseconds(10));
+          }
+        }) {}
+  ~FakeHeartbeats() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+TEST(Supervisor, KillsAndRestartsAChildWhoseProgressStalls) {
+  FleetState state;
+  SupervisorOptions o;
+  o.startup_timeout = milliseconds(60000);
+  o.heartbeat_timeout = milliseconds(60000);  // heartbeats never stop here: only progress counts
+  o.progress_timeout = milliseconds(500);
+  o.backoff_initial = milliseconds(10);
+  o.restart_budget = 1;  // the second stall spends it and ends Run
+  o.shutdown_grace = milliseconds(2000);
+  Supervisor supervisor(state, o,
+                        {Shell("stuck:0", "exec sleep 30"), Shell("steady:0", "exec sleep 30"),
+                         Shell("quiet:0", "exec sleep 30")});
+  FakeHeartbeats beats(state, [](const std::string& name, uint64_t n) -> uint64_t {
+    if (name == "stuck:0") return std::min<uint64_t>(n, 10);  // advances, then its loop hangs
+    if (name == "steady:0") return n;                         // advances every beat
+    return 0;  // quiet:0 never reports progress: not watched
+  });
+  Cancellation stop;
+  std::thread stopper([&] {  // bounds the test when stalls are not detected
+    stop.WaitFor(milliseconds(15000));
+    stop.Cancel();
+  });
+  Status s = supervisor.Run(stop);
+  stop.Cancel();
+  stopper.join();
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("stuck:0 was restarted 1 times"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no progress for"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("counter at 10"), std::string::npos) << s.message();
+  auto stuck = state.Get("stuck:0");
+  EXPECT_EQ(stuck->restarts, 1);
+  EXPECT_EQ(stuck->state, ActorState::kFailed);
+  // Watched for two stalls (> 2 x 500 ms) without being touched; stopped by the shutdown.
+  for (const char* name : {"steady:0", "quiet:0"}) {
+    auto r = state.Get(name);
+    EXPECT_EQ(r->restarts, 0) << name;
+    EXPECT_EQ(r->state, ActorState::kStopped) << name;
+    EXPECT_EQ(r->last_exit.find("no progress"), std::string::npos) << name << ": " << r->last_exit;
+  }
+}
+
+// Whether `pid` is gone: no such process, or a zombie (killed, not yet reaped by its new parent).
+bool ProcessGone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+TEST(Supervisor, KillsTheProcessGroupOfAChildThatExits) {
+  const std::string pid_file =
+      "/tmp/orrery_supervisor_group_test_" + std::to_string(getpid()) + ".pid";
+  std::remove(pid_file.c_str());
+  FleetState state;
+  SupervisorOptions o;
+  o.startup_timeout = milliseconds(60000);
+  // The shell starts a grandchild in its own process group and exits at once.
+  Supervisor supervisor(
+      state, o,
+      {Shell("leader:0", "sleep 30 & echo $! > " + pid_file + "; exit 1", RestartPolicy::kNever)});
+  Cancellation stop;
+  Status s = supervisor.Run(stop);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("leader:0 ended: exit 1"), std::string::npos) << s.message();
+  std::ifstream in(pid_file);
+  pid_t grandchild = 0;
+  ASSERT_TRUE(in >> grandchild);
+  ASSERT_GT(grandchild, 0);
+  // SIGKILL went to the group before the exit was reported; its delivery is asynchronous.
+  bool gone = false;
+  for (int attempt = 0; attempt < 200 && !(gone = ProcessGone(grandchild)); ++attempt) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "grandchild " << grandchild << " outlived its group leader";
+  if (!gone) kill(grandchild, SIGKILL);
+  std::remove(pid_file.c_str());
+}
+
 StatusOr<FleetConfig> ParseFleet(const std::string& text) {
   ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseString(text, "fleet.toml"));
   ConfigTable root = doc.root();
@@ -170,6 +317,10 @@ TEST(FleetConfig, ReadsRolesAndRejectsBadFleets) {
   EXPECT_EQ(ok->coordinator, "tcp://127.0.0.1:7000");
   ASSERT_EQ(ok->roles.size(), 1u);
   EXPECT_EQ(ok->roles[0].restart, RestartPolicy::kOnFailure);
+  EXPECT_EQ(ok->progress_timeout_ms, 120000);
+  auto off = ParseFleet("[fleet]\nprogress_timeout_ms = 0\n[[fleet.roles]]\nrole = \"echo\"\n");
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->progress_timeout_ms, 0);
 
   auto expect_error = [](const std::string& text, const std::string& want) {
     auto c = ParseFleet(text);
@@ -186,6 +337,16 @@ TEST(FleetConfig, ReadsRolesAndRejectsBadFleets) {
       "[fleet]\nheartbeat_ms = 500\nheartbeat_timeout_ms = 600\n"
       "[[fleet.roles]]\nrole = \"echo\"\n",
       "at least twice fleet.heartbeat_ms");
+  expect_error(
+      "[fleet]\nheartbeat_ms = 500\nprogress_timeout_ms = 600\n"
+      "[[fleet.roles]]\nrole = \"echo\"\n",
+      "fleet.progress_timeout_ms");
+  expect_error(
+      "[fleet]\nheartbeat_ms = 500\nprogress_timeout_ms = 600\n"
+      "[[fleet.roles]]\nrole = \"echo\"\n",
+      "must be 0 (off) or at least twice fleet.heartbeat_ms (1000), got 600");
+  expect_error("[fleet]\nprogress_timeout_ms = -1\n[[fleet.roles]]\nrole = \"echo\"\n",
+               "fleet.progress_timeout_ms");
   expect_error("[fleet]\ntransport = \"udp\"\n[[fleet.roles]]\nrole = \"echo\"\n",
                "fleet.transport");
   expect_error("[fleet]\nroles_typo = 1\n[[fleet.roles]]\nrole = \"echo\"\n",
