@@ -54,7 +54,8 @@ class ReplayClient {
   StatusOr<int64_t> Acknowledge(const std::string& table, const std::string& claimant,
                                 int64_t through_step);
   StatusOr<std::vector<TableInfo>> Info();
-  // Returns the checkpoint directory (`directory`, or one the store chose when empty).
+  // Returns the checkpoint directory: `directory` (a name under the store's replay.checkpoint_dir,
+  // checkpoint_directory.h) or, when empty, a new one the store names there.
   StatusOr<std::string> Checkpoint(const std::string& directory = "");
 
   // Sends arbitrary bytes as a request and returns the reply's bytes (tests of bad input).

@@ -3,7 +3,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <sstream>
 
 #include "actors/replay/bench.h"
@@ -87,9 +86,7 @@ int CheckpointCommand(const CliArgs& args) {
   StatusOr<std::unique_ptr<ReplayClient>> client =
       ReplayClient::Connect(args.Get("connect"), nullptr, {args.Int("timeout-ms", 5000)});
   if (!client.ok()) return ReportError(client.status());
-  std::string dir = args.Get("dir");
-  if (!dir.empty()) dir = std::filesystem::absolute(dir).string();
-  StatusOr<std::string> out = (*client)->Checkpoint(dir);
+  StatusOr<std::string> out = (*client)->Checkpoint(args.Get("dir"));
   if (!out.ok()) return ReportError(out.status());
   std::printf("%s\n", out->c_str());
   return 0;
@@ -188,8 +185,10 @@ void RegisterReplayCommands(CliRegistry& registry) {
       {"replay", "checkpoint"},
       "Write a RocksDB checkpoint of a running replay store (blocks no insert or sample)",
       {{"--connect", "the store's endpoint (tcp://host:port)", CliKind::kString, true, ""},
-       {"--dir", "directory to create (default: under replay.checkpoint_dir)", CliKind::kString,
-        false, ""},
+       {"--dir",
+        "name of the directory to create under the store's replay.checkpoint_dir (default: a new "
+        "timestamped one); absolute paths and '..' are refused",
+        CliKind::kString, false, ""},
        {"--timeout-ms", "give up when the store does not answer", CliKind::kInt, false, "5000"}},
       CheckpointCommand});
   registry.Add(CliCommand{

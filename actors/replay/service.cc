@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "actors/replay/capnp_io.h"
+#include "actors/replay/checkpoint_directory.h"
 #include "actors/replay/wire.h"
 #include "core/logging.h"
 #include "core/metrics.h"
@@ -246,7 +247,9 @@ void ReplayService::HandleRequest(const std::string& peer, std::string_view byte
             auto pending = std::make_unique<PendingCheckpoint>();
             pending->peer = peer;
             pending->id = id;
-            std::string dir = req.getCheckpoint().getDirectory();
+            ORRERY_ASSIGN_OR_RETURN(std::string dir,
+                                    CheckpointDirectoryUnder(store_->config().checkpoint_root,
+                                                             req.getCheckpoint().getDirectory()));
             pending->result = std::async(std::launch::async,
                                          [store = store_, dir] { return store->Checkpoint(dir); });
             checkpoints_.push_back(std::move(pending));

@@ -54,6 +54,18 @@ out="$("$orrery" replay info --connect "tcp://127.0.0.1:$port")" || fail "info: 
 printf '%s\n' "$out" | grep -q "^t: size" || fail "info output: $out"
 ck="$("$orrery" replay checkpoint --connect "tcp://127.0.0.1:$port")" || fail "checkpoint: $ck"
 [ -f "$ck/CURRENT" ] || fail "checkpoint dir $ck has no CURRENT"
+# A client names a checkpoint under replay.checkpoint_dir; it cannot make the store write elsewhere.
+ck="$("$orrery" replay checkpoint --connect "tcp://127.0.0.1:$port" --dir nightly/1)" ||
+  fail "named checkpoint: $ck"
+case "$ck" in */ckpt/nightly/1) ;; *) fail "named checkpoint went to $ck" ;; esac
+[ -f "$ck/CURRENT" ] || fail "checkpoint dir $ck has no CURRENT"
+for bad in "$tmp/outside" "../outside"; do
+  out="$("$orrery" replay checkpoint --connect "tcp://127.0.0.1:$port" --dir "$bad" 2>&1)"; rc=$?
+  [ $rc -ne 0 ] || fail "a checkpoint to $bad exited 0: $out"
+  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "more than one line for $bad: $out"
+  case "$out" in *"replay.checkpoint_dir"*) ;; *) fail "unclear message for $bad: $out" ;; esac
+  [ ! -e "$tmp/outside" ] || fail "a checkpoint was written outside replay.checkpoint_dir"
+done
 out="$("$orrery" replay info --connect "tcp://127.0.0.1:1" --timeout-ms 300 2>&1)"; rc=$?
 [ $rc -ne 0 ] || fail "info against nothing exited 0"
 kill "$server_pid"; wait "$server_pid"; rc=$?; server_pid=""
