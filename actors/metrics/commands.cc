@@ -49,6 +49,13 @@ StatusOr<DashboardServerOptions> HttpOptions(const CliArgs& args, const std::str
   if (args.Has("token-file")) {
     ORRERY_ASSIGN_OR_RETURN(http.token, ReadTokenFile(args.Get("token-file")));
   }
+  for (const std::string& h : args.List("allow-host")) {
+    if (h.empty() || h.find_first_of(" /\t") != std::string::npos) {
+      return InvalidArgumentError("--allow-host '" + h + "': expected a host name such as " +
+                                  "dash.example.org");
+    }
+    http.allowed_hosts.push_back(h);
+  }
   if (!IsLoopbackHost(http.host) && http.token.empty()) {
     return InvalidArgumentError(
         "--bind " + http.host +
@@ -72,6 +79,9 @@ std::vector<CliOption> HttpCliOptions() {
        false, "127.0.0.1"},
       {"--token-file", "file holding the bearer token clients must send", CliKind::kString, false,
        ""},
+      {"--allow-host",
+       "a Host name clients reach the dashboard by, besides loopback and --bind (repeatable)",
+       CliKind::kStringList, false, ""},
   };
 }
 

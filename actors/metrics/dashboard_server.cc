@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -44,6 +45,55 @@ void SendError(httplib::Response& res, int code, const std::string& message) {
   res.set_content(nlohmann::json{{"error", message}}.dump(), "application/json");
 }
 
+// The Host header's name without its port, lower-cased: "[::1]:8080" -> "[::1]".
+std::string HostName(const std::string& header) {
+  std::string name = header;
+  if (!name.empty() && name[0] == '[') {
+    const size_t end = name.find(']');
+    if (end != std::string::npos) name.resize(end + 1);
+  } else if (const size_t colon = name.rfind(':'); colon != std::string::npos) {
+    name.resize(colon);
+  }
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name;
+}
+
+// The value of `key` in an application/x-www-form-urlencoded body ("" when absent or malformed).
+std::string FormValue(const std::string& body, const std::string& key) {
+  size_t pos = 0;
+  while (pos <= body.size()) {
+    size_t end = body.find('&', pos);
+    if (end == std::string::npos) end = body.size();
+    const std::string item = body.substr(pos, end - pos);
+    if (item.compare(0, key.size() + 1, key + "=") == 0) {
+      std::string out;
+      for (size_t i = key.size() + 1; i < item.size(); ++i) {
+        if (item[i] == '+') {
+          out += ' ';
+        } else if (item[i] == '%' && i + 2 < item.size() &&
+                   std::isxdigit(static_cast<unsigned char>(item[i + 1])) &&
+                   std::isxdigit(static_cast<unsigned char>(item[i + 2]))) {
+          out += static_cast<char>(std::stoi(item.substr(i + 1, 2), nullptr, 16));
+          i += 2;
+        } else if (item[i] == '%') {
+          return "";
+        } else {
+          out += item[i];
+        }
+      }
+      return out;
+    }
+    pos = end + 1;
+  }
+  return "";
+}
+
+constexpr const char* kLoginPage =
+    "<!doctype html><meta charset=\"utf-8\"><title>Orrery dashboard</title>"
+    "<form method=\"post\" action=\"/login\"><label>Token <input name=\"token\" "
+    "type=\"password\" autofocus></label> <button>Open the dashboard</button></form>\n";
+
 bool ParseUnsigned(const std::string& text, uint64_t* out) {
   if (text.empty() || text.size() > 19) return false;
   uint64_t v = 0;
@@ -83,26 +133,64 @@ StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
 
+  // Every request: its Host first (DNS rebinding), then, with a token, its credentials: the
+  // Authorization header or the cookie that POST /login sets. The token is never taken from a
+  // URL, where it would land in histories, logs and Referer headers.
+  std::vector<std::string> hosts;
+  const bool wildcard = options.host == "0.0.0.0" || options.host == "::";
+  if (!wildcard || !options.allowed_hosts.empty()) {
+    hosts = {"localhost", "127.0.0.1", "[::1]"};
+    if (!wildcard) {
+      hosts.push_back(HostName(
+          options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host));
+    }
+    for (const std::string& h : options.allowed_hosts) hosts.push_back(HostName(h));
+  }
   const std::string token = options.token;
-  if (!token.empty()) {
-    svr.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
-      const std::string auth = req.get_header_value("Authorization");
-      if (auth.compare(0, 7, "Bearer ") == 0 && TokenEquals(auth.substr(7), token)) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      if (TokenEquals(CookieValue(req.get_header_value("Cookie"), "orrery_token"), token)) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      if (req.path == "/" && req.has_param("token") &&
-          TokenEquals(req.get_param_value("token"), token)) {
-        res.set_header("Set-Cookie",
-                       "orrery_token=" + token + "; HttpOnly; SameSite=Strict; Path=/");
-        res.set_redirect("/");
+  svr.set_pre_routing_handler([token, hosts](const httplib::Request& req, httplib::Response& res) {
+    if (!hosts.empty()) {
+      const std::string host = HostName(req.get_header_value("Host"));
+      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) {
+        SendError(res, 421,
+                  "Host '" + req.get_header_value("Host") +
+                      "' is not served here (dashboard --allow-host NAME adds one)");
         return httplib::Server::HandlerResponse::Handled;
       }
-      res.set_header("WWW-Authenticate", "Bearer");
-      SendError(res, 401, "missing or wrong bearer token");
+    }
+    if (token.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.path == "/login") return httplib::Server::HandlerResponse::Unhandled;  // below
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth.compare(0, 7, "Bearer ") == 0 && TokenEquals(auth.substr(7), token)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (TokenEquals(CookieValue(req.get_header_value("Cookie"), "orrery_token"), token)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (req.method == "GET" && (req.path == "/" || req.path == "/index.html")) {
+      res.status = 303;  // a browser without the cookie: the login form
+      res.set_header("Location", "/login");
       return httplib::Server::HandlerResponse::Handled;
+    }
+    res.set_header("WWW-Authenticate", "Bearer");
+    SendError(res, 401, "missing or wrong bearer token");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  if (!token.empty()) {
+    // The login form, and its POST (the body is read only after pre-routing, so here).
+    const auto login_page = [](httplib::Response& res, int status) {
+      res.status = status;
+      res.set_header("Cache-Control", "no-store");
+      res.set_content(kLoginPage, "text/html; charset=utf-8");
+    };
+    svr.Get("/login", [login_page](const httplib::Request&, httplib::Response& res) {
+      login_page(res, 200);
+    });
+    svr.Post("/login", [token, login_page](const httplib::Request& req, httplib::Response& res) {
+      if (!TokenEquals(FormValue(req.body, "token"), token)) return login_page(res, 401);
+      res.set_header("Set-Cookie", "orrery_token=" + token + "; HttpOnly; SameSite=Strict; Path=/");
+      res.status = 303;
+      res.set_header("Location", "/");
     });
   }
 

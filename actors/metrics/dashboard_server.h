@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "actors/metrics/metrics_store.h"
 #include "actors/metrics/prometheus_text.h"
@@ -35,6 +36,11 @@ struct DashboardServerOptions {
   int port = 0;       // 0: any free port
   std::string token;  // required when host is not a loopback address
   std::string title;  // shown in the page header (the run's name)
+  // Host names (without port) a request's Host header may carry besides the loopback names and
+  // the bind address: a page of another site that a DNS name rebound to 127.0.0.1 cannot read the
+  // dashboard. Bound to a wildcard address (0.0.0.0, ::) with none given, any Host is served (the
+  // token then guards it).
+  std::vector<std::string> allowed_hosts;
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".

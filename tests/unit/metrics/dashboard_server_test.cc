@@ -99,12 +99,52 @@ TEST_F(DashboardServerTest, TokenIsRequiredBeyondLoopbackAndEnforced) {
   EXPECT_EQ(client.Get("/metrics")->status, 401);
   EXPECT_EQ(client.Get("/api/series", {{"Authorization", "Bearer wrong"}})->status, 401);
   EXPECT_EQ(client.Get("/metrics", {{"Authorization", "Bearer s3cret"}})->status, 200);
-  // Opening /?token=... sets a cookie that later requests carry.
-  auto login = client.Get("/?token=s3cret");
+  // A browser without the cookie is sent to the login form; the token in a URL is never taken
+  // (it would land in histories, logs and Referer headers), in the query of POST /login neither.
+  auto url_token = client.Get("/?token=s3cret");
+  ASSERT_TRUE(url_token);
+  EXPECT_EQ(url_token->status, 303);
+  EXPECT_EQ(url_token->get_header_value("Location"), "/login");
+  EXPECT_EQ(url_token->get_header_value("Set-Cookie"), "");
+  auto form = client.Get("/login");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 200);
+  EXPECT_NE(form->body.find("method=\"post\""), std::string::npos);
+  EXPECT_EQ(client.Post("/login?token=s3cret", "", "application/x-www-form-urlencoded")->status,
+            401);
+  EXPECT_EQ(client.Post("/login", "token=wrong", "application/x-www-form-urlencoded")->status, 401);
+  // POST /login with the token in the form body sets the cookie that later requests carry.
+  auto login = client.Post("/login", "token=s3cret", "application/x-www-form-urlencoded");
   ASSERT_TRUE(login);
-  EXPECT_EQ(login->status, 302);
-  EXPECT_NE(login->get_header_value("Set-Cookie").find("orrery_token=s3cret"), std::string::npos);
+  EXPECT_EQ(login->status, 303);
+  EXPECT_NE(login->get_header_value("Set-Cookie").find("orrery_token=s3cret; HttpOnly"),
+            std::string::npos);
   EXPECT_EQ(client.Get("/api/info", {{"Cookie", "a=b; orrery_token=s3cret"}})->status, 200);
+}
+
+// DNS rebinding: a page of another site whose name was rebound to 127.0.0.1 sends its own name
+// as Host. Only the loopback names, the bind address and --allow-host names are served.
+TEST_F(DashboardServerTest, OnlyKnownHostNamesAreServed) {
+  DashboardServerOptions options;
+  options.allowed_hosts = {"Dash.Example.org"};
+  auto server = DashboardServer::Start(store_.get(), nullptr, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  const std::string port = std::to_string((*server)->port());
+  for (const std::string& host :
+       std::vector<std::string>{"127.0.0.1:" + port, "localhost:" + port, "[::1]:" + port,
+                                "dash.example.org", "dash.example.org:" + port}) {
+    auto r = client.Get("/api/info", {{"Host", host}});
+    ASSERT_TRUE(r) << host;
+    EXPECT_EQ(r->status, 200) << host;
+  }
+  for (const std::string& host :
+       std::vector<std::string>{"evil.example:" + port, "127.0.0.1.evil.example", ""}) {
+    auto r = client.Get("/api/info", {{"Host", host}});
+    ASSERT_TRUE(r) << host;
+    EXPECT_EQ(r->status, 421) << host;
+    EXPECT_NE(r->body.find("--allow-host"), std::string::npos) << r->body;
+  }
 }
 
 TEST(DashboardServerPortTest, BusyPortIsAnError) {
