@@ -18,6 +18,7 @@ if(NOT ORRERY_GPU_ONLY)
   find_package(Gloo REQUIRED)
   find_package(prometheus-cpp REQUIRED)
   pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # ABI flags: pitfall 3
+  find_package(OpenSSL REQUIRED)  # cpp-httplib's HTTPS (libssl-dev, a dependency of its -dev)
   pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
 endif()
 

@@ -56,10 +56,15 @@ StatusOr<DashboardServerOptions> HttpOptions(const CliArgs& args, const std::str
     }
     http.allowed_hosts.push_back(h);
   }
-  if (!IsLoopbackHost(http.host) && http.token.empty()) {
-    return InvalidArgumentError(
-        "--bind " + http.host +
-        ": serving beyond loopback needs --token-file FILE (a bearer token)");
+  http.tls_cert_file = args.Get("tls-cert");
+  http.tls_key_file = args.Get("tls-key");
+  if (http.tls_cert_file.empty() != http.tls_key_file.empty()) {
+    return InvalidArgumentError("--tls-cert and --tls-key: give both (PEM files) or neither");
+  }
+  if (!IsLoopbackHost(http.host) && (http.token.empty() || http.tls_cert_file.empty())) {
+    return InvalidArgumentError("--bind " + http.host +
+                                ": serving beyond loopback needs --token-file FILE (a bearer "
+                                "token) and --tls-cert FILE --tls-key FILE (HTTPS)");
   }
   return http;
 }
@@ -75,10 +80,13 @@ std::string RunTitle(const std::string& run_dir) {
 std::vector<CliOption> HttpCliOptions() {
   return {
       {"--port", "HTTP port (0: any free port; the address is printed)", CliKind::kInt, false, "0"},
-      {"--bind", "address to listen on; anything but loopback needs --token-file", CliKind::kString,
-       false, "127.0.0.1"},
+      {"--bind", "address to listen on; anything but loopback needs --token-file and TLS",
+       CliKind::kString, false, "127.0.0.1"},
       {"--token-file", "file holding the bearer token clients must send", CliKind::kString, false,
        ""},
+      {"--tls-cert", "PEM certificate: serve HTTPS (needed beyond loopback)", CliKind::kString,
+       false, ""},
+      {"--tls-key", "PEM private key of --tls-cert", CliKind::kString, false, ""},
       {"--allow-host",
        "a Host name clients reach the dashboard by, besides loopback and --bind (repeatable)",
        CliKind::kStringList, false, ""},

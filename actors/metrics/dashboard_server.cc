@@ -118,12 +118,33 @@ StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
     return InvalidArgumentError("binding the dashboard to " + options.host +
                                 " needs a bearer token (--token-file FILE)");
   }
+  const bool tls = !options.tls_cert_file.empty() || !options.tls_key_file.empty();
+  if (tls && (options.tls_cert_file.empty() || options.tls_key_file.empty())) {
+    return InvalidArgumentError("dashboard TLS needs both --tls-cert FILE and --tls-key FILE");
+  }
+  if (!IsLoopbackHost(options.host) && !tls) {
+    return InvalidArgumentError("binding the dashboard to " + options.host +
+                                " needs TLS (--tls-cert FILE --tls-key FILE): beyond loopback the "
+                                "token and the charts would cross the network in the clear");
+  }
   if (options.port < 0 || options.port > 65535) {
     return InvalidArgumentError("dashboard port " + std::to_string(options.port) +
                                 ": expected 0..65535");
   }
   std::unique_ptr<DashboardServer> self(new DashboardServer());
-  self->server_ = std::make_unique<httplib::Server>();
+  if (tls) {
+    auto ssl = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
+                                                    options.tls_key_file.c_str());
+    if (!ssl->is_valid()) {
+      return InvalidArgumentError("dashboard TLS: cannot load the certificate " +
+                                  options.tls_cert_file + " with the key " + options.tls_key_file +
+                                  " (PEM files, the key matching the certificate)");
+    }
+    self->server_ = std::move(ssl);
+  } else {
+    self->server_ = std::make_unique<httplib::Server>();
+  }
+  self->tls_ = tls;
   self->host_ = options.host;
   httplib::Server& svr = *self->server_;
   // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which would let a second
@@ -321,7 +342,7 @@ StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
 
 std::string DashboardServer::url() const {
   const std::string host = host_.find(':') != std::string::npos ? "[" + host_ + "]" : host_;
-  return "http://" + host + ":" + std::to_string(port_) + "/";
+  return (tls_ ? "https://" : "http://") + host + ":" + std::to_string(port_) + "/";
 }
 
 void DashboardServer::Stop() {

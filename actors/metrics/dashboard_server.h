@@ -41,6 +41,11 @@ struct DashboardServerOptions {
   // dashboard. Bound to a wildcard address (0.0.0.0, ::) with none given, any Host is served (the
   // token then guards it).
   std::vector<std::string> allowed_hosts;
+  // PEM certificate (chain) and private key: both or neither. With them the server speaks HTTPS
+  // only; without them it is refused beyond loopback, where the token and every chart would cross
+  // the network in the clear.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".
@@ -56,7 +61,7 @@ class DashboardServer {
   ~DashboardServer();  // stops
 
   int port() const { return port_; }
-  // http://HOST:PORT/
+  // http://HOST:PORT/ (https:// with TLS)
   std::string url() const;
   void Stop();
 
@@ -66,6 +71,7 @@ class DashboardServer {
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::string host_;
+  bool tls_ = false;
   int port_ = 0;
 };
 

@@ -85,4 +85,14 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
   [ ! -e "$tmp/gpu_run" ] || fail "gpu pretrain without a gpu made its run directory"
 fi
 
+# The dashboard beyond loopback: a token and TLS, each missing one a clear line before binding.
+echo "s3cret" > "$tmp/token"
+expect_one_line "dashboard beyond loopback without TLS" \
+  "^orrery: --bind 0.0.0.0: serving beyond loopback needs --token-file FILE .* --tls-cert FILE --tls-key FILE" \
+  "$orrery" dashboard --run "$src/tests/fixtures/metrics_run" --bind 0.0.0.0 --token-file "$tmp/token"
+expect_one_line "dashboard with half a TLS pair" "^orrery: --tls-cert and --tls-key: give both" \
+  "$orrery" dashboard --run "$src/tests/fixtures/metrics_run" --tls-cert "$tmp/token"
+expect_one_line "dashboard with a bad --allow-host" "^orrery: --allow-host 'a b': expected a host name" \
+  "$orrery" dashboard --run "$src/tests/fixtures/metrics_run" --allow-host "a b"
+
 echo "cli_test: all checks passed"

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -145,6 +149,78 @@ TEST_F(DashboardServerTest, OnlyKnownHostNamesAreServed) {
     EXPECT_EQ(r->status, 421) << host;
     EXPECT_NE(r->body.find("--allow-host"), std::string::npos) << r->body;
   }
+}
+
+// A self-signed P-256 certificate for 127.0.0.1, valid for an hour, written as PEM files.
+void WriteSelfSignedCertificate(const std::string& cert_path, const std::string& key_path) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  ASSERT_NE(key, nullptr);
+  X509* x = X509_new();
+  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+  X509_gmtime_adj(X509_getm_notBefore(x), 0);
+  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+  X509_set_pubkey(x, key);
+  X509_NAME* name = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("127.0.0.1"), -1, -1, 0);
+  X509_set_issuer_name(x, name);
+  ASSERT_GT(X509_sign(x, key, EVP_sha256()), 0);
+  FILE* c = std::fopen(cert_path.c_str(), "w");
+  FILE* k = std::fopen(key_path.c_str(), "w");
+  ASSERT_TRUE(c != nullptr && k != nullptr);
+  EXPECT_EQ(PEM_write_X509(c, x), 1);
+  EXPECT_EQ(PEM_write_PrivateKey(k, key, nullptr, nullptr, 0, nullptr, nullptr), 1);
+  std::fclose(c);
+  std::fclose(k);
+  X509_free(x);
+  EVP_PKEY_free(key);
+}
+
+// Beyond loopback the dashboard needs TLS as well as the token; with a certificate it speaks
+// HTTPS only.
+TEST_F(DashboardServerTest, TlsIsRequiredBeyondLoopbackAndServed) {
+  DashboardServerOptions clear;
+  clear.host = "0.0.0.0";
+  clear.token = "s3cret";
+  auto refused = DashboardServer::Start(store_.get(), nullptr, clear);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("needs TLS (--tls-cert FILE --tls-key FILE)"),
+            std::string::npos)
+      << refused.status().message();
+
+  char dir[] = "/tmp/orrery-tls-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string cert = std::string(dir) + "/cert.pem", key = std::string(dir) + "/key.pem";
+  WriteSelfSignedCertificate(cert, key);
+  DashboardServerOptions half;
+  half.tls_cert_file = cert;
+  EXPECT_FALSE(DashboardServer::Start(store_.get(), nullptr, half).ok());
+  DashboardServerOptions swapped;
+  swapped.tls_cert_file = key;
+  swapped.tls_key_file = cert;
+  auto bad = DashboardServer::Start(store_.get(), nullptr, swapped);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cannot load the certificate"), std::string::npos);
+
+  DashboardServerOptions options;
+  options.tls_cert_file = cert;
+  options.tls_key_file = key;
+  options.token = "s3cret";
+  auto server = DashboardServer::Start(store_.get(), nullptr, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_EQ((*server)->url().compare(0, 8, "https://"), 0) << (*server)->url();
+  httplib::SSLClient https("127.0.0.1", (*server)->port());
+  https.enable_server_certificate_verification(false);  // self-signed, made above
+  auto info = https.Get("/api/info", {{"Authorization", "Bearer s3cret"}});
+  ASSERT_TRUE(info) << httplib::to_string(info.error());
+  EXPECT_EQ(info->status, 200);
+  httplib::Client plain("127.0.0.1", (*server)->port());
+  plain.set_read_timeout(2, 0);
+  auto cleartext = plain.Get("/api/info", {{"Authorization", "Bearer s3cret"}});
+  EXPECT_TRUE(!cleartext || cleartext->status != 200) << "the HTTPS port answered plain HTTP";
+  std::remove(cert.c_str());
+  std::remove(key.c_str());
+  rmdir(dir);
 }
 
 TEST(DashboardServerPortTest, BusyPortIsAnError) {
