@@ -135,12 +135,15 @@ bool SafeRelativePath(const std::string& p) {
 }
 
 // The range index k this process holds (see sandbox.h): the first lock file under `dir` it can
-// flock. The descriptor stays open (and the lock held) until the process exits.
+// flock. The descriptor stays open (and the lock held) until the process exits. A child forked
+// after the claim (its pid differs) claims a range of its own: the parent's lock, shared through
+// the inherited descriptor, is the parent's.
 StatusOr<uint32_t> ClaimUidRange(const std::string& dir, uint32_t ranges) {
   static std::mutex mu;
   static std::optional<uint32_t> claimed;
+  static pid_t claimed_by = 0;
   std::lock_guard<std::mutex> lock(mu);
-  if (claimed) return *claimed;
+  if (claimed && claimed_by == getpid()) return *claimed;
   std::error_code ec;
   fs::create_directories(dir, ec);
   for (uint32_t k = 0; k < ranges; ++k) {
@@ -149,6 +152,7 @@ StatusOr<uint32_t> ClaimUidRange(const std::string& dir, uint32_t ranges) {
     if (fd < 0) return ErrnoError("sandbox: open uid range lock " + path, errno);
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
       claimed = k;
+      claimed_by = getpid();
       return k;
     }
     close(fd);
