@@ -15,3 +15,9 @@ export ORRERY_ROOT="${ORRERY_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && p
 # allocation page-faults and zeroes fresh pages again (about 40% of the CPU model's time). Keep
 # freed memory in the heap (blocks up to 32 MB, no trimming below 4 GB) unless the caller chose.
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296}"
+# `orrery` on PATH: the default preset's binary (scripts/build.sh default, what demo.sh and
+# test.sh build), ahead of any other, unless it is there already.
+case ":$PATH:" in
+  *":$ORRERY_ROOT/build/bin:"*) ;;
+  *) export PATH="$ORRERY_ROOT/build/bin:$PATH" ;;
+esac

@@ -85,6 +85,13 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
   [ ! -e "$tmp/gpu_run" ] || fail "gpu pretrain without a gpu made its run directory"
 fi
 
+# `source scripts/env.sh` puts the default build's orrery on PATH (README, "Running one test").
+if [ "$(realpath "$orrery")" = "$(realpath "$src/build/bin/orrery" 2>/dev/null)" ]; then
+  found="$(env -i HOME="$HOME" PATH=/usr/bin:/bin bash -c "source '$src/scripts/env.sh'; command -v orrery")"
+  [ "$(realpath "$found" 2>/dev/null)" = "$(realpath "$orrery")" ] ||
+    fail "source scripts/env.sh does not put orrery on PATH (found '$found')"
+fi
+
 # The dashboard beyond loopback: a token and TLS, each missing one a clear line before binding.
 echo "s3cret" > "$tmp/token"
 expect_one_line "dashboard beyond loopback without TLS" \
