@@ -5,29 +5,33 @@
 #include <sys/wait.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
 
 namespace orrery::env {
 
-int KillChildrenOf(pid_t pid) {
+std::vector<pid_t> ChildrenOf(pid_t pid) {
+  std::vector<pid_t> out;
   const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
   DIR* dir = opendir(tasks.c_str());
-  if (dir == nullptr) return 0;
-  int killed = 0;
+  if (dir == nullptr) return out;
   while (const dirent* t = readdir(dir)) {
     if (t->d_name[0] == '.') continue;
     FILE* f = std::fopen((tasks + "/" + t->d_name + "/children").c_str(), "re");
     if (f == nullptr) continue;
     long child = 0;
     while (std::fscanf(f, "%ld", &child) == 1) {
-      if (child > 0 && kill(static_cast<pid_t>(child), SIGKILL) == 0) ++killed;
+      if (child > 0) out.push_back(static_cast<pid_t>(child));
     }
     std::fclose(f);
   }
   closedir(dir);
+  return out;
+}
+
+int KillChildrenOf(pid_t pid) {
+  int killed = 0;
+  for (const pid_t child : ChildrenOf(pid)) killed += kill(child, SIGKILL) == 0;
   return killed;
 }
 

@@ -1,6 +1,5 @@
 #include "env/sandbox/resource_watchdog.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -60,17 +59,7 @@ void AddProcess(int pid, Usage* usage, std::vector<int>* pending) {
       usage->cpu_seconds += static_cast<double>(ut + st + cut + cst) / kTick;
     }
   }
-  DIR* tasks = opendir((dir + "/task").c_str());
-  if (tasks == nullptr) return;
-  while (const dirent* t = readdir(tasks)) {
-    if (t->d_name[0] == '.') continue;
-    if (!ReadProcFile(dir + "/task/" + t->d_name + "/children", buf, sizeof buf)) continue;
-    char* save = nullptr;
-    for (char* tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(nullptr, " \n", &save)) {
-      pending->push_back(std::atoi(tok));
-    }
-  }
-  closedir(tasks);
+  for (const pid_t child : ChildrenOf(pid)) pending->push_back(child);
 }
 
 Usage TreeUsage(int root_pid) {
@@ -141,7 +130,7 @@ class Watchdog {
     if (s.cpu_seconds > 0 && u.cpu_seconds > s.cpu_seconds) over = TreeLimit::kCpu;
     if (over == TreeLimit::kNone) return;
     s.exceeded.store(over);
-    // The namespace init first (env/sandbox/bwrap_tree.h); bwrap then exits by itself. Only a
+    // The namespace's pid 1 first (env/sandbox/bwrap_tree.h); bwrap then exits by itself. Only a
     // bwrap with no child yet is killed here: the Run or the process that owns it reaps it.
     if (KillChildrenOf(s.root_pid) == 0) {
       kill(-s.root_pid, SIGKILL);
