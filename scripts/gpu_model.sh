@@ -5,6 +5,14 @@
 # anchors, and, when BIN_DIR holds orrery and DATA_DIR is given, `orrery pretrain` of
 # configs/pretrain/gpu.toml stopped part-way and resumed. Logs under $OUT (or ./gpu-model-out).
 #
+# The PyTorch reference (scripts/gpu_model_torch.py) runs where fla's package is in .fla/ (a copy
+# of fla-org/flash-linear-attention's `fla` folder, never committed): the check of the GPU model's
+# loss and gradients against it on the weights and batch gpu_model_dump writes (TORCH_CHECK,
+# NAME:TOKENS, default small:2048), and its training bench after each Orrery bench of MODEL_BENCH
+# (TORCH_BENCH=eager, compile, "eager compile" or "" for none). Triton's compilation and
+# autotuning cache goes to TRITON_CACHE_DIR (default $OUT/triton-cache), so a later call can
+# carry it back and skip minutes of fla compilation.
+#
 #   scripts/gpu_model.sh BIN_DIR [DATA_DIR]
 #
 # BIN_DIR is a directory of binaries built here with CUDA (build/tests, build/bin/orrery) and their
@@ -28,6 +36,12 @@ pylibs="$(python3 -c 'import glob, site; print(":".join(d for p in site.getsitep
   for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$pylibs"
 export NCCL_NVLS_ENABLE=0
+torch_ref=0
+if [[ -d .fla/fla ]]; then
+  torch_ref=1
+  export PYTHONPATH="$PWD/.fla:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1
+  export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$(cd "$out" && pwd)/triton-cache}"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 status=0
 run() {  # NAME TIMEOUT COMMAND...: logs to $out/NAME.log, a failure fails the script
@@ -62,6 +76,26 @@ if [[ -x "$bin/gpu_model_bench" ]]; then
     IFS=: read -r name seq rows mode <<< "$spec"
     run "model_bench_${name}_${seq}x${rows}${mode:+_$mode}" "${BENCH_TIMEOUT:-200}" \
       "$bin/gpu_model_bench" "configs/model/$name.toml" "$seq" "$rows" 5 bf16 "${mode:-keep}"
+    if [[ $torch_ref == 1 ]]; then
+      for variant in ${TORCH_BENCH-eager}; do
+        flags=()
+        [[ $variant == compile ]] && flags+=(--compile)
+        [[ $mode == recompute ]] && flags+=(--recompute)
+        run "torch_bench_${name}_${seq}x${rows}${mode:+_$mode}_$variant" \
+          "${TORCH_BENCH_TIMEOUT:-420}" python3 scripts/gpu_model_torch.py bench \
+          "configs/model/$name.toml" "$seq" "$rows" "${flags[@]}"
+      done
+    fi
+  done
+fi
+if [[ $torch_ref == 1 && -x "$bin/gpu_model_dump" ]]; then
+  for spec in ${TORCH_CHECK-small:2048}; do
+    IFS=: read -r name tokens <<< "$spec"
+    dump="$(mktemp -d)"
+    run "model_dump_$name" 300 "$bin/gpu_model_dump" "configs/model/$name.toml" "$dump" "$tokens"
+    run "torch_check_$name" "${TORCH_CHECK_TIMEOUT:-480}" python3 scripts/gpu_model_torch.py check \
+      "configs/model/$name.toml" "$dump" --verbose
+    rm -rf "$dump"
   done
 fi
 if [[ -x "$bin/orrery" && -n "$data" ]]; then
