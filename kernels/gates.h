@@ -3,6 +3,8 @@
 //   Sigmoid      y = sigmoid(x)       (the MoE router's scores, spec §5.1)
 //   AddInto      y += alpha * x       (gradient accumulation into f32, residual sums)
 //   CastInto     y = x in y's dtype   (f32 <-> bf16: compute copies, f32 gradients of bf16 tensors)
+//   AddRowBias   y[r, :] += b         (the bias of the KDA low-rank output gate, spec §2.1 step 8)
+//   RowBiasGrad  db += sum_r dy[r, :] (its gradient)
 //
 // The templates are the plain CPU reference (the CUDA kernels' twin); the Tensor-level forms
 // dispatch by device.
@@ -31,6 +33,12 @@ void AddScaled(const X* x, float alpha, int64_t n, Y* y);
 // ways and to themselves.
 template <typename X, typename Y>
 void Convert(const X* x, int64_t n, Y* y);
+// y [rows, cols] += b [cols] per row; db [cols] += the column sums of dy [rows, cols] (summed in
+// T's precision, row by row). Instantiated for float and double.
+template <typename T>
+void AddRowBiasForward(const T* b, int64_t rows, int64_t cols, T* y);
+template <typename T>
+void RowBiasBackward(const T* dy, int64_t rows, int64_t cols, T* db);
 
 // Tensor-level forms. Unless said otherwise: tensors of one shape on one device, f32 or f64 on
 // cpu, bf16 or f32 on cuda, arithmetic in f32 (f64 for f64); outputs allocated when undefined.
@@ -45,5 +53,10 @@ Status Sigmoid(const Tensor& x, Tensor* y);
 Status AddInto(const Tensor& x, float alpha, Tensor* y);
 // y (defined) = x converted: f32 or bf16 to f32 or bf16, one shape, on cpu or cuda.
 Status CastInto(const Tensor& x, Tensor* y);
+// y (defined, 2-D [rows, cols]) += b [cols] in every row; b of y's dtype.
+Status AddRowBias(const Tensor& b, Tensor* y);
+// db (defined, [cols]) += the column sums of dy [rows, cols]: dy of db's dtype, or a bf16 dy into
+// an f32 db on cuda (the sums in f32).
+Status RowBiasGrad(const Tensor& dy, Tensor* db);
 
 }  // namespace orrery::kernels

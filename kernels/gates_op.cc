@@ -1,5 +1,5 @@
-// SigmoidGate, Sigmoid, AddInto, CastInto: checks, then the CPU templates (kernels/cpu/gates.cc)
-// or CUDA.
+// SigmoidGate, Sigmoid, AddInto, CastInto, AddRowBias, RowBiasGrad: checks, then the CPU templates
+// (kernels/cpu/gates.cc) or CUDA.
 #include <string>
 
 #include "core/half.h"
@@ -148,6 +148,67 @@ Status AddInto(const Tensor& x, float alpha, Tensor* y) {
   return cuda::AddIntoCuda(x, alpha, y);
 #else
   return NoCuda(kOp, x);
+#endif
+}
+
+Status AddRowBias(const Tensor& b, Tensor* y) {
+  PhaseScope phase("op.add_row_bias");
+  constexpr const char* kOp = "add_row_bias";
+  if (y == nullptr || !y->defined()) return InvalidArgumentError("add_row_bias: y is undefined");
+  ORRERY_RETURN_IF_ERROR(CheckX(kOp, *y));
+  if (y->ndim() != 2 || !b.defined() || b.ndim() != 1 || b.dim(0) != y->dim(1) ||
+      b.dtype() != y->dtype() || !(b.device() == y->device())) {
+    return InvalidArgumentError(std::string(kOp) + ": y " + y->ToString() + ", b " +
+                                (b.defined() ? b.ToString() : "undefined") +
+                                ", expected y [rows, cols] and b [cols] of y's dtype and device");
+  }
+  if (y->numel() == 0) return Status::OK();
+  if (y->device().is_cpu()) {
+    if (y->dtype() == DType::kF32) {
+      AddRowBiasForward<float>(b.data<float>(), y->dim(0), y->dim(1), y->data<float>());
+    } else {
+      AddRowBiasForward<double>(b.data<double>(), y->dim(0), y->dim(1), y->data<double>());
+    }
+    return Status::OK();
+  }
+#if defined(ORRERY_KERNELS_CUDA)
+  return cuda::AddRowBiasCuda(b, y);
+#else
+  return NoCuda(kOp, *y);
+#endif
+}
+
+Status RowBiasGrad(const Tensor& dy, Tensor* db) {
+  PhaseScope phase("op.row_bias_grad");
+  constexpr const char* kOp = "row_bias_grad";
+  ORRERY_RETURN_IF_ERROR(CheckX(kOp, dy));
+  const bool cpu = dy.device().is_cpu();
+  const bool dtype_ok = db != nullptr && db->defined() &&
+                        (db->dtype() == dy.dtype() || (!cpu && db->dtype() == DType::kF32));
+  if (dy.ndim() != 2 || !dtype_ok || db->ndim() != 1 || db->dim(0) != dy.dim(1) ||
+      !(db->device() == dy.device())) {
+    return InvalidArgumentError(
+        std::string(kOp) + ": dy " + dy.ToString() + ", db " +
+        (db != nullptr && db->defined() ? db->ToString() : "undefined") +
+        ", expected dy [rows, cols] and db [cols] of dy's dtype (or f32 for bf16 on cuda)");
+  }
+  if (dy.numel() == 0) return Status::OK();
+  if (cpu) {
+    if (dy.dtype() == DType::kF32) {
+      RowBiasBackward<float>(dy.data<float>(), dy.dim(0), dy.dim(1), db->data<float>());
+    } else {
+      RowBiasBackward<double>(dy.data<double>(), dy.dim(0), dy.dim(1), db->data<double>());
+    }
+    return Status::OK();
+  }
+#if defined(ORRERY_KERNELS_CUDA)
+  if (db->dtype() != DType::kF32) {
+    return InvalidArgumentError(std::string(kOp) + ": db " + db->ToString() +
+                                ", expected f32 on cuda");
+  }
+  return cuda::RowBiasGradCuda(dy, db);
+#else
+  return NoCuda(kOp, dy);
 #endif
 }
 

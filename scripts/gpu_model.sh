@@ -67,6 +67,7 @@ if [[ -n "${GPU_TESTS-all}" ]]; then
     [[ -x "$bin/$b" ]] && run "$b" "${BENCH_TIMEOUT:-200}" "$bin/$b"
   done
   [[ -x "$bin/ops_gpu_bench" ]] && run ops_torch 200 python3 scripts/gpu_ops_torch.py
+  [[ -x "$bin/attention_gpu_bench" ]] && run attention_torch 200 python3 scripts/gpu_attention_torch.py
 fi
 # Whole-model training throughput (tokens/s, MFU, peak memory): small at 8 x 4K and 1 x 32K,
 # bench-1b at 4 x 4K. MODEL_BENCH="" skips them.

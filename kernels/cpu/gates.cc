@@ -1,5 +1,7 @@
 #include "kernels/gates.h"
 
+#include <algorithm>
+
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/fast_math.h"
@@ -70,7 +72,26 @@ void Convert(const X* x, int64_t n, Y* y) {
   });
 }
 
+template <typename T>
+void AddRowBiasForward(const T* b, int64_t rows, int64_t cols, T* y) {
+  ThreadPool::Default().ParallelFor(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)),
+                                    [&](int64_t begin, int64_t end) {
+                                      for (int64_t r = begin; r < end; ++r) {
+                                        for (int64_t c = 0; c < cols; ++c) y[r * cols + c] += b[c];
+                                      }
+                                    });
+}
+
+template <typename T>
+void RowBiasBackward(const T* dy, int64_t rows, int64_t cols, T* db) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) db[c] += dy[r * cols + c];
+  }
+}
+
 #define ORRERY_INSTANTIATE(T)                                                          \
+  template void AddRowBiasForward<T>(const T*, int64_t, int64_t, T*);                  \
+  template void RowBiasBackward<T>(const T*, int64_t, int64_t, T*);                    \
   template void SigmoidGateForward<T>(const T*, const T*, int64_t, T*);                \
   template void SigmoidGateBackward<T>(const T*, const T*, const T*, int64_t, T*, T*); \
   template void SigmoidForward<T>(const T*, int64_t, T*);                              \

@@ -59,6 +59,40 @@ __global__ void CastKernel(const X* __restrict__ x, int64_t n, Y* __restrict__ y
   }
 }
 
+template <typename T>
+__global__ void AddRowBiasKernel(const T* __restrict__ b, int64_t n, int64_t cols,
+                                 T* __restrict__ y) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    y[i] = FromF<T>(ToF(y[i]) + ToF(b[i % cols]));
+  }
+}
+
+// Column sums: a block of 32 x 8 threads owns 32 adjacent columns (coalesced rows of dy) and a
+// stride of rows; the 8 partial sums meet in shared memory and one atomicAdd per column lands in
+// db (f32), so the result's summation order depends on the grid (not bit-reproducible run to run).
+constexpr int kBiasCols = 32, kBiasRows = 8;
+
+template <typename T>
+__global__ void RowBiasGradKernel(const T* __restrict__ dy, int64_t rows, int64_t cols,
+                                  float* __restrict__ db) {
+  __shared__ float part[kBiasRows][kBiasCols];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kBiasCols + threadIdx.x;
+  float sum = 0.0f;
+  if (col < cols) {
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * kBiasRows + threadIdx.y; r < rows;
+         r += static_cast<int64_t>(gridDim.y) * kBiasRows) {
+      sum += ToF(dy[r * cols + col]);
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    for (int i = 1; i < kBiasRows; ++i) sum += part[i][threadIdx.x];
+    atomicAdd(&db[col], sum);
+  }
+}
+
 using bf16 = __nv_bfloat16;
 
 template <typename T>
@@ -146,6 +180,37 @@ Status CastIntoCuda(const Tensor& x, Tensor* y) {
     return to_f32 ? LaunchCast<float, float>(x, y, s) : LaunchCast<float, bf16>(x, y, s);
   }
   return to_f32 ? LaunchCast<bf16, float>(x, y, s) : LaunchCast<bf16, bf16>(x, y, s);
+}
+
+Status AddRowBiasCuda(const Tensor& b, Tensor* y) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(y->device().index));
+  const int64_t n = y->numel(), cols = y->dim(1);
+  const unsigned grid = GridFor(n, kThreads);
+  if (y->dtype() == DType::kBF16) {
+    AddRowBiasKernel<bf16>
+        <<<grid, kThreads, 0, ctx->stream()>>>(In<bf16>(b), n, cols, Out<bf16>(y));
+  } else {
+    AddRowBiasKernel<float>
+        <<<grid, kThreads, 0, ctx->stream()>>>(In<float>(b), n, cols, Out<float>(y));
+  }
+  return LastLaunchStatus("AddRowBiasKernel");
+}
+
+Status RowBiasGradCuda(const Tensor& dy, Tensor* db) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(dy.device().index));
+  const int64_t rows = dy.dim(0), cols = dy.dim(1);
+  const dim3 block(kBiasCols, kBiasRows);
+  const int64_t row_blocks = std::min<int64_t>((rows + kBiasRows - 1) / kBiasRows, 256);
+  const dim3 grid(static_cast<unsigned>((cols + kBiasCols - 1) / kBiasCols),
+                  static_cast<unsigned>(std::max<int64_t>(row_blocks, 1)));
+  if (dy.dtype() == DType::kBF16) {
+    RowBiasGradKernel<bf16>
+        <<<grid, block, 0, ctx->stream()>>>(In<bf16>(dy), rows, cols, Out<float>(db));
+  } else {
+    RowBiasGradKernel<float>
+        <<<grid, block, 0, ctx->stream()>>>(In<float>(dy), rows, cols, Out<float>(db));
+  }
+  return LastLaunchStatus("RowBiasGradKernel");
 }
 
 }  // namespace orrery::kernels::cuda

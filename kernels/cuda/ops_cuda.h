@@ -112,6 +112,9 @@ Status SigmoidCuda(const Tensor& x, Tensor* y);
 Status AddIntoCuda(const Tensor& x, float alpha, Tensor* y);
 // y = x converted (f32 / bf16 either way; the same dtype copies).
 Status CastIntoCuda(const Tensor& x, Tensor* y);
+// y [rows, cols] += b per row (b of y's dtype); db f32 [cols] += column sums of dy (bf16 or f32).
+Status AddRowBiasCuda(const Tensor& b, Tensor* y);
+Status RowBiasGradCuda(const Tensor& dy, Tensor* db);
 
 // The paged latent cache of MLA decode (kernels/mla_decode.h), bf16 or f32, checked by the caller:
 // the latents' rows copied into their slots; the absorbed decode with `splits` splits of each

@@ -2,7 +2,7 @@
 // q/k/v projections, short conv + SiLU per document, decay logits through the rank-r pair, beta
 // logits, the chunked core (its input transforms apply the q/k L2 norm, the beta sigmoid and the
 // gate, and it keeps its chunk intermediates for the backward), the per-head output RMSNorm, the
-// sigmoid output gate and W_o.
+// sigmoid output gate (full rank, or K3's alternative D -> r -> H*V with a bias) and W_o.
 #include "kernels/gates.h"
 #include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
@@ -13,24 +13,25 @@
 namespace orrery::model::gpu {
 
 Status GpuKda::Init(const WeightTable& t, const ModelConfig& c, const std::string& p) {
-  if (c.kda.output_gate_rank > 0) {
-    return UnimplementedError(
-        "gpu model: [model.kda] output_gate_rank > 0 (the low-rank output gate with a bias) has no "
-        "GPU path yet; use output_gate_rank = 0 (K3's full-rank gate)");
-  }
   c_ = &c;
   h_ = c.kda.heads;
   kd_ = c.kda.head_k_dim;
   vd_ = c.kda.head_v_dim;
   const std::pair<Weight*, const char*> names[] = {
-      {&wq_, ".wq"},           {&wk_, ".wk"},     {&wv_, ".wv"},
-      {&cq_, ".conv_q"},       {&ck_, ".conv_k"}, {&cv_, ".conv_v"},
-      {&fa_, ".f_a"},          {&fb_, ".f_b"},    {&a_log_, ".A_log"},
-      {&dt_bias_, ".dt_bias"}, {&wb_, ".w_beta"}, {&onorm_, ".o_norm"},
-      {&wg_, ".wg"},           {&wo_, ".wo"}};
+      {&wq_, ".wq"},       {&wk_, ".wk"},           {&wv_, ".wv"},     {&cq_, ".conv_q"},
+      {&ck_, ".conv_k"},   {&cv_, ".conv_v"},       {&fa_, ".f_a"},    {&fb_, ".f_b"},
+      {&a_log_, ".A_log"}, {&dt_bias_, ".dt_bias"}, {&wb_, ".w_beta"}, {&onorm_, ".o_norm"},
+      {&wo_, ".wo"}};
   for (const auto& [w, name] : names) {
     ORRERY_ASSIGN_OR_RETURN(*w, t.Get(p + name));
   }
+  if (c.kda.output_gate_rank > 0) {  // D -> r -> H*V with a bias (Kimi Linear)
+    ORRERY_ASSIGN_OR_RETURN(wga_, t.Get(p + ".wg_a"));
+    ORRERY_ASSIGN_OR_RETURN(wgb_, t.Get(p + ".wg_b"));
+    ORRERY_ASSIGN_OR_RETURN(wgb_bias_, t.Get(p + ".wg_b_bias"));
+    return Status::OK();
+  }
+  ORRERY_ASSIGN_OR_RETURN(wg_, t.Get(p + ".wg"));
   return Status::OK();
 }
 
@@ -92,7 +93,13 @@ Status GpuKda::Output(const Tensor& x, int64_t n, Cache* c, Tensor* y) const {
   ORRERY_RETURN_IF_ERROR(
       kernels::RmsNorm(c->o, onorm_.compute, c_->rms_norm_eps, &c->on, &c->o_rstd));
   ORRERY_ASSIGN_OR_RETURN(c->on, c->on.Reshape({n, h_ * vd_}));
-  ORRERY_RETURN_IF_ERROR(Linear(x, wg_, &c->gate));
+  if (c_->kda.output_gate_rank > 0) {
+    ORRERY_RETURN_IF_ERROR(Linear(x, wga_, &c->gate_low));
+    ORRERY_RETURN_IF_ERROR(Linear(c->gate_low, wgb_, &c->gate));
+    ORRERY_RETURN_IF_ERROR(kernels::AddRowBias(wgb_bias_.compute, &c->gate));
+  } else {
+    ORRERY_RETURN_IF_ERROR(Linear(x, wg_, &c->gate));
+  }
   ORRERY_RETURN_IF_ERROR(kernels::SigmoidGate(c->on, c->gate, &c->og));
   return Linear(c->og, wo_, y);
 }
@@ -155,7 +162,14 @@ Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Te
   Tensor dog, don, dgate;
   ORRERY_RETURN_IF_ERROR(LinearGradChain(c.og, wo_, dy, &dog));
   ORRERY_RETURN_IF_ERROR(kernels::SigmoidGateGrad(c.on, c.gate, dog, &don, &dgate));
-  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wg_, dgate, dx));
+  if (c_->kda.output_gate_rank > 0) {
+    Tensor bias_grad = wgb_bias_.grad, dlow;
+    ORRERY_RETURN_IF_ERROR(kernels::RowBiasGrad(dgate, &bias_grad));
+    ORRERY_RETURN_IF_ERROR(LinearGradChain(c.gate_low, wgb_, dgate, &dlow));
+    ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wga_, dlow, dx));
+  } else {
+    ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wg_, dgate, dx));
+  }
   Tensor d_o;
   ORRERY_ASSIGN_OR_RETURN(Tensor don_rows, don.Reshape({s.n * h_, vd_}));
   Tensor onorm_grad = onorm_.grad;

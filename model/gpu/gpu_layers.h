@@ -134,7 +134,7 @@ class GpuKda {
  public:
   Status Init(const WeightTable& t, const ModelConfig& c, const std::string& prefix);
   struct Cache {
-    Tensor x, qh, kh, vh, qc, kc, v, fa, z, bl, o, on, o_rstd, gate, og;
+    Tensor x, qh, kh, vh, qc, kc, v, fa, z, bl, o, on, o_rstd, gate_low, gate, og;
     std::shared_ptr<const kernels::KdaSaved> saved;
   };
   Status Forward(const Tensor& x, const Sequences& s, bool training, Tensor* y, Cache* c) const;
@@ -151,6 +151,7 @@ class GpuKda {
   const ModelConfig* c_ = nullptr;
   int64_t h_ = 0, kd_ = 0, vd_ = 0;
   Weight wq_, wk_, wv_, cq_, ck_, cv_, fa_, fb_, a_log_, dt_bias_, wb_, onorm_, wg_, wo_;
+  Weight wga_, wgb_, wgb_bias_;  // output_gate_rank > 0 instead of wg_
 };
 
 // ---- gated MLA without positions (spec §3), attention through kernels::CausalAttention ----

@@ -26,8 +26,10 @@
 
 namespace orrery::model::gpu_check {
 
-inline StatusOr<ModelConfig> EveryLayerKind() {
-  const std::string text = R"(
+// output_gate_rank > 0: the KDA layers' low-rank output gate with a bias (Kimi Linear's form)
+// instead of the full-rank one.
+inline StatusOr<ModelConfig> EveryLayerKind(int64_t output_gate_rank = 0) {
+  std::string text = R"(
 [model]
 vocab_size = 131
 hidden_size = 64
@@ -58,6 +60,11 @@ latent_dim = 32
 [model.attn_res]
 block_size = 2
 )";
+  if (output_gate_rank > 0) {
+    const std::string key = "[model.kda]\n";
+    text.insert(text.find(key) + key.size(),
+                "output_gate_rank = " + std::to_string(output_gate_rank) + "\n");
+  }
   ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseString(text, "every.toml"));
   ConfigTable root = doc.root();
   StatusOr<ModelConfig> c = ReadModelConfig(root);
@@ -105,8 +112,9 @@ inline GpuBatch RandomBatch(uint64_t seed) {
   return b;
 }
 
-inline void CompareWithHost(Device device, DType compute, double loss_tol, double grad_tol) {
-  StatusOr<ModelConfig> config = EveryLayerKind();
+inline void CompareWithHost(Device device, DType compute, double loss_tol, double grad_tol,
+                            int64_t output_gate_rank = 0) {
+  StatusOr<ModelConfig> config = EveryLayerKind(output_gate_rank);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   auto host = Model::Create(*config, 23, DType::kF32);
   ASSERT_TRUE(host.ok());

@@ -53,6 +53,13 @@ TEST(GpuModelTest, Bf16ModeMatchesHostModel) {
   CompareWithHost(Device::Cuda(0), DType::kBF16, 1e-2, 5e-2);
 }
 
+// The KDA layers' low-rank output gate with a bias (D -> 8 -> H*V), at the tolerances above.
+TEST(GpuModelTest, LowRankOutputGateMatchesHostModel) {
+  SKIP_WITHOUT_GPU();
+  CompareWithHost(Device::Cuda(0), DType::kF32, 1e-4, 1e-3, 8);
+  CompareWithHost(Device::Cuda(0), DType::kBF16, 1e-2, 5e-2, 8);
+}
+
 // The GPU trainer: AdamW on the device over GpuTrainable's parameters lowers the loss of a
 // repeated batch, and the trained masters load into the host model, which then computes the same
 // loss (the checkpoint path: host names, host shapes).

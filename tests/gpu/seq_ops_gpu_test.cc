@@ -277,6 +277,31 @@ TEST_P(GatesGpuTest, AddIntoMatchesCpuTwin) {
 
 INSTANTIATE_TEST_SUITE_P(All, GatesGpuTest, ::testing::Values(DType::kBF16, DType::kF32));
 
+// The bias of the low-rank output gate: y += b per row (bf16 or f32), db (f32) += column sums of
+// dy, on 1000 x 300 (neither a multiple of the kernel's 32-column, 8-row tiles) against the CPU
+// twin in f64. The sums over 1000 rows in f32 err ~1e-6 relative; bf16 inputs are rounded before
+// both sides see them, so only the output rounding of y (bf16: TolFor) differs.
+TEST_P(GatesGpuTest, RowBiasAndItsGradientMatchCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  const DType dt = GetParam();
+  constexpr int64_t kRows = 1000, kCols = 300;
+  PhiloxGenerator rng(820, 0);
+  const Tensor y0 = Round(RandomNormal({kRows, kCols}, DType::kF64, rng), dt);
+  const Tensor b = Round(RandomNormal({kCols}, DType::kF64, rng), dt);
+  const Tensor dy = Round(RandomNormal({kRows, kCols}, DType::kF64, rng), dt);
+  const Tensor db0 = Round(RandomNormal({kCols}, DType::kF64, rng), DType::kF32);
+  Tensor y_ref = y0.Clone(), db_ref = db0.Clone();  // Round gives f64: the twin in f64
+  ASSERT_TRUE(AddRowBias(b, &y_ref).ok());
+  ASSERT_TRUE(RowBiasGrad(dy, &db_ref).ok());
+  Tensor y = ToGpu(y0, dt), db = ToGpu(db0, DType::kF32);
+  Status st = AddRowBias(ToGpu(b, dt), &y);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectClose(y, y_ref, TolFor(dt), "add_row_bias y");
+  st = RowBiasGrad(ToGpu(dy, dt), &db);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectClose(db, db_ref, kF32Tol, "row_bias_grad db");
+}
+
 TEST(CastIntoGpuTest, AllPairsMatchCpuBitForBit) {
   SKIP_WITHOUT_GPU();
   PhiloxGenerator rng(820, 0);

@@ -20,6 +20,12 @@ TEST(GpuModelCpuTest, OrchestrationOnCpuTwinsMatchesHostModel) {
   gpu_check::CompareWithHost(Device::Cpu(), DType::kF32, 1e-5, 1e-4);
 }
 
+// The same check with the KDA layers' low-rank output gate (D -> 8 -> H*V plus a bias): before
+// this path existed GpuModel::FromHost refused the config.
+TEST(GpuModelCpuTest, LowRankOutputGateMatchesHostModel) {
+  gpu_check::CompareWithHost(Device::Cpu(), DType::kF32, 1e-5, 1e-4, 8);
+}
+
 // Recomputing each layer in the backward (with the forward's routing) runs the same ops on the
 // same inputs: on the CPU twins the gradients are bit-identical to keeping the activations.
 TEST(GpuModelCpuTest, RecomputedLayersGiveTheSameGradients) {
