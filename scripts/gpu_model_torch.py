@@ -468,7 +468,14 @@ def kda_layer(c, W, p, x, seq, core):
 
 
 def causal_attention(q, k, v, seq, scale):
-    """q, k [n, H, Dqk], v [n, H, Dv] -> [n, H, Dv], causal within each document."""
+    """q, k [n, H, Dqk], v [n, H, Dv] -> [n, H, Dv], causal within each document. The backend
+    choice is made here, not around the step: a layer recomputed in the backward (--recompute)
+    must pick the same backend as its forward did."""
+    with sdpa_backends():
+        return causal_attention_any(q, k, v, seq, scale)
+
+
+def causal_attention_any(q, k, v, seq, scale):
     n, h = q.shape[0], q.shape[1]
     if seq.equal:
         def heads(t):
@@ -770,7 +777,7 @@ def bench(args):
     def step():
         opt.zero_grad(set_to_none=True)
         scores = {}
-        with sdpa_backends(), torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model_loss(c, W, tokens, targets, seq, "fla", None, scores, args.recompute)
         (loss / n).backward()
         quantile_balancing(c, W, scores)

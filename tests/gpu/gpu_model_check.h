@@ -146,7 +146,14 @@ inline void CompareWithHost(Device device, DType compute, double loss_tol, doubl
       worst = err;
       worst_name = p.name;
     }
-    EXPECT_LT(err, grad_tol) << p.name;
+    // bf16: A_log's gradient is one number per head, the sum over every token and channel of
+    // dg dg/dA, whose terms cancel; its relative error is that of a cancelling sum of rounded
+    // terms, not of one value. Against an fp64 oracle on `small`, PyTorch autocast with fla errs
+    // 5.1e-2 there and Orrery 2.9e-2 (scripts/gpu_model_torch.py check, docs/benchmarks.md
+    // session 15), so it is held to 1e-1. In f32 it keeps grad_tol, which catches a wrong formula.
+    const bool cancelling_sum =
+        compute == DType::kBF16 && p.name.size() > 6 && p.name.ends_with(".A_log");
+    EXPECT_LT(err, cancelling_sum ? std::max(grad_tol, 1e-1) : grad_tol) << p.name;
   }
   std::printf("  %zu parameter gradients, worst rel RMS %.3g (%s)\n", (*gpu)->parameters().size(),
               worst, worst_name.c_str());
