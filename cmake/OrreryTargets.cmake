@@ -6,7 +6,10 @@ function(orrery_target_defaults target)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${ORRERY_WARNINGS}>
                                            $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror>)
-  if(ORRERY_SANITIZE)
+  if(ORRERY_FUZZ)  # every library instrumented for libFuzzer's coverage, with ASan and UBSan
+    target_compile_options(${target} PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer>)
+    target_link_options(${target} PUBLIC -fsanitize=address,undefined)
+  elseif(ORRERY_SANITIZE)
     target_compile_options(${target} PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>)
     target_link_options(${target} PUBLIC -fsanitize=address,undefined)
   endif()

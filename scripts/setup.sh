@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   # toolchain
   g++ cmake ninja-build pkg-config git ca-certificates
+  # the libFuzzer targets (scripts/fuzz.sh): clang with compiler-rt's fuzzer and sanitizers
+  clang libclang-rt-14-dev
   # libraries (see docs/architecture.md and ../shared/spec/deps.md for the pitfalls)
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libabsl-dev libcli11-dev
   libgtest-dev libgmock-dev libtomlplusplus-dev libcpp-httplib-dev nlohmann-json3-dev

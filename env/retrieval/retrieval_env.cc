@@ -40,8 +40,8 @@ std::string Trim(std::string s) {
 
 class RetrievalEpisode : public Episode {
  public:
-  RetrievalEpisode(RetrievalTask task, int64_t max_read)
-      : task_(std::move(task)), max_read_(max_read) {
+  // max_read bounds read's length through the tool schema (ValidateToolCall enforces it).
+  RetrievalEpisode(RetrievalTask task, int64_t max_read) : task_(std::move(task)) {
     messages_ = {ChatMessage{ChatRole::kSystem,
                              "A long document is available through the tools search(query) and "
                              "read(offset, length); it is " +
@@ -119,7 +119,6 @@ class RetrievalEpisode : public Episode {
   }
 
   RetrievalTask task_;
-  int64_t max_read_;
   std::string lower_;  // lower-cased document, built on the first search
   std::vector<ChatMessage> messages_;
   std::vector<ToolSpec> tools_;
