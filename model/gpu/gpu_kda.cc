@@ -13,11 +13,6 @@
 namespace orrery::model::gpu {
 
 Status GpuKda::Init(const WeightTable& t, const ModelConfig& c, const std::string& p) {
-  if (c.kda.output_gate_rank > 0) {
-    return UnimplementedError(
-        "gpu model: [model.kda] output_gate_rank > 0 (the low-rank output gate with a bias) has no "
-        "GPU path yet; use output_gate_rank = 0 (K3's full-rank gate)");
-  }
   c_ = &c;
   h_ = c.kda.heads;
   kd_ = c.kda.head_k_dim;

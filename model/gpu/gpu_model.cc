@@ -560,6 +560,15 @@ class GpuModel::Impl {
   }
 };
 
+Status CheckGpuModelConfig(const ModelConfig& c) {
+  if (c.kda.output_gate_rank > 0) {
+    return UnimplementedError(
+        "gpu model: [model.kda] output_gate_rank > 0 (the low-rank output gate with a bias) has no "
+        "GPU path yet; use output_gate_rank = 0 (K3's full-rank gate)");
+  }
+  return Status::OK();
+}
+
 GpuModel::GpuModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GpuModel::~GpuModel() = default;
 
@@ -586,6 +595,7 @@ StatusOr<std::unique_ptr<GpuModel>> GpuModel::FromHost(Model& host,
     return InvalidArgumentError("gpu model: compute dtype must be bf16 or f32, got " +
                                 std::string(DTypeName(options.compute_dtype)));
   }
+  ORRERY_RETURN_IF_ERROR(CheckGpuModelConfig(host.config()));
   auto impl = std::make_unique<Impl>();
   impl->config = host.config();
   impl->options = options;

@@ -93,6 +93,10 @@ struct GpuPassOptions {
   std::vector<Tensor>* router_scores = nullptr;
 };
 
+// OK when the GPU model implements every feature `config` uses; else one line naming the key
+// (e.g. [model.kda] output_gate_rank > 0). FromHost checks it; config validators call it early.
+Status CheckGpuModelConfig(const ModelConfig& config);
+
 class GpuModel {
  public:
   // Uploads `host` (an f32 Model) to the device. Fails with one line when no CUDA device is
