@@ -25,8 +25,9 @@ struct RunConfig {
   // Threads of the default pool (ApplyRunConfig; ORRERY_NUM_THREADS wins); 0: the hardware's.
   int threads = 0;
   LogLevel log_level = LogLevel::kInfo;
-  // device = "cpu" | "cuda". "cuda" is implemented by pretraining (model/gpu/gpu_model.h); the RL
-  // roles refuse it with one line until they run on the GPU.
+  // device = "cpu" | "cuda". "cuda": pretraining, the RL learner and rollout roles and policy
+  // evaluation run the GPU model (model/gpu/gpu_model.h); without a visible GPU the job stops with
+  // one line before it starts.
   RunDevice device = RunDevice::kCpu;
   // dtype = "bf16" | "f32": the GPU model's compute dtype (f32: the debug mode, no TF32). Only
   // read with device = "cuda"; the CPU model is f32.

@@ -24,6 +24,7 @@
 #include "actors/runtime/host.h"
 #include "actors/runtime/wire.h"
 #include "actors/schema/actor.capnp.h"
+#include "core/device.h"
 #include "core/logging.h"
 #include "core/message_limits.h"
 #include "core/metrics.h"
@@ -75,11 +76,6 @@ StatusOr<LoadedFleet> LoadFleet(const ConfigSections& sections, const std::strin
   ConfigTable root = doc.root();
   LoadedFleet out;
   out.run = ReadRunConfig(root);
-  if (out.run.device == RunDevice::kCuda) {
-    return InvalidArgumentError(path +
-                                ": run.device = \"cuda\": a fleet's roles run on the CPU so far "
-                                "(only `orrery pretrain` runs on the GPU); expected \"cpu\"");
-  }
   out.fleet = ReadFleetConfig(root, out.run);
   return out;
 }
@@ -192,6 +188,13 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
     return 0;
   }
   const bool external = args.Flag("external");
+  // The RL roles' model on the GPU ([run] device = "cuda"): one line before anything starts.
+  if (!external && loaded->run.device == RunDevice::kCuda && CudaDeviceCount() == 0) {
+    return ReportError(FailedPreconditionError(
+        path + ": run.device = \"cuda\": no CUDA device is visible to this process" +
+        (CudaCompiledIn() ? "" : " (this build has no CUDA support)") +
+        "; set device = \"cpu\" to run the fleet on the CPU"));
+  }
   FleetPlan to_check = *plan;
   if (external) to_check.processes.clear();  // they run elsewhere
   if (Status s = PreflightFleet(to_check); !s.ok()) return ReportError(s.WithContext(path));

@@ -56,11 +56,6 @@ StatusOr<RunPhases> RunPhases::Load(const RunPhaseOptions& options) {
                           ConfigDocument::ParseFile(options.config_path, options.config_dir));
   p.pretrain_ = doc.HasTopLevel("pretrain");
   p.rl_ = doc.HasTopLevel("rl");
-  if (p.rl_ && options.run.device == RunDevice::kCuda) {
-    return InvalidArgumentError(options.config_path +
-                                ": run.device = \"cuda\": the RL phase runs on the CPU so far "
-                                "(only pretraining runs on the GPU); expected \"cpu\"");
-  }
   if (p.rl_) {
     ConfigTable root = doc.root();
     p.rl_config_ = rl_actors::ReadRlConfig(root);
@@ -152,6 +147,8 @@ StatusOr<rl_actors::PolicyEvalResult> RunPhases::Evaluate(const std::string& che
   o.slots = rl.slots;
   o.agent = rl.agent;
   o.agent.sampling.temperature = rl.eval_temperature;
+  o.device = options_.run.device;
+  o.dtype = options_.run.dtype;
   ORRERY_ASSIGN_OR_RETURN(rl_actors::PolicyEvalResult r,
                           rl_actors::EvaluatePolicy(*policy.model, *policy.format, *env, o));
   ORRERY_RETURN_IF_ERROR(WriteFileAtomic(json_path, r.ToJson() + "\n"));

@@ -14,6 +14,11 @@
 // publishes the new version to RUN/rl/weights, announces it in the run state, writes metrics, and
 // checkpoints every checkpoint_every versions. After the last version rank 0 sets the run phase
 // to "rl-done" and every rank waits for the fleet to stop.
+// [run] device = "cuda": the trainer trains the GPU model (model/gpu/gpu_model.h, in [run] dtype)
+// uploaded from the initial policy on CUDA device rank % visible devices (on one GPU every rank
+// and the rollouts share it); before each publication its weights are copied into the host model,
+// whose tensors WeightStore writes (a same-host device copy to the rollouts would replace that
+// copy and the file: issue 26's next step).
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -30,8 +35,10 @@
 #include "actors/rl/rl_run.h"
 #include "actors/rl/trajectory_convert.h"
 #include "actors/runtime/role.h"
+#include "core/device.h"
 #include "core/file_io.h"
 #include "core/logging.h"
+#include "core/run_config.h"
 #include "core/safetensors.h"
 #include "learner/checkpoint.h"
 #include "learner/comm/gloo_communicator.h"
@@ -45,8 +52,9 @@ namespace {
 
 class LearnerRank {
  public:
-  LearnerRank(ActorContext& ctx, RlConfig config, PolicyCheckpoint policy, int world)
+  LearnerRank(ActorContext& ctx, RunConfig run, RlConfig config, PolicyCheckpoint policy, int world)
       : ctx_(ctx),
+        run_(std::move(run)),
         config_(std::move(config)),
         policy_(std::move(policy)),
         rank_(ctx.index()),
@@ -153,8 +161,26 @@ class LearnerRank {
       o.timeout_ms = config_.gloo_timeout_ms;
       ORRERY_ASSIGN_OR_RETURN(comm_, comm::CreateGlooCommunicator(o));
     }
-    ORRERY_ASSIGN_OR_RETURN(
-        trainer_, rl::RlTrainer::Create(policy_.model.get(), comm_.get(), config_.trainer));
+    if (run_.device == RunDevice::kCuda) {
+      const int devices = CudaDeviceCount();
+      if (devices == 0) {
+        return FailedPreconditionError(
+            "run.device = \"cuda\": no CUDA device is visible to this process");
+      }
+      model::GpuModelOptions o;
+      o.device = Device::Cuda(rank_ % devices);
+      o.compute_dtype = run_.dtype;
+      StatusOr<std::unique_ptr<model::GpuModel>> g = model::GpuModel::FromHost(*policy_.model, o);
+      if (!g.ok()) return g.status().WithContext("run.device = \"cuda\"");
+      gpu_model_ = std::move(g).value();
+      ORRERY_ASSIGN_OR_RETURN(
+          trainer_, rl::RlTrainer::Create(gpu_model_.get(), comm_.get(), config_.trainer));
+      ORRERY_LOG(INFO) << "training on " << o.device.ToString() << " in "
+                       << DTypeName(o.compute_dtype);
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(
+          trainer_, rl::RlTrainer::Create(policy_.model.get(), comm_.get(), config_.trainer));
+    }
     if (!start.checkpoint.empty()) {
       ORRERY_RETURN_IF_ERROR(trainer_->Restore(start.checkpoint));
       ORRERY_LOG(INFO) << "restored " << start.checkpoint;
@@ -228,6 +254,8 @@ class LearnerRank {
   }
 
   Status Publish() {
+    // The GPU trainer's weights into the host model (nothing to do when it trains that model).
+    ORRERY_RETURN_IF_ERROR(trainer_->CopyWeightsTo(policy_.model.get()));
     ORRERY_ASSIGN_OR_RETURN(
         rl::PublishTimings t,
         weights_.Publish(rollout::NamedWeights(*policy_.model), trainer_->version()));
@@ -294,6 +322,7 @@ class LearnerRank {
   }
 
   ActorContext& ctx_;
+  RunConfig run_;
   RlConfig config_;
   PolicyCheckpoint policy_;
   int rank_, world_;
@@ -304,6 +333,7 @@ class LearnerRank {
   const uint64_t claim_session_;
   std::map<std::string, std::string> checkpoint_files_;
   std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<model::GpuModel> gpu_model_;  // run.device = "cuda"
   std::unique_ptr<rl::RlTrainer> trainer_;
   std::unique_ptr<replay::ReplayClient> replay_;
   std::unique_ptr<MetricsPublisher> metrics_;
@@ -321,12 +351,13 @@ class LearnerRank {
 
 Status LearnerMain(ActorContext& ctx) {
   ConfigTable root = ctx.config_root();
+  const RunConfig run = ReadRunConfig(root);
   ORRERY_ASSIGN_OR_RETURN(RlConfig config,
                           ResolveRlConfig(ReadRlConfig(root), RlRunPaths(ctx.run_dir())));
   ORRERY_ASSIGN_OR_RETURN(PolicyCheckpoint policy, LoadPolicyCheckpoint(config.init));
   const int world = FleetRoleCount(root, "learner");
   const std::string metrics_endpoint = root.Table("fleet").String("metrics_endpoint", "");
-  LearnerRank rank(ctx, std::move(config), std::move(policy), world);
+  LearnerRank rank(ctx, run, std::move(config), std::move(policy), world);
   return rank.Run(metrics_endpoint);
 }
 

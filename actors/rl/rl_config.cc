@@ -1,9 +1,12 @@
 #include "actors/rl/rl_config.h"
 
 #include "actors/rl/fleet_counts.h"
+#include "core/run_config.h"
 #include "env/registry.h"
 #include "learner/checkpoint.h"
 #include "learner/comm/nccl_communicator.h"
+#include "model/config.h"
+#include "model/gpu/gpu_model.h"
 
 namespace orrery::rl_actors {
 
@@ -94,6 +97,7 @@ env::EnvDemand RolloutEnvDemand(const RlConfig& config) {
 
 void ValidateRlSection(ConfigTable& root) {
   const RlConfig c = ReadRlConfig(root);
+  const RunConfig run = ReadRunConfig(root);
   ConfigTable t = root.Table("rl");
   // With [pretrain], rl.init (default RUN/pretrain) may be what the pretraining phase writes.
   if (!root.Has("pretrain")) {
@@ -103,6 +107,11 @@ void ValidateRlSection(ConfigTable& root) {
              "or run directory");
     } else if (StatusOr<std::string> dir = ResolveCheckpointDir(c.init); !dir.ok()) {
       t.Fail("init", dir.status().message());
+    } else if (run.device == RunDevice::kCuda) {
+      // The RL roles build the GPU model from the policy's model.toml: one that does not load
+      // fails here, before a fleet starts.
+      StatusOr<model::ModelConfig> mc = model::LoadModelConfig(*dir + "/model.toml");
+      if (!mc.ok()) t.Fail("init", "run.device = \"cuda\": " + mc.status().message());
     }
   }
   env::EnvRegistry registry;

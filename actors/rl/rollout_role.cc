@@ -7,7 +7,11 @@
 // Environment calls run off the decode loop (AgentLoop, one env worker per slot), on this
 // process's environment or, with [rl.rollout] env = "remote", on env servers (RemoteEnv).
 // Weights: every weight_poll_ms it looks for a newer version in RUN/rl/weights and applies it
-// between engine steps (episodes in flight continue: partial rollouts).
+// between engine steps (episodes in flight continue: partial rollouts). The backend is the one
+// [run] device asks for (rollout/make_backend.h): the host model, or the GPU engine on CUDA device
+// 0 (shared with the learner on one GPU), which takes the named tensors into its masters in
+// place. The version's tensors reach it through PollWeights only, so a same-host device copy from
+// the learner (CUDA IPC, issue 26's next step) replaces the file read there and nothing else.
 // Async mode keeps every slot busy; sync mode generates this instance's share of one update's
 // groups with version v, then waits for version v + 1.
 #include <chrono>
@@ -31,16 +35,17 @@
 #include "env/registry.h"
 #include "learner/policy_checkpoint.h"
 #include "learner/rl/weight_store.h"
-#include "rollout/model_backend.h"
+#include "rollout/make_backend.h"
 
 namespace orrery::rl_actors {
 namespace {
 
 class RolloutActor {
  public:
-  RolloutActor(ActorContext& ctx, RlConfig config, std::unique_ptr<env::Env> env,
+  RolloutActor(ActorContext& ctx, RunConfig run, RlConfig config, std::unique_ptr<env::Env> env,
                PolicyCheckpoint policy, int count)
       : ctx_(ctx),
+        run_(std::move(run)),
         config_(std::move(config)),
         env_(std::move(env)),
         policy_(std::move(policy)),
@@ -51,9 +56,14 @@ class RolloutActor {
 
   Status Run(const std::string& metrics_endpoint, uint64_t seed) {
     ORRERY_RETURN_IF_ERROR(cursor_.Load());
-    ORRERY_ASSIGN_OR_RETURN(backend_,
-                            rollout::ModelBackend::Create(policy_.model.get(), config_.slots,
-                                                          config_.agent.max_episode_tokens));
+    StatusOr<std::unique_ptr<rollout::PolicyBackend>> backend =
+        rollout::MakePolicyBackend(policy_.model.get(), run_.device, run_.dtype, config_.slots,
+                                   config_.agent.max_episode_tokens);
+    if (!backend.ok()) {
+      return run_.device == RunDevice::kCuda ? backend.status().WithContext("run.device = \"cuda\"")
+                                             : backend.status();
+    }
+    backend_ = std::move(backend).value();
     rollout::AgentOptions agent = config_.agent;
     agent.seed = seed;
     loop_ = std::make_unique<rollout::AgentLoop>(backend_.get(), policy_.format.get(), env_.get(),
@@ -209,6 +219,7 @@ class RolloutActor {
   }
 
   ActorContext& ctx_;
+  RunConfig run_;
   RlConfig config_;
   std::unique_ptr<env::Env> env_;
   PolicyCheckpoint policy_;
@@ -216,7 +227,7 @@ class RolloutActor {
   RlRunPaths paths_;
   rl::WeightStore weights_;
   TaskCursor cursor_;
-  std::unique_ptr<rollout::ModelBackend> backend_;
+  std::unique_ptr<rollout::PolicyBackend> backend_;
   std::unique_ptr<rollout::AgentLoop> loop_;
   std::unique_ptr<replay::ReplayClient> replay_;
   std::unique_ptr<MetricsPublisher> metrics_;
@@ -266,7 +277,7 @@ Status RolloutMain(ActorContext& ctx) {
   const std::string metrics_endpoint = root.Table("fleet").String("metrics_endpoint", "");
   // Distinct sampling streams per instance; the same after a restart (re-issued groups repeat).
   const uint64_t seed = run.seed * 1000003ull + static_cast<uint64_t>(ctx.index()) + 1;
-  RolloutActor actor(ctx, std::move(config), std::move(env), std::move(policy), count);
+  RolloutActor actor(ctx, run, std::move(config), std::move(env), std::move(policy), count);
   return actor.Run(metrics_endpoint, seed);
 }
 

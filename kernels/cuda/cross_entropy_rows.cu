@@ -6,6 +6,7 @@
 // Not yet timed: correct first (issue 22).
 #include <climits>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/ops_cuda.h"
@@ -14,21 +15,6 @@ namespace orrery::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// Sum (or max) of one value per thread over the block; every thread gets the result.
-template <bool kMax>
-__device__ float BlockReduce(float x, float* scratch) {
-  for (int off = 16; off > 0; off >>= 1) {
-    const float o = __shfl_xor_sync(0xffffffffu, x, off);
-    x = kMax ? fmaxf(x, o) : x + o;
-  }
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
-  __syncthreads();
-  float r = scratch[0];
-  for (int w = 1; w < kThreads / 32; ++w) r = kMax ? fmaxf(r, scratch[w]) : r + scratch[w];
-  __syncthreads();  // scratch is reused by the next reduction
-  return r;
-}
 
 template <typename D>
 __global__ void RowsCrossEntropyKernel(float* logits, const int32_t* __restrict__ targets,
@@ -49,10 +35,10 @@ __global__ void RowsCrossEntropyKernel(float* logits, const int32_t* __restrict_
   }
   float mx = -INFINITY;
   for (int64_t i = threadIdx.x; i < v; i += kThreads) mx = fmaxf(mx, z[i]);
-  mx = BlockReduce<true>(mx, scratch);
+  mx = BlockReduce<true, kThreads>(mx, scratch);
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < v; i += kThreads) sum += expf(z[i] - mx);
-  sum = BlockReduce<false>(sum, scratch);
+  sum = BlockReduce<false, kThreads>(sum, scratch);
   const float lse = mx + logf(sum);
   const float zt = z[t];  // read before the backward overwrites the row
   __syncthreads();

@@ -9,7 +9,9 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/adamw_op.h"
+#include "kernels/lm_head_policy_loss.h"
 #include "kernels/matmul.h"
+#include "kernels/policy_token_terms.h"
 #include "kernels/situ.h"
 
 namespace orrery::kernels {
@@ -80,6 +82,21 @@ Status LossAccumulatorsCuda(Device device, Tensor* acc, Tensor* flag);
 // Reads acc into *loss_sum, or returns OutOfRange for the flagged target.
 Status ReadLossCuda(const Tensor& acc, const Tensor& flag, const Tensor& targets, int64_t vocab,
                     double* loss_sum);
+
+// The policy-loss rows of a chunk of f32 logits (kernels/lm_head_policy_loss.h), one block per
+// row: log π and entropy of the logits times inv_temperature into *logp / *entropy (undefined:
+// not written); with `loss` the token terms added into acc (f64 [7], PolicyRowSums' order); with
+// `backward` dz = scale (d loss / d z) into *dz (the logits, f32, or a bf16 buffer of their
+// shape). A masked row's target outside [0, V) keeps its global row (row0 + r) in flag.
+struct PolicyRowsArgs {
+  PolicyTokenCoefficients coef;
+  float inv_temperature = 1.0f;
+  double scale = 1.0;  // grad_scale / T
+  bool loss = false, backward = false;
+  int64_t row0 = 0;
+};
+Status RowsPolicyLossCuda(const Tensor& logits, const PolicyRows& rows, const PolicyRowsArgs& args,
+                          Tensor* dz, Tensor* logp, Tensor* entropy, Tensor* acc, Tensor* flag);
 
 // MLA keys and values from the latent up-projection (kernels/mla_keys.h), bf16 or f32.
 Status MlaKeysValuesCuda(const Tensor& kv, const Tensor& kr, int64_t dn, Tensor* k, Tensor* v);

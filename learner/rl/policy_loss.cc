@@ -165,25 +165,21 @@ StatusOr<std::vector<float>> TokenLogprobs(const Tensor& logits,
   return out;
 }
 
-StatusOr<PolicyLossStats> PolicyLoss(const PolicyLossOptions& options, const Tensor& logits,
-                                     const PolicyLossInput& in, double grad_scale,
-                                     Tensor* dlogits) {
-  ORRERY_RETURN_IF_ERROR(ValidatePolicyLossOptions(options));
-  ORRERY_RETURN_IF_ERROR(CheckLogits(logits, in.targets, "policy loss"));
-  const int64_t n = logits.dim(0), v = logits.dim(1);
-  const size_t un = static_cast<size_t>(n);
-  if (in.mask.size() != un || in.behaviour_logprobs.size() != un ||
-      in.proximal_logprobs.size() != un || in.advantages.size() != un ||
-      in.sequence_ids.size() != un) {
+namespace {
+
+Status CheckPolicyLossInput(const PolicyLossOptions& options, const PolicyLossInput& in, size_t n) {
+  if (in.targets.size() != n || in.mask.size() != n || in.behaviour_logprobs.size() != n ||
+      in.proximal_logprobs.size() != n || in.advantages.size() != n ||
+      in.sequence_ids.size() != n) {
     return InvalidArgumentError(
-        "policy loss: mask, behaviour_logprobs, proximal_logprobs, advantages and sequence_ids "
-        "must each have one entry per logit row (" +
+        "policy loss: targets, mask, behaviour_logprobs, proximal_logprobs, advantages and "
+        "sequence_ids must each have one entry per logit row (" +
         std::to_string(n) + ")");
   }
-  if (options.kl_coef > 0 && in.ref_logprobs.size() != un) {
+  if (options.kl_coef > 0 && in.ref_logprobs.size() != n) {
     return InvalidArgumentError("policy loss: kl_coef > 0 needs one reference logprob per row");
   }
-  for (int64_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n; ++i) {
     if (in.mask[i] != 0 && in.targets[i] < 0) {
       return InvalidArgumentError("policy loss: row " + std::to_string(i) +
                                   " is in the loss mask but has no target");
@@ -193,14 +189,16 @@ StatusOr<PolicyLossStats> PolicyLoss(const PolicyLossOptions& options, const Ten
                                   std::to_string(i) + ")");
     }
   }
+  return Status::OK();
+}
 
-  std::vector<RowStats> rows(n);
-  if (logits.dtype() == DType::kF32) {
-    ComputeRows(logits.data<float>(), n, v, in.targets, &in.mask, &rows);
-  } else {
-    ComputeRows(logits.data<double>(), n, v, in.targets, &in.mask, &rows);
-  }
+}  // namespace
 
+StatusOr<std::vector<double>> BehaviourWeights(const PolicyLossOptions& options,
+                                               const PolicyLossInput& in, PolicyLossStats* stats) {
+  ORRERY_RETURN_IF_ERROR(ValidatePolicyLossOptions(options));
+  const int64_t n = static_cast<int64_t>(in.mask.size());
+  ORRERY_RETURN_IF_ERROR(CheckPolicyLossInput(options, in, in.mask.size()));
   // Behaviour log-weights log(π_prox/μ) at the configured level.
   std::vector<double> log_rho(n, 0.0);
   for (int64_t i = 0; i < n; ++i) {
@@ -223,20 +221,47 @@ StatusOr<PolicyLossStats> PolicyLoss(const PolicyLossOptions& options, const Ten
       begin = end;
     }
   }
+  std::vector<double> w(n, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (in.mask[i] == 0) continue;
+    w[i] = 1.0;
+    if (options.correction == IsCorrection::kTruncate) {
+      w[i] = std::exp(std::min(log_rho[i], std::log(options.is_cap)));
+    } else if (options.correction == IsCorrection::kMask) {
+      w[i] = std::abs(log_rho[i]) <= std::log(options.is_cap) ? 1.0 : 0.0;
+      if (w[i] == 0 && stats != nullptr) stats->is_masked += 1;
+    }
+    if (stats != nullptr) {
+      stats->is_weight_sum += w[i];
+      stats->is_weight_sq_sum += w[i] * w[i];
+    }
+  }
+  return w;
+}
+
+StatusOr<PolicyLossStats> PolicyLoss(const PolicyLossOptions& options, const Tensor& logits,
+                                     const PolicyLossInput& in, double grad_scale,
+                                     Tensor* dlogits) {
+  ORRERY_RETURN_IF_ERROR(ValidatePolicyLossOptions(options));
+  ORRERY_RETURN_IF_ERROR(CheckLogits(logits, in.targets, "policy loss"));
+  const int64_t n = logits.dim(0), v = logits.dim(1);
+  ORRERY_RETURN_IF_ERROR(CheckPolicyLossInput(options, in, static_cast<size_t>(n)));
+
+  std::vector<RowStats> rows(n);
+  if (logits.dtype() == DType::kF32) {
+    ComputeRows(logits.data<float>(), n, v, in.targets, &in.mask, &rows);
+  } else {
+    ComputeRows(logits.data<double>(), n, v, in.targets, &in.mask, &rows);
+  }
 
   PolicyLossStats stats;
+  ORRERY_ASSIGN_OR_RETURN(const std::vector<double> weights, BehaviourWeights(options, in, &stats));
   std::vector<double> dlogp(n, 0.0), dentropy(n, 0.0);
   const double lo = 1.0 - options.clip_low, hi = 1.0 + options.clip_high;
   for (int64_t i = 0; i < n; ++i) {
     if (in.mask[i] == 0) continue;
     const RowStats& r = rows[i];
-    double w = 1.0;
-    if (options.correction == IsCorrection::kTruncate) {
-      w = std::exp(std::min(log_rho[i], std::log(options.is_cap)));
-    } else if (options.correction == IsCorrection::kMask) {
-      w = std::abs(log_rho[i]) <= std::log(options.is_cap) ? 1.0 : 0.0;
-      if (w == 0) stats.is_masked += 1;
-    }
+    const double w = weights[i];
     const double a = in.advantages[i];
     const double log_ratio = r.logp - in.proximal_logprobs[i];
     const double ratio = std::exp(log_ratio);
@@ -260,8 +285,6 @@ StatusOr<PolicyLossStats> PolicyLoss(const PolicyLossOptions& options, const Ten
     stats.loss_sum += loss;
     stats.tokens += 1;
     stats.clipped += clip_active ? 1 : 0;
-    stats.is_weight_sum += w;
-    stats.is_weight_sq_sum += w * w;
     stats.entropy_sum += r.entropy;
     stats.ratio_sum += ratio;
     stats.approx_kl_sum += (ratio - 1.0) - log_ratio;

@@ -90,6 +90,14 @@ StatusOr<PolicyLossStats> PolicyLoss(const PolicyLossOptions& options, const Ten
                                      const PolicyLossInput& input, double grad_scale,
                                      Tensor* dlogits);
 
+// The behaviour weight w_t of every row (0 where mask is 0) at the configured correction and
+// level, and their statistics over the masked rows added into *stats (is_weight_sum,
+// is_weight_sq_sum, is_masked; may be null). They depend on π_prox and μ only, not on θ: the
+// fused GPU loss (kernels/lm_head_policy_loss.h) takes them as an input.
+StatusOr<std::vector<double>> BehaviourWeights(const PolicyLossOptions& options,
+                                               const PolicyLossInput& input,
+                                               PolicyLossStats* stats);
+
 // log softmax(z_t)[y_t] per row, and the entropy of each row when `entropy` is non-null: what the
 // learner records as π_prox and what tests use as an oracle. Rows with y_t < 0 give 0.
 StatusOr<std::vector<float>> TokenLogprobs(const Tensor& logits,

@@ -15,11 +15,28 @@ std::string BiasName(const model::ModelConfig& c, size_t moe_index) {
          ".moe.balancing_bias";
 }
 
-std::vector<ParamRef> ParamRefs(model::Model& m) {
-  std::vector<ParamRef> out;
-  for (model::Parameter& p : m.parameters())
-    out.push_back({p.name, p.value, p.grad, p.weight_decay});
-  return out;
+// Averages the gradients over ranks: in place on the CPU, through host copies on a device (the
+// Communicator takes host spans).
+Status AllReduceGradients(comm::Communicator& comm, const std::vector<ParamRef>& params) {
+  if (comm.world_size() == 1) return Status::OK();
+  std::vector<Tensor> grads;
+  bool host = true;
+  for (const ParamRef& p : params) host = host && p.grad.device().is_cpu();
+  for (const ParamRef& p : params) {
+    if (host) {
+      grads.push_back(p.grad);
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(Tensor h, p.grad.To(Device::Cpu()));
+      grads.push_back(std::move(h));
+    }
+  }
+  ORRERY_RETURN_IF_ERROR(comm::AllReduceMean(comm, grads));
+  if (host) return Status::OK();
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor g = params[i].grad;
+    ORRERY_RETURN_IF_ERROR(g.CopyFrom(grads[i]));
+  }
+  return Status::OK();
 }
 
 // One packed micro-batch: samples as documents of one row, with the per-token loss inputs (all
@@ -28,31 +45,22 @@ struct MicroBatch {
   std::vector<const PolicySample*> samples;
   std::vector<double> advantages;
   int64_t tokens = 0;
-  std::vector<int32_t> flat;
-  std::vector<int64_t> cu = {0};
+  PolicyBatch batch;  // tokens, cu_seqlens, forced_experts ([layers, tokens, k] under R3)
   PolicyLossInput in;
-  Tensor forced_ids;  // [layers, tokens, k] when R3 forces the routing
-  bool prox_known = false;
-
-  model::Batch ModelBatch() const {
-    model::Batch b;
-    b.tokens = Tensor::FromVector<int32_t>({1, tokens}, flat);
-    b.cu_seqlens = Tensor::FromVector<int64_t>({static_cast<int64_t>(cu.size())}, cu);
-    if (forced_ids.defined()) b.forced_experts = forced_ids;
-    return b;
-  }
 };
 
 // Fills mb's columns from its samples.
 void Pack(MicroBatch& mb, int layers, int k, bool forced) {
   const int64_t n = mb.tokens;
-  if (forced) mb.forced_ids = Tensor::Empty({layers, n, k}, DType::kI32);
+  std::vector<int64_t>& cu = mb.batch.cu_seqlens;
+  cu = {0};
+  if (forced) mb.batch.forced_experts = Tensor::Empty({layers, n, k}, DType::kI32);
   for (size_t i = 0; i < mb.samples.size(); ++i) {
     const PolicySample& s = *mb.samples[i];
     const int64_t len = static_cast<int64_t>(s.tokens.size());
-    const int64_t base = mb.cu.back();
-    mb.flat.insert(mb.flat.end(), s.tokens.begin(), s.tokens.end());
-    mb.cu.push_back(base + len);
+    const int64_t base = cu.back();
+    mb.batch.tokens.insert(mb.batch.tokens.end(), s.tokens.begin(), s.tokens.end());
+    cu.push_back(base + len);
     for (int64_t t = 0; t < len; ++t) {
       const bool target = t + 1 < len;
       mb.in.targets.push_back(target ? s.tokens[t + 1] : -1);
@@ -63,7 +71,7 @@ void Pack(MicroBatch& mb, int layers, int k, bool forced) {
       if (forced) {
         for (int l = 0; l < layers; ++l) {
           for (int j = 0; j < k; ++j) {
-            mb.forced_ids.data<int32_t>()[(l * n + base + t) * k + j] =
+            mb.batch.forced_experts.data<int32_t>()[(l * n + base + t) * k + j] =
                 s.routed_experts[(t * layers + l) * k + j];
           }
         }
@@ -72,9 +80,30 @@ void Pack(MicroBatch& mb, int layers, int k, bool forced) {
   }
 }
 
-void ScaleLogits(Tensor& t, double factor) {
-  float* z = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) z[i] = static_cast<float>(z[i] * factor);
+// Routing agreement of one pass: for each position whose routing was recorded (all but each
+// sample's last), how many of the recorded experts the learner's router (scores + current biases)
+// would also pick; added into agree and compared per MoE layer.
+void AddRoutingAgreement(const MicroBatch& mb, const std::vector<Tensor>& scores,
+                         const std::vector<Tensor>& biases, int64_t e, int k,
+                         std::vector<double>* agree, std::vector<double>* compared) {
+  const int64_t n = mb.tokens;
+  const std::vector<int64_t>& cu = mb.batch.cu_seqlens;
+  std::vector<std::pair<float, int>> order(e);
+  for (size_t l = 0; l < scores.size(); ++l) {
+    const float* s = scores[l].data<float>();
+    const float* bias = biases[l].data<float>();
+    for (size_t i = 0; i + 1 < cu.size(); ++i) {
+      for (int64_t p = cu[i]; p + 1 < cu[i + 1]; ++p) {
+        for (int64_t x = 0; x < e; ++x) order[x] = {-(s[p * e + x] + bias[x]), int(x)};
+        std::partial_sort(order.begin(), order.begin() + k, order.end());
+        for (int j = 0; j < k; ++j) {
+          const int32_t want = mb.batch.forced_experts.data<int32_t>()[(l * n + p) * k + j];
+          for (int q = 0; q < k; ++q) (*agree)[l] += order[q].second == want;
+        }
+        (*compared)[l] += k;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -97,18 +126,31 @@ Status ValidateRlTrainerOptions(const RlTrainerOptions& o) {
   return Status::OK();
 }
 
-RlTrainer::RlTrainer(model::Model* model, comm::Communicator* comm, RlTrainerOptions options,
-                     std::unique_ptr<AdamW> adamw)
-    : model_(model), comm_(comm), options_(options), adamw_(std::move(adamw)) {}
+RlTrainer::RlTrainer(std::unique_ptr<PolicyModel> model, comm::Communicator* comm,
+                     RlTrainerOptions options, std::unique_ptr<AdamW> adamw)
+    : model_(std::move(model)), comm_(comm), options_(options), adamw_(std::move(adamw)) {}
+
+StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(std::unique_ptr<PolicyModel> model,
+                                                       comm::Communicator* comm,
+                                                       RlTrainerOptions options) {
+  ORRERY_RETURN_IF_ERROR(ValidateRlTrainerOptions(options));
+  ORRERY_ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(options.adamw, model->Parameters()));
+  return std::unique_ptr<RlTrainer>(
+      new RlTrainer(std::move(model), comm, options, std::make_unique<AdamW>(std::move(adamw))));
+}
 
 StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(model::Model* model,
                                                        comm::Communicator* comm,
                                                        RlTrainerOptions options) {
-  ORRERY_RETURN_IF_ERROR(ValidateRlTrainerOptions(options));
-  if (model->dtype() != DType::kF32) return InvalidArgumentError("rl: the model must be f32");
-  ORRERY_ASSIGN_OR_RETURN(AdamW adamw, AdamW::Create(options.adamw, ParamRefs(*model)));
-  return std::unique_ptr<RlTrainer>(
-      new RlTrainer(model, comm, options, std::make_unique<AdamW>(std::move(adamw))));
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<PolicyModel> m, HostPolicyModel(model));
+  return Create(std::move(m), comm, options);
+}
+
+StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(model::GpuModel* model,
+                                                       comm::Communicator* comm,
+                                                       RlTrainerOptions options) {
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<PolicyModel> m, GpuPolicyModel(model));
+  return Create(std::move(m), comm, options);
 }
 
 StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
@@ -200,74 +242,43 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
   stats.version = version_;
   if (total_tokens == 0) return stats;  // every rank sees 0: all skip together
 
-  const double inv_t = 1.0 / options_.temperature;
+  PolicyPassOptions pass;
+  pass.temperature = options_.temperature;
   // π_prox is the policy before this update. The first optimizer step's forward is still that
-  // policy; every later minibatch gets its log-probabilities from a forward now, before any step.
+  // policy (LossBackward takes it from its own forward: proximal_logprobs left empty); every
+  // later minibatch gets its log-probabilities from a forward now, before any step.
   if (options_.ppo_epochs * mb_count > 1) {
     for (int m = 1; m < mb_count; ++m) {
       for (MicroBatch& mb : minibatches[m]) {
-        ORRERY_ASSIGN_OR_RETURN(Tensor logits, model_->Forward(mb.ModelBatch(), nullptr));
-        ScaleLogits(logits, inv_t);
-        ORRERY_ASSIGN_OR_RETURN(mb.in.proximal_logprobs, TokenLogprobs(logits, mb.in.targets));
-        mb.prox_known = true;
+        ORRERY_ASSIGN_OR_RETURN(mb.in.proximal_logprobs, model_->Logprobs(mb.batch, mb.in, pass));
       }
     }
   }
 
   // 4-5. ppo_epochs passes over the minibatches, one optimizer step each.
-  std::vector<model::ForwardCache> caches;  // of the last pass: Quantile Balancing reads them
+  const std::vector<ParamRef> params = model_->Parameters();
   double grad_norm_sum = 0;
+  std::vector<Tensor> scores;
   for (int epoch = 0; epoch < options_.ppo_epochs; ++epoch) {
-    const bool last_epoch = epoch + 1 == options_.ppo_epochs;
     for (int m = 0; m < mb_count; ++m) {
       if (mb_tokens[m] == 0) continue;  // on every rank alike
-      model_->ZeroGrad();
+      ORRERY_RETURN_IF_ERROR(model_->ZeroGrad());
       // Each rank's gradient is averaged over ranks below, so scale by world / global tokens.
-      const double grad_scale = comm_->world_size() / mb_tokens[m];
+      pass.grad_scale = comm_->world_size() / mb_tokens[m];
+      // Quantile Balancing reads the last pass; routing agreement is measured in the first.
+      pass.keep_for_balancing = epoch + 1 == options_.ppo_epochs;
+      pass.router_scores = forced && epoch == 0 ? &scores : nullptr;
       for (MicroBatch& mb : minibatches[m]) {
-        const int64_t n = mb.tokens;
-        model::ForwardCache cache;
-        ORRERY_ASSIGN_OR_RETURN(Tensor logits, model_->Forward(mb.ModelBatch(), &cache));
-        ScaleLogits(logits, inv_t);
-        if (!mb.prox_known) {  // the first step of the update: this forward is π_prox
-          ORRERY_ASSIGN_OR_RETURN(mb.in.proximal_logprobs, TokenLogprobs(logits, mb.in.targets));
-          mb.prox_known = true;
-        }
-        Tensor dlogits;
         ORRERY_ASSIGN_OR_RETURN(PolicyLossStats s,
-                                PolicyLoss(options_.loss, logits, mb.in, grad_scale, &dlogits));
+                                model_->LossBackward(mb.batch, &mb.in, options_.loss, pass));
         stats.loss.Add(s);
-        ScaleLogits(dlogits, inv_t);
-        ORRERY_RETURN_IF_ERROR(model_->Backward(cache, dlogits));
-
-        // Routing agreement, before any step: would the learner's router (scores + current
-        // biases) pick the recorded experts? Positions whose routing was recorded: all but each
-        // sample's last.
-        if (forced && epoch == 0) {
-          const int64_t e = cfg.moe.num_experts;
-          for (int l = 0; l < layers; ++l) {
-            const float* scores = cache.router_scores()[l].data<float>();
-            const float* bias = model_->balancing_biases()[l].data<float>();
-            std::vector<std::pair<float, int>> order(e);
-            for (size_t i = 0; i + 1 < mb.cu.size(); ++i) {
-              for (int64_t p = mb.cu[i]; p + 1 < mb.cu[i + 1]; ++p) {
-                for (int64_t x = 0; x < e; ++x) order[x] = {-(scores[p * e + x] + bias[x]), int(x)};
-                std::partial_sort(order.begin(), order.begin() + k, order.end());
-                for (int j = 0; j < k; ++j) {
-                  const int32_t want = mb.forced_ids.data<int32_t>()[(l * n + p) * k + j];
-                  for (int q = 0; q < k; ++q) agree[l] += order[q].second == want;
-                }
-                compared[l] += k;
-              }
-            }
-          }
+        if (pass.router_scores != nullptr) {
+          AddRoutingAgreement(mb, scores, model_->balancing_biases(), cfg.moe.num_experts, k,
+                              &agree, &compared);
         }
-        if (last_epoch) caches.push_back(std::move(cache));
       }
       // Gradients over ranks, clipping, AdamW.
-      std::vector<Tensor> grads;
-      for (model::Parameter& p : model_->parameters()) grads.push_back(p.grad);
-      ORRERY_RETURN_IF_ERROR(comm::AllReduceMean(*comm_, grads));
+      ORRERY_RETURN_IF_ERROR(AllReduceGradients(*comm_, params));
       ORRERY_ASSIGN_OR_RETURN(double norm, adamw_->ClipGradNorm(options_.max_grad_norm));
       grad_norm_sum += norm;
       ORRERY_RETURN_IF_ERROR(adamw_->Step(options_.lr));
@@ -290,10 +301,8 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
                 sums[5], sums[6], sums[7], sums[8], sums[9]};
 
   // Quantile Balancing from the last pass, then the same biases on every rank.
-  std::vector<const model::ForwardCache*> cache_ptrs;
-  for (const auto& c : caches) cache_ptrs.push_back(&c);
   model::BalancingMetrics balance;
-  ORRERY_RETURN_IF_ERROR(model_->UpdateBalancingBiases(cache_ptrs, &balance));
+  ORRERY_RETURN_IF_ERROR(model_->UpdateBalancing(&balance));
   ORRERY_RETURN_IF_ERROR(comm::AllReduceMean(*comm_, model_->balancing_biases()));
   stats.expert_load = balance.load;
   stats.router_entropy = balance.router_entropy;
@@ -310,7 +319,7 @@ StatusOr<std::string> RlTrainer::SaveCheckpoint(const std::string& checkpoints_d
   c.files = files;
   c.state.step = version_;
   c.state.optimizer_step = adamw_->step();
-  for (model::Parameter& p : model_->parameters()) c.model.emplace_back(p.name, p.value);
+  for (const ParamRef& p : model_->Parameters()) c.model.emplace_back(p.name, p.value);
   for (size_t i = 0; i < model_->balancing_biases().size(); ++i) {
     c.model.emplace_back(BiasName(model_->config(), i), model_->balancing_biases()[i]);
   }
@@ -325,10 +334,11 @@ Status RlTrainer::RestoreLatest(const std::string& checkpoints_dir) {
 
 Status RlTrainer::Restore(const std::string& dir) {
   ORRERY_ASSIGN_OR_RETURN(LoadedCheckpoint ck, ReadCheckpoint(dir));
-  for (model::Parameter& p : model_->parameters()) {
+  for (const ParamRef& p : model_->Parameters()) {
     auto it = ck.model.find(p.name);
     if (it == ck.model.end()) return NotFoundError(dir + ": tensor '" + p.name + "' is missing");
-    ORRERY_RETURN_IF_ERROR(p.value.CopyFrom(it->second).WithContext(dir + ": " + p.name));
+    Tensor value = p.value;
+    ORRERY_RETURN_IF_ERROR(value.CopyFrom(it->second).WithContext(dir + ": " + p.name));
   }
   for (size_t i = 0; i < model_->balancing_biases().size(); ++i) {
     const std::string name = BiasName(model_->config(), i);
@@ -336,6 +346,7 @@ Status RlTrainer::Restore(const std::string& dir) {
     if (it == ck.model.end()) return NotFoundError(dir + ": tensor '" + name + "' is missing");
     ORRERY_RETURN_IF_ERROR(model_->balancing_biases()[i].CopyFrom(it->second));
   }
+  ORRERY_RETURN_IF_ERROR(model_->ParametersLoaded());
   ORRERY_RETURN_IF_ERROR(adamw_->LoadState(ck.optimizer, ck.state.optimizer_step));
   version_ = ck.state.step;
   return Status::OK();

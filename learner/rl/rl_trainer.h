@@ -21,6 +21,14 @@
 // The policy version is the number of updates done (each of ppo_epochs x minibatches optimizer
 // steps). Checkpoints hold the weights, the AdamW
 // state and the version, so ranks killed mid-run resume exactly from the last one.
+//
+// The model is the host f32 Model or the GPU model (model/gpu/gpu_model.h: on CUDA, or on the
+// ops' CPU twins); the Step above is the same for both, the model side is a PolicyModel
+// (learner/rl/policy_model.h). On the GPU model the logits of a micro-batch never exist at once
+// (the LM head is fused with the loss), π_prox of the first step comes from the same forward (the
+// fused head runs its forward-only pass first), gradients and AdamW stay on the device, and with
+// several ranks the gradients are all-reduced through host copies (the Communicator takes host
+// spans).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +41,8 @@
 #include "learner/comm/communicator.h"
 #include "learner/rl/advantage.h"
 #include "learner/rl/policy_loss.h"
+#include "learner/rl/policy_model.h"
+#include "model/gpu/gpu_model.h"
 #include "model/model.h"
 
 namespace orrery::rl {
@@ -98,6 +108,10 @@ class RlTrainer {
   // `model` (f32) and `comm` must outlive the trainer.
   static StatusOr<std::unique_ptr<RlTrainer>> Create(model::Model* model, comm::Communicator* comm,
                                                      RlTrainerOptions options);
+  // The GPU model (its masters, gradients and AdamW state where it lives).
+  static StatusOr<std::unique_ptr<RlTrainer>> Create(model::GpuModel* model,
+                                                     comm::Communicator* comm,
+                                                     RlTrainerOptions options);
 
   // Every rank calls Step once per update (with possibly empty `groups`).
   StatusOr<RlStepStats> Step(const std::vector<PolicyGroup>& groups);
@@ -105,6 +119,9 @@ class RlTrainer {
   int64_t version() const { return version_; }
   const RlTrainerOptions& options() const { return options_; }
   AdamW& optimizer() { return *adamw_; }
+  // The trained weights and balancing biases into `host` (the same config), e.g. to publish them
+  // to the rollouts; nothing to do when the trainer trains `host` itself.
+  Status CopyWeightsTo(model::Model* host) { return model_->CopyToHost(host); }
 
   // RUN/checkpoints/step-<version>: weights, AdamW state, version and `files` (name -> contents:
   // model.toml and tokenizer.json make it loadable by LoadPolicyCheckpoint and `orrery generate`);
@@ -117,10 +134,13 @@ class RlTrainer {
   Status Restore(const std::string& checkpoint_dir);
 
  private:
-  RlTrainer(model::Model* model, comm::Communicator* comm, RlTrainerOptions options,
+  RlTrainer(std::unique_ptr<PolicyModel> model, comm::Communicator* comm, RlTrainerOptions options,
             std::unique_ptr<AdamW> adamw);
+  static StatusOr<std::unique_ptr<RlTrainer>> Create(std::unique_ptr<PolicyModel> model,
+                                                     comm::Communicator* comm,
+                                                     RlTrainerOptions options);
 
-  model::Model* model_;
+  std::unique_ptr<PolicyModel> model_;
   comm::Communicator* comm_;
   RlTrainerOptions options_;
   std::unique_ptr<AdamW> adamw_;

@@ -99,6 +99,38 @@ Status CheckBatch(const GpuBatch& b, const ModelConfig& c) {
   return Status::OK();
 }
 
+// The pretraining loss: cross-entropy over batch.targets (-1: no target), fused with the LM head.
+class CrossEntropyHead : public GpuLossHead {
+ public:
+  CrossEntropyHead(const GpuBatch& batch, double grad_scale)
+      : batch_(batch), grad_scale_(grad_scale) {}
+
+  Status Run(const Tensor& hn, const Tensor& head, bool backward, Tensor* dhn,
+             Tensor* head_grad) override {
+    const int64_t n = static_cast<int64_t>(batch_.targets.size());
+    std::vector<int32_t> targets(batch_.targets);
+    std::vector<float> mask(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      mask[i] = targets[i] >= 0 ? 1.0f : 0.0f;
+      loss.tokens += targets[i] >= 0 ? 1 : 0;
+      if (targets[i] < 0) targets[i] = 0;
+    }
+    ORRERY_ASSIGN_OR_RETURN(Tensor targets_dev,
+                            Tensor::FromVector<int32_t>({n}, targets).To(hn.device()));
+    ORRERY_ASSIGN_OR_RETURN(Tensor mask_dev, Tensor::FromVector<float>({n}, mask).To(hn.device()));
+    kernels::LmHeadLossOptions lo;
+    lo.grad_scale = grad_scale_;
+    return kernels::LmHeadCrossEntropy(hn, head, targets_dev, mask_dev, lo, &loss.loss_sum,
+                                       backward ? dhn : nullptr, backward ? head_grad : nullptr);
+  }
+
+  GpuLoss loss;
+
+ private:
+  const GpuBatch& batch_;
+  double grad_scale_;
+};
+
 }  // namespace
 
 class GpuModel::Impl {
@@ -363,8 +395,9 @@ class GpuModel::Impl {
     return kernels::Matmul(last, head.compute, o, &pass->logits);
   }
 
-  StatusOr<GpuLoss> Run(const GpuBatch& batch, double grad_scale, bool backward) {
+  Status Run(const GpuBatch& batch, GpuLossHead* loss_head, const GpuPassOptions& pass) {
     const ModelConfig& c = config;
+    const bool backward = pass.backward;
     kernels::PhaseScope upload_scope("batch.check_upload");
     ORRERY_RETURN_IF_ERROR(CheckBatch(batch, c));
     const int64_t n = static_cast<int64_t>(batch.tokens.size());
@@ -376,18 +409,7 @@ class GpuModel::Impl {
     ORRERY_ASSIGN_OR_RETURN(seq.cu_device, seq.cu_host.To(device));
     ORRERY_ASSIGN_OR_RETURN(Tensor tokens,
                             Tensor::FromVector<int32_t>({n}, batch.tokens).To(device));
-    std::vector<int32_t> targets(batch.targets);
-    std::vector<float> mask(static_cast<size_t>(n));
-    GpuLoss loss;
-    for (int64_t i = 0; i < n; ++i) {
-      mask[i] = targets[i] >= 0 ? 1.0f : 0.0f;
-      loss.tokens += targets[i] >= 0 ? 1 : 0;
-      if (targets[i] < 0) targets[i] = 0;
-    }
-    ORRERY_ASSIGN_OR_RETURN(Tensor targets_dev,
-                            Tensor::FromVector<int32_t>({n}, targets).To(device));
-    ORRERY_ASSIGN_OR_RETURN(Tensor mask_dev, Tensor::FromVector<float>({n}, mask).To(device));
-
+    if (pass.router_scores != nullptr) pass.router_scores->clear();
     upload_scope.Stop();
 
     // ---- forward ----
@@ -444,7 +466,11 @@ class GpuModel::Impl {
         }
         ORRERY_RETURN_IF_ERROR(FeedForward(l, bias, forced, lc, &f));
         // Kept for UpdateBalancing (on the device: only thresholds and loads leave it).
-        if (backward) kept_scores[moe_index].push_back(lc.moe.scores);
+        if (backward && pass.keep_for_balancing) kept_scores[moe_index].push_back(lc.moe.scores);
+        if (pass.router_scores != nullptr) {
+          ORRERY_ASSIGN_OR_RETURN(Tensor scores, lc.moe.scores.To(Device::Cpu()));
+          pass.router_scores->push_back(std::move(scores));
+        }
         ++moe_index;
       } else {
         ORRERY_RETURN_IF_ERROR(FeedForward(l, bias, Tensor(), lc, &f));
@@ -467,13 +493,9 @@ class GpuModel::Impl {
     Tensor hn, hr;
     kernels::PhaseScope head_scope("fwd_bwd.head_loss");
     ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(h->v, final_norm.compute, c.rms_norm_eps, &hn, &hr));
-    kernels::LmHeadLossOptions lo;
-    lo.grad_scale = grad_scale;
     Tensor dhn, head_grad = head.grad;
-    ORRERY_RETURN_IF_ERROR(kernels::LmHeadCrossEntropy(hn, head.compute, targets_dev, mask_dev, lo,
-                                                       &loss.loss_sum, backward ? &dhn : nullptr,
-                                                       backward ? &head_grad : nullptr));
-    if (!backward) return loss;
+    ORRERY_RETURN_IF_ERROR(loss_head->Run(hn, head.compute, backward, &dhn, &head_grad));
+    if (!backward) return Status::OK();
 
     // ---- backward ----
     Tensor dh, final_grad = final_norm.grad;
@@ -534,8 +556,7 @@ class GpuModel::Impl {
     ORRERY_ASSIGN_OR_RETURN(Tensor * g_emb, Grad(emb_node));
     ORRERY_ASSIGN_OR_RETURN(Tensor demb, gpu::As(*g_emb, options.compute_dtype));
     Tensor embed_grad = embed.grad;
-    ORRERY_RETURN_IF_ERROR(kernels::EmbeddingScatterAdd(tokens, demb, &embed_grad));
-    return loss;
+    return kernels::EmbeddingScatterAdd(tokens, demb, &embed_grad);
   }
 };
 
@@ -581,7 +602,17 @@ std::vector<Tensor>& GpuModel::balancing_biases() { return impl_->biases; }
 
 StatusOr<GpuLoss> GpuModel::ForwardBackward(const GpuBatch& batch, double grad_scale,
                                             bool backward) {
-  return impl_->Run(batch, grad_scale, backward);
+  CrossEntropyHead head(batch, grad_scale);
+  GpuPassOptions o;
+  o.backward = backward;
+  ORRERY_RETURN_IF_ERROR(impl_->Run(batch, &head, o));
+  return head.loss;
+}
+
+Status GpuModel::ForwardBackwardWith(const GpuBatch& batch, GpuLossHead* head,
+                                     const GpuPassOptions& options) {
+  if (head == nullptr) return InvalidArgumentError("gpu model: ForwardBackwardWith needs a head");
+  return impl_->Run(batch, head, options);
 }
 
 Status GpuModel::RunInference(gpu::InferencePass* pass) { return impl_->Infer(pass); }

@@ -71,6 +71,28 @@ struct GpuLoss {
   int64_t tokens = 0;   // positions with a target
 };
 
+// The loss over the model's final hidden states, for GpuModel::ForwardBackwardWith: the LM head
+// is part of it (its weights and gradient are handed in) so a loss can be fused with it and never
+// form the [N, V] logits (kernels/lm_head_loss.h, kernels/lm_head_policy_loss.h).
+class GpuLossHead {
+ public:
+  virtual ~GpuLossHead() = default;
+  // hn [N, D] in the compute dtype: the final norm's output; head [V, D] the LM head's compute
+  // weights. With `backward`, *dhn (undefined on entry) receives d loss / d hn in hn's dtype and
+  // *head_grad (f32 [V, D]) accumulates d loss / d head.
+  virtual Status Run(const Tensor& hn, const Tensor& head, bool backward, Tensor* dhn,
+                     Tensor* head_grad) = 0;
+};
+
+struct GpuPassOptions {
+  bool backward = false;
+  // backward: this pass's router scores join the next UpdateBalancing.
+  bool keep_for_balancing = true;
+  // Non-null: each MoE layer's router scores f32 [n, E] of this pass, copied to the host (the RL
+  // trainer's routing agreement).
+  std::vector<Tensor>* router_scores = nullptr;
+};
+
 class GpuModel {
  public:
   // Uploads `host` (an f32 Model) to the device. Fails with one line when no CUDA device is
@@ -90,6 +112,10 @@ class GpuModel {
   // Loss over batch.targets; with `backward`, adds grad_scale * d loss_sum / d theta to every
   // GpuParameter::grad and keeps the router scores for the next UpdateBalancing.
   StatusOr<GpuLoss> ForwardBackward(const GpuBatch& batch, double grad_scale, bool backward);
+  // The same forward (and backward) with `head` as the loss: batch.targets are checked but left
+  // to the head. Without backward it is a forward-only pass (no activations kept past a layer).
+  Status ForwardBackwardWith(const GpuBatch& batch, GpuLossHead* head,
+                             const GpuPassOptions& options);
   // One Quantile-Balancing step per MoE layer from the scores kept since the last call.
   Status UpdateBalancing(BalancingMetrics* metrics);
   Status ZeroGrad();

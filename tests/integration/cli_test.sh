@@ -85,6 +85,25 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
   [ ! -e "$tmp/gpu_run" ] || fail "gpu pretrain without a gpu made its run directory"
 fi
 
+# The RL roles on the GPU: a policy whose model.toml does not load is refused by config check
+# (one line naming rl.init), and an RL launch with run.device = "cuda" on a machine without a GPU
+# stops with one line before the fleet starts (no run directory).
+mkdir -p "$tmp/gate_ck" "$tmp/rl_gpu"
+touch "$tmp/gate_ck/trainer.json"
+sed 's/^output_gate_rank = 0/output_gate_rank = -8/' "$src/configs/model/tiny.toml" > "$tmp/gate_ck/model.toml"
+printf '[run]\ndevice = "cuda"\n[rl]\ninit = "gate_ck"\n' > "$tmp/rl_gate.toml"
+expect_one_line "rl on cuda with a model.toml that does not load" \
+  "^orrery: $tmp/rl_gate.toml:4: rl.init: run.device = \"cuda\": .*output_gate_rank" \
+  "$orrery" config check "$tmp/rl_gate.toml"
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
+  ln -s "$src/configs/model" "$tmp/rl_gpu/model"
+  sed 's/^seed = 1$/seed = 1\ndevice = "cuda"/' "$src/configs/demo.toml" > "$tmp/rl_gpu/demo.toml"
+  expect_one_line "rl launch on cuda without a gpu" \
+    "^orrery: $tmp/rl_gpu/demo.toml: run.device = \"cuda\": no CUDA device is visible to this process" \
+    "$orrery" launch "$tmp/rl_gpu/demo.toml"
+  [ ! -e "$tmp/runs" ] || fail "rl launch on cuda without a gpu made its run directory"
+fi
+
 # `source scripts/env.sh` puts the default build's orrery on PATH (README, "Running one test").
 if [ "$(realpath "$orrery")" = "$(realpath "$src/build/bin/orrery" 2>/dev/null)" ]; then
   found="$(env -i HOME="$HOME" PATH=/usr/bin:/bin bash -c "source '$src/scripts/env.sh'; command -v orrery")"
