@@ -716,7 +716,7 @@ double MeanRouterEntropy(const std::vector<const Tensor*>& scores) {
 }  // namespace
 
 Status Model::UpdateBalancingBiases(const std::vector<const ForwardCache*>& caches,
-                                    BalancingMetrics* metrics) {
+                                    BalancingMetrics* metrics, const RankGroup& group) {
   const ModelConfig& c = impl_->config;
   *metrics = BalancingMetrics();
   if (c.moe.balancing == Balancing::kNone || c.num_moe_layers() == 0) return Status::OK();
@@ -730,7 +730,7 @@ Status Model::UpdateBalancingBiases(const std::vector<const ForwardCache*>& cach
       scores.push_back(&fc->router_scores()[l]);
     }
     QuantileBalancingResult r;
-    ORRERY_RETURN_IF_ERROR(QuantileBalancingStep(scores, c.moe, &impl_->biases[l], &r));
+    ORRERY_RETURN_IF_ERROR(QuantileBalancingStep(scores, c.moe, &impl_->biases[l], &r, group));
     metrics->load.push_back(r.load);
     metrics->max_violation_before.push_back(r.max_violation_before);
     metrics->max_violation_after.push_back(r.max_violation_after);

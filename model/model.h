@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/global_order_statistics.h"
 #include "model/inference_state.h"
 
 namespace orrery::model {
@@ -111,8 +112,10 @@ class Model {
 
   // One Quantile-Balancing step per MoE layer from the router scores of every micro-batch of an
   // optimizer step (the form and step size come from config().moe). No-op when balancing = none.
+  // With a group of several data-parallel ranks (every rank calls it), the step is the global
+  // batch's: the same biases and metrics on every rank (model/quantile_balancing.h).
   Status UpdateBalancingBiases(const std::vector<const ForwardCache*>& caches,
-                               BalancingMetrics* metrics);
+                               BalancingMetrics* metrics, const RankGroup& group = {});
 
   // Weights and balancing biases ("layers.L.moe.balancing_bias") as safetensors; Load checks
   // every name, shape and dtype against this model.

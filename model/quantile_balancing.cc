@@ -6,6 +6,7 @@
 
 #include "kernels/moe.h"
 #include "kernels/moe_balancing.h"
+#include "model/global_order_statistics.h"
 #include "model/layers.h"
 
 namespace orrery::model {
@@ -40,10 +41,27 @@ double MaxViolation(const std::vector<double>& load) {
   return *std::max_element(load.begin(), load.end()) - 1.0;
 }
 
+// Sums `v` over the group's ranks (a no-op for one rank).
+Status SumOverRanks(const RankGroup& group, std::vector<double>* v) {
+  if (group.world <= 1) return Status::OK();
+  return group.sum(std::span<double>(v->data(), v->size()));
+}
+
+// Loads as Loads over every rank's rows: the counts summed, then divided by the global q.
+StatusOr<std::vector<double>> GlobalLoads(const std::vector<float>& s, int64_t m, int64_t n,
+                                          int64_t k, const float* b, double q,
+                                          const RankGroup& group) {
+  std::vector<double> load = Loads(s, m, n, k, b, 1.0);
+  ORRERY_RETURN_IF_ERROR(SumOverRanks(group, &load));
+  for (double& l : load) l /= q;
+  return load;
+}
+
 }  // namespace
 
 Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const MoeConfig& config,
-                             Tensor* bias, QuantileBalancingResult* result) {
+                             Tensor* bias, QuantileBalancingResult* result,
+                             const RankGroup& group) {
   const int64_t n = config.num_experts, k = config.top_k;
   if (bias->dtype() != DType::kF32 || bias->numel() != n) {
     return InvalidArgumentError("quantile balancing: bias must be f32 [" + std::to_string(n) + "]");
@@ -57,10 +75,14 @@ Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const Moe
     s.insert(s.end(), t->data<float>(), t->data<float>() + t->numel());
   }
   const int64_t m = static_cast<int64_t>(s.size()) / n;
-  if (m == 0 || k >= n) return Status::OK();
+  // The global batch: every rank's rows (the quantiles and loads are over all of them).
+  std::vector<double> rows_total = {static_cast<double>(m)};
+  ORRERY_RETURN_IF_ERROR(SumOverRanks(group, &rows_total));
+  const auto mg = static_cast<int64_t>(rows_total[0]);
+  if (mg == 0 || k >= n) return Status::OK();
   float* b = bias->data<float>();
-  const double q = static_cast<double>(m * k) / static_cast<double>(n);
-  result->load = Loads(s, m, n, k, b, q);
+  const double q = static_cast<double>(mg * k) / static_cast<double>(n);
+  ORRERY_ASSIGN_OR_RETURN(result->load, GlobalLoads(s, m, n, k, b, q, group));
   result->max_violation_before = MaxViolation(result->load);
 
   // Margins per expert column.
@@ -84,15 +106,43 @@ Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const Moe
       cols[j].push_back(margin);
     }
   }
-  const int64_t qi = std::min<int64_t>(m - 1, static_cast<int64_t>(std::ceil(q)));
+  const int64_t qi = std::min<int64_t>(mg - 1, static_cast<int64_t>(std::ceil(q)));
+  const bool cutoff = config.balancing == Balancing::kQuantileCutoff;
+  // c_j from the (qi+1)-th largest margin of column j (cut-off), or the midpoint of the qi-th and
+  // (qi+1)-th (exclusive; the (qi+1)-th alone when qi = 0).
+  std::vector<double> upper(static_cast<size_t>(n)), lower(static_cast<size_t>(n));
+  if (group.world <= 1) {
+    for (int64_t j = 0; j < n; ++j) {
+      std::vector<double>& col = cols[j];
+      std::sort(col.begin(), col.end(), std::greater<double>());
+      lower[j] = col[qi];
+      upper[j] = col[qi - 1 >= 0 ? qi - 1 : 0];
+    }
+  } else {
+    // Every margin lies in [b_j - 1 - max b, 1 + b_j - min b] (scores in [0, 1], cut-offs are
+    // biased scores of the row): the intervals need no communication.
+    const double bmax = *std::max_element(b, b + n), bmin = *std::min_element(b, b + n);
+    std::vector<std::vector<double>> columns;
+    std::vector<double> lo, hi;
+    std::vector<int64_t> targets;
+    for (int pick = 0; pick < (cutoff ? 1 : 2); ++pick) {
+      for (int64_t j = 0; j < n; ++j) {
+        columns.push_back(cols[j]);
+        lo.push_back(b[j] - 1.0 - bmax - 1e-3);
+        hi.push_back(1.0 + b[j] - bmin + 1e-3);
+        targets.push_back(pick == 0 ? qi + 1 : std::max<int64_t>(qi, 1));
+      }
+    }
+    ORRERY_ASSIGN_OR_RETURN(std::vector<double> v,
+                            GlobalOrderStatistics(columns, lo, hi, targets, group));
+    for (int64_t j = 0; j < n; ++j) {
+      lower[j] = v[j];
+      upper[j] = cutoff ? v[j] : v[n + j];
+    }
+  }
   std::vector<double> delta(static_cast<size_t>(n));
   for (int64_t j = 0; j < n; ++j) {
-    std::vector<double>& col = cols[j];
-    std::sort(col.begin(), col.end(), std::greater<double>());
-    // col[qi] is the (q+1)-th largest, col[qi - 1] the q-th.
-    const double c = config.balancing == Balancing::kQuantileCutoff
-                         ? col[qi]
-                         : 0.5 * (col[qi - 1 >= 0 ? qi - 1 : 0] + col[qi]);
+    const double c = cutoff ? lower[j] : 0.5 * (upper[j] + lower[j]);
     delta[j] = -config.balancing_step * c;
   }
   double mean = 0;
@@ -104,13 +154,27 @@ Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const Moe
     result->bias_change += std::abs(nb - b[j]);
     b[j] = nb;
   }
-  result->max_violation_after = MaxViolation(Loads(s, m, n, k, b, q));
+  ORRERY_ASSIGN_OR_RETURN(std::vector<double> after, GlobalLoads(s, m, n, k, b, q, group));
+  result->max_violation_after = MaxViolation(after);
   return Status::OK();
 }
 
 Status QuantileBalancingStepWhereScoresAre(const std::vector<Tensor>& scores,
                                            const MoeConfig& config, Tensor* bias,
-                                           QuantileBalancingResult* result) {
+                                           QuantileBalancingResult* result,
+                                           const RankGroup& group) {
+  if (group.world > 1) {
+    // Several ranks: the host's distributed step on a host copy of the scores (a device
+    // histogram is later work, with the multi-GPU issue).
+    std::vector<Tensor> host;
+    for (const Tensor& t : scores) {
+      ORRERY_ASSIGN_OR_RETURN(Tensor h, t.To(Device::Cpu()));
+      host.push_back(std::move(h));
+    }
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : host) ptrs.push_back(&t);
+    return QuantileBalancingStep(ptrs, config, bias, result, group);
+  }
   const int64_t n = config.num_experts, k = config.top_k;
   if (bias->dtype() != DType::kF32 || bias->numel() != n || !bias->device().is_cpu()) {
     return InvalidArgumentError("quantile balancing: bias must be f32 [" + std::to_string(n) +

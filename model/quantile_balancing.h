@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/global_order_statistics.h"
 
 namespace orrery::model {
 
@@ -25,16 +26,22 @@ struct QuantileBalancingResult {
 };
 
 // scores: f32 [m_i, n] unbiased router scores of each micro-batch; bias f32 [n] updated in place.
+// With a group of several ranks (each passing its own micro-batches, all the same bias), the
+// step is the one of the global batch — q, the quantiles and the loads over every rank's rows
+// (spec §5.4 step 6, through GlobalOrderStatistics) — so the ranks' biases stay identical.
 Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const MoeConfig& config,
-                             Tensor* bias, QuantileBalancingResult* result);
+                             Tensor* bias, QuantileBalancingResult* result,
+                             const RankGroup& group = {});
 
 // The same step with the scores left where the model keeps them (f32 [m_i, n] on one device, any;
 // the ops of kernels/moe.h and kernels/moe_balancing.h run there): only the routing ids for the
 // loads ([m, k] i32, before and after) and the n thresholds reach the host, where `bias` (host f32
 // [n]) is updated. Equal to QuantileBalancingStep on the same scores: the thresholds are exact
 // order statistics and the selection is SelectTopK's.
+// With several ranks the scores are copied to the host for the distributed step above.
 Status QuantileBalancingStepWhereScoresAre(const std::vector<Tensor>& scores,
                                            const MoeConfig& config, Tensor* bias,
-                                           QuantileBalancingResult* result);
+                                           QuantileBalancingResult* result,
+                                           const RankGroup& group = {});
 
 }  // namespace orrery::model

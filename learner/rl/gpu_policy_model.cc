@@ -120,8 +120,8 @@ class GpuPolicy : public PolicyModel {
     return head.stats;
   }
 
-  Status UpdateBalancing(model::BalancingMetrics* metrics) override {
-    return model_->UpdateBalancing(metrics);
+  Status UpdateBalancing(model::BalancingMetrics* metrics, const model::RankGroup& group) override {
+    return model_->UpdateBalancing(metrics, group);
   }
   Status ParametersLoaded() override { return model_->RefreshComputeCopies(); }
   Status CopyToHost(model::Model* host) override { return model_->CopyToHost(host); }

@@ -58,10 +58,10 @@ class HostPolicy : public PolicyModel {
     return s;
   }
 
-  Status UpdateBalancing(model::BalancingMetrics* metrics) override {
+  Status UpdateBalancing(model::BalancingMetrics* metrics, const model::RankGroup& group) override {
     std::vector<const model::ForwardCache*> caches;
     for (const model::ForwardCache& c : kept_) caches.push_back(&c);
-    const Status s = model_->UpdateBalancingBiases(caches, metrics);
+    const Status s = model_->UpdateBalancingBiases(caches, metrics, group);
     kept_.clear();
     return s;
   }

@@ -56,8 +56,9 @@ class PolicyModel {
   virtual StatusOr<PolicyLossStats> LossBackward(const PolicyBatch& batch, PolicyLossInput* in,
                                                  const PolicyLossOptions& loss,
                                                  const PolicyPassOptions& options) = 0;
-  // Quantile Balancing from the passes kept since the last call.
-  virtual Status UpdateBalancing(model::BalancingMetrics* metrics) = 0;
+  // Quantile Balancing from the passes kept since the last call, over the group's global batch.
+  virtual Status UpdateBalancing(model::BalancingMetrics* metrics,
+                                 const model::RankGroup& group) = 0;
   // The masters were written directly (a checkpoint restore): derived copies follow them.
   virtual Status ParametersLoaded() = 0;
   // Copies the weights and balancing biases into `host` (same config), e.g. to publish them;

@@ -300,10 +300,12 @@ StatusOr<RlStepStats> RlTrainer::Step(const std::vector<PolicyGroup>& groups) {
   stats.loss = {sums[0], sums[1], sums[2], sums[3], sums[4],
                 sums[5], sums[6], sums[7], sums[8], sums[9]};
 
-  // Quantile Balancing from the last pass, then the same biases on every rank.
+  // Quantile Balancing from the last pass over the global batch of every rank (the quantiles of
+  // all ranks' router scores, not an average of per-rank biases): the same biases everywhere.
   model::BalancingMetrics balance;
-  ORRERY_RETURN_IF_ERROR(model_->UpdateBalancing(&balance));
-  ORRERY_RETURN_IF_ERROR(comm::AllReduceMean(*comm_, model_->balancing_biases()));
+  const model::RankGroup group{comm_->rank(), comm_->world_size(),
+                               [this](std::span<double> d) { return comm_->AllReduceSum(d); }};
+  ORRERY_RETURN_IF_ERROR(model_->UpdateBalancing(&balance, group));
   stats.expert_load = balance.load;
   stats.router_entropy = balance.router_entropy;
 

@@ -16,7 +16,8 @@
 //      (decoupled PPO with TIS/MIS), token-mean over the minibatch's masked tokens of every rank
 //      (the count is all-reduced first), backward, gradients all-reduced over ranks, clipped by
 //      global norm, AdamW;
-//   5. Quantile Balancing from the last pass's router scores, biases averaged over ranks so every
+//   5. Quantile Balancing from the last pass's router scores of every rank (the global batch's
+//      quantiles through sums over ranks, model/global_order_statistics.h), so every
 //      rank routes identically.
 // The policy version is the number of updates done (each of ppo_epochs x minibatches optimizer
 // steps). Checkpoints hold the weights, the AdamW

@@ -617,7 +617,7 @@ Status GpuModel::ForwardBackwardWith(const GpuBatch& batch, GpuLossHead* head,
 
 Status GpuModel::RunInference(gpu::InferencePass* pass) { return impl_->Infer(pass); }
 
-Status GpuModel::UpdateBalancing(BalancingMetrics* metrics) {
+Status GpuModel::UpdateBalancing(BalancingMetrics* metrics, const RankGroup& group) {
   const ModelConfig& c = impl_->config;
   *metrics = BalancingMetrics();
   std::vector<std::vector<Tensor>> kept;
@@ -625,11 +625,11 @@ Status GpuModel::UpdateBalancing(BalancingMetrics* metrics) {
   impl_->kept_scores.assign(impl_->biases.size(), {});
   if (c.moe.balancing == Balancing::kNone || c.num_moe_layers() == 0) return Status::OK();
   for (size_t l = 0; l < impl_->biases.size(); ++l) {
-    if (kept[l].empty()) continue;
+    if (kept[l].empty() && group.world <= 1) continue;  // several ranks: each takes part
     kernels::PhaseScope scope("balancing.layer");
     QuantileBalancingResult r;
     ORRERY_RETURN_IF_ERROR(
-        QuantileBalancingStepWhereScoresAre(kept[l], c.moe, &impl_->biases[l], &r));
+        QuantileBalancingStepWhereScoresAre(kept[l], c.moe, &impl_->biases[l], &r, group));
     metrics->load.push_back(r.load);
     metrics->max_violation_before.push_back(r.max_violation_before);
     metrics->max_violation_after.push_back(r.max_violation_after);

@@ -117,7 +117,8 @@ class GpuModel {
   Status ForwardBackwardWith(const GpuBatch& batch, GpuLossHead* head,
                              const GpuPassOptions& options);
   // One Quantile-Balancing step per MoE layer from the scores kept since the last call.
-  Status UpdateBalancing(BalancingMetrics* metrics);
+  // With a group of several ranks, the global batch's step (model/quantile_balancing.h).
+  Status UpdateBalancing(BalancingMetrics* metrics, const RankGroup& group = {});
   Status ZeroGrad();
   // Re-derives the compute copies from the masters (after the masters were written directly,
   // e.g. by a checkpoint restore). The optimizer writes them itself (kernels/adamw_op.h).
