@@ -6,6 +6,7 @@
 
 #include "actors/replay/capnp_io.h"
 #include "actors/replay/wire.h"
+#include "actors/runtime/fleet_curve.h"
 #include "core/message_limits.h"
 
 namespace orrery::replay {
@@ -20,6 +21,7 @@ kj::ArrayPtr<const kj::byte> Bytes(const std::string& s) {
 ReplayClient::ReplayClient(std::unique_ptr<zmq::context_t> owned, zmq::context_t* context,
                            ReplayClientOptions options)
     : owned_context_(std::move(owned)),
+      context_(context),
       socket_(*context, zmq::socket_type::dealer),
       options_(options) {}
 
@@ -37,6 +39,7 @@ StatusOr<std::unique_ptr<ReplayClient>> ReplayClient::Connect(const std::string&
   client->socket_.set(zmq::sockopt::linger, 0);
   client->socket_.set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
   try {
+    SecureFleetSocket(*client->context_, client->socket_, endpoint, SocketSide::kConnect);
     client->socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {
     return InvalidArgumentError("replay client: cannot connect to '" + endpoint + "': " + e.what());
