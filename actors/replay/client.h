@@ -65,6 +65,7 @@ class ReplayClient {
  private:
   ReplayClient(std::unique_ptr<zmq::context_t> owned, zmq::context_t* context,
                ReplayClientOptions options);
+  Status NotConnected() const;
   // Sends the encoded request and waits for the reply with the same id.
   StatusOr<std::string> Call(const std::string& request, uint64_t id, int64_t timeout_ms);
 
