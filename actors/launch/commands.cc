@@ -213,9 +213,11 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
           fleet.curve_key_dir.empty() ? path : path + ": fleet.curve_key_dir"));
     }
     SetFleetCurveKeys(*keys);
-    if (generated)
+    if (generated) {
       std::printf("orrery launch: generated the fleet's CURVE keys in %s\n",
                   plan->curve_key_dir.c_str());
+      std::fflush(stdout);
+    }
   }
 
   SetProcessLogPrefix("launch");
@@ -321,9 +323,7 @@ Status UseCurveKeyDir(const std::string& dir, const std::vector<std::string>& en
     }
     return Status::OK();
   }
-  ORRERY_ASSIGN_OR_RETURN(CurveKeyPair keys, ReadCurveKeyDir(dir));
-  SetFleetCurveKeys(keys);
-  return Status::OK();
+  return UseFleetCurveKeyDir(dir);
 }
 
 int RunFleetKeygen(const CliArgs& args) {

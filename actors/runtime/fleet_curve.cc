@@ -22,6 +22,12 @@ std::optional<CurveKeyPair> FleetCurveKeys() {
   return g_keys;
 }
 
+Status UseFleetCurveKeyDir(const std::string& dir) {
+  ORRERY_ASSIGN_OR_RETURN(CurveKeyPair keys, ReadCurveKeyDir(dir));
+  SetFleetCurveKeys(std::move(keys));
+  return Status::OK();
+}
+
 bool EndpointUsesCurve(const std::string& endpoint) { return endpoint.rfind("tcp://", 0) == 0; }
 
 void SecureFleetSocket(zmq::context_t& zmq, zmq::socket_t& socket, const std::string& endpoint,

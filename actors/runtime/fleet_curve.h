@@ -28,6 +28,8 @@ namespace orrery {
 // connected keep what they had.
 void SetFleetCurveKeys(std::optional<CurveKeyPair> keys);
 std::optional<CurveKeyPair> FleetCurveKeys();
+// ReadCurveKeyDir(dir), then SetFleetCurveKeys: what a command given --curve-key-dir DIR does.
+Status UseFleetCurveKeyDir(const std::string& dir);
 
 // True for tcp:// endpoints.
 bool EndpointUsesCurve(const std::string& endpoint);
