@@ -33,7 +33,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(zmq::conte
         if (name.empty()) return InvalidArgumentError("register without a name");
         fleet->Register(name, req.getRole().cStr(), static_cast<int>(req.getIndex()),
                         req.getEndpoint().cStr(), req.getHost().cStr(), req.getPid(),
-                        req.getReady(), req.getProgress());
+                        req.getReady(), req.getProgress(), req.getAuthRefused());
         ORRERY_LOG(INFO) << name << " registered (pid " << req.getPid() << ", "
                          << req.getEndpoint().cStr() << ")";
         rep.setKnown(true);
@@ -44,7 +44,7 @@ StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(zmq::conte
       m::kHeartbeat,
       [fleet](schema::HeartbeatRequest::Reader req, schema::HeartbeatReply::Builder rep) {
         rep.setKnown(fleet->Heartbeat(req.getName().cStr(), req.getPid(), req.getReady(),
-                                      req.getProgress()));
+                                      req.getProgress(), req.getAuthRefused()));
         ToWire(fleet->run_state(), rep.initRunState());
         return Status::OK();
       });

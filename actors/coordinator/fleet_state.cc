@@ -13,6 +13,13 @@ void RecordProgress(ActorRecord& r, uint64_t progress) {
   r.last_progress_ms = UnixMillis();
 }
 
+// `count`: the incarnation's running total (it only grows within one process).
+void RecordAuthRefused(ActorRecord& r, uint64_t count) {
+  if (count <= r.auth_refused_incarnation) return;
+  r.auth_refused += count - r.auth_refused_incarnation;
+  r.auth_refused_incarnation = count;
+}
+
 }  // namespace
 
 const char* ActorStateName(ActorState state) {
@@ -41,7 +48,7 @@ void FleetState::Expect(const ActorRecord& record) {
 
 void FleetState::Register(const std::string& name, const std::string& role, int index,
                           const std::string& endpoint, const std::string& host, int64_t pid,
-                          bool ready, uint64_t progress) {
+                          bool ready, uint64_t progress, uint64_t auth_refused) {
   std::lock_guard<std::mutex> lock(mu_);
   if (started_ms_ == 0) started_ms_ = UnixMillis();
   ActorRecord& r = actors_[name];
@@ -50,26 +57,30 @@ void FleetState::Register(const std::string& name, const std::string& role, int 
   r.index = index;
   r.endpoint = endpoint;
   r.host = host;
-  if (r.pid != pid) {  // a new incarnation: its counter starts over
+  if (r.pid != pid) {  // a new incarnation: its counters start over
     r.progress = 0;
     r.last_progress_ms = 0;
+    r.auth_refused_incarnation = 0;
   }
   r.pid = pid;
   r.last_heartbeat_ms = UnixMillis();
   RecordProgress(r, progress);
+  RecordAuthRefused(r, auth_refused);
   if (r.state == ActorState::kStarting || r.state == ActorState::kRunning ||
       r.state == ActorState::kBackoff || !r.supervised) {
     r.state = ready ? ActorState::kRunning : ActorState::kStarting;
   }
 }
 
-bool FleetState::Heartbeat(const std::string& name, int64_t pid, bool ready, uint64_t progress) {
+bool FleetState::Heartbeat(const std::string& name, int64_t pid, bool ready, uint64_t progress,
+                           uint64_t auth_refused) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = actors_.find(name);
   if (it == actors_.end() || it->second.pid != pid) return false;
   ActorRecord& r = it->second;
   r.last_heartbeat_ms = UnixMillis();
   RecordProgress(r, progress);
+  RecordAuthRefused(r, auth_refused);
   if (r.state == ActorState::kStarting && ready) r.state = ActorState::kRunning;
   return true;
 }
@@ -111,6 +122,7 @@ void FleetState::MarkSpawned(const std::string& name, int64_t pid) {
   r.last_heartbeat_ms = 0;
   r.progress = 0;
   r.last_progress_ms = 0;
+  r.auth_refused_incarnation = 0;
 }
 
 void FleetState::MarkDown(const std::string& name, ActorState state, const std::string& how,
@@ -155,7 +167,8 @@ std::vector<ActorRecord> FleetState::Snapshot() const {
   return out;
 }
 
-std::vector<MetricRecord> FleetState::ToMetrics(int64_t step) const {
+std::vector<MetricRecord> FleetState::ToMetrics(int64_t step,
+                                                uint64_t coordinator_auth_refused) const {
   std::lock_guard<std::mutex> lock(mu_);
   const double now = UnixSeconds();
   const int64_t now_ms = UnixMillis();
@@ -170,6 +183,7 @@ std::vector<MetricRecord> FleetState::ToMetrics(int64_t step) const {
     by_state[std::string("fleet/actors_") + ActorStateName(s)] = 0;
   }
   double restarts = 0;
+  double auth_refused = static_cast<double>(coordinator_auth_refused);
   for (const auto& [name, r] : actors_) {
     MetricRecord m;
     m.time = now;
@@ -182,12 +196,15 @@ std::vector<MetricRecord> FleetState::ToMetrics(int64_t step) const {
     m.scalars["fleet/progress_age_seconds"] =
         r.last_progress_ms == 0 ? -1 : (now_ms - r.last_progress_ms) / 1000.0;
     m.scalars["fleet/pid"] = static_cast<double>(r.pid);
+    m.scalars["fleet/auth_refused"] = static_cast<double>(r.auth_refused);
     out.push_back(std::move(m));
     by_state[std::string("fleet/actors_") + ActorStateName(r.state)] += 1;
     restarts += r.restarts;
+    auth_refused += static_cast<double>(r.auth_refused);
   }
   fleet.scalars = by_state;
   fleet.scalars["fleet/restarts_total"] = restarts;
+  fleet.scalars["fleet/auth_refused_total"] = auth_refused;
   fleet.scalars["fleet/stage"] = run_state_.stage;
   fleet.scalars["fleet/policy_version"] = static_cast<double>(run_state_.policy_version);
   out.push_back(std::move(fleet));

@@ -41,7 +41,9 @@ struct ActorRecord {
   uint64_t progress = 0;          // the role's progress counter, as last heartbeated (0: none)
   int64_t last_progress_ms = 0;   // Unix ms when `progress` last changed; 0 = never
   std::string last_exit;          // "exit 1", "killed by signal 9", "heartbeat timeout"
-  bool supervised = false;        // spawned by this coordinator (else it registered itself)
+  uint64_t auth_refused = 0;      // peers its CURVE sockets refused, over all its incarnations
+  uint64_t auth_refused_incarnation = 0;  // of them, the current incarnation's (as heartbeated)
+  bool supervised = false;                // spawned by this coordinator (else it registered itself)
 };
 
 class FleetState {
@@ -52,10 +54,12 @@ class FleetState {
   // An actor announces itself (also after a restart, or after a coordinator restart).
   void Register(const std::string& name, const std::string& role, int index,
                 const std::string& endpoint, const std::string& host, int64_t pid, bool ready,
-                uint64_t progress);
+                uint64_t progress, uint64_t auth_refused = 0);
   // Returns false when the name is unknown (the actor must register again). A `progress` other
-  // than the one recorded stamps last_progress_ms.
-  bool Heartbeat(const std::string& name, int64_t pid, bool ready, uint64_t progress);
+  // than the one recorded stamps last_progress_ms. `auth_refused`: the process's count of refused
+  // peers (actors/runtime/curve_auth.h), added to those of its earlier incarnations.
+  bool Heartbeat(const std::string& name, int64_t pid, bool ready, uint64_t progress,
+                 uint64_t auth_refused = 0);
   // The endpoint of a ready actor by name, or of the ready instance of a role with the fewest
   // lookups so far (spreads callers over instances).
   StatusOr<std::pair<std::string, std::string>> Lookup(const std::string& name_or_role);
@@ -75,9 +79,11 @@ class FleetState {
   int64_t started_ms() const { return started_ms_; }
 
   // One metric record per actor (source "fleet/<name>"): up (0/1), restarts, heartbeat age and
-  // progress age (since the counter last advanced) in seconds (-1 when never), pid; and a
-  // "coordinator" record with counts by state and the run state's stage and policy version.
-  std::vector<MetricRecord> ToMetrics(int64_t step) const;
+  // progress age (since the counter last advanced) in seconds (-1 when never), pid, auth_refused
+  // (peers its CURVE sockets refused); and a "coordinator" record with counts by state, the run
+  // state's stage and policy version, and fleet/auth_refused_total: the actors' refusals plus
+  // `coordinator_auth_refused` (the launch process's own sockets).
+  std::vector<MetricRecord> ToMetrics(int64_t step, uint64_t coordinator_auth_refused = 0) const;
 
  private:
   mutable std::mutex mu_;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "actors/envserver/codec.h"
+#include "actors/runtime/fleet_curve.h"
 #include "actors/runtime/payload.h"
 #include "actors/schema/env.capnp.h"
 #include "core/logging.h"
@@ -41,6 +42,7 @@ EnvServer::EnvServer(zmq::context_t& zmq, std::string name,
       options_(options),
       incarnation_(NewIncarnation()),
       incarnation_hex_(Hex(incarnation_)),
+      zmq_(zmq),
       socket_(zmq, zmq::socket_type::router),
       done_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       pool_(std::make_unique<ThreadPool>(options.workers)) {
@@ -68,6 +70,7 @@ std::vector<std::string> EnvServer::env_names() const {
 Status EnvServer::Bind(const std::string& endpoint) {
   if (done_fd_ < 0) return ErrnoError("env server: eventfd", errno);
   try {
+    SecureFleetSocket(zmq_, socket_, endpoint, SocketSide::kBind);
     socket_.bind(endpoint);
     endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {

@@ -46,7 +46,8 @@ class EnvServer {
   EnvServer(const EnvServer&) = delete;
   EnvServer& operator=(const EnvServer&) = delete;
 
-  // Errors name the endpoint. tcp://127.0.0.1:* picks a free port (see endpoint()).
+  // Errors name the endpoint. tcp://127.0.0.1:* picks a free port (see endpoint()); tcp is a CURVE
+  // server when the process has the fleet's keys (actors/runtime/fleet_curve.h).
   Status Bind(const std::string& endpoint);
   const std::string& endpoint() const { return endpoint_; }
   uint64_t incarnation() const { return incarnation_; }
@@ -97,6 +98,7 @@ class EnvServer {
   std::string incarnation_hex_;
   uint64_t next_episode_ = 0;
   int pending_resets_ = 0;
+  zmq::context_t& zmq_;
   zmq::socket_t socket_;
   std::string endpoint_;
   int done_fd_;  // eventfd: workers signal finished calls

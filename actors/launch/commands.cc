@@ -20,7 +20,10 @@
 #include "actors/metrics/metrics_publisher.h"
 #include "actors/runtime/client.h"
 #include "actors/runtime/coordinator_protocol.h"
+#include "actors/runtime/curve_auth.h"
+#include "actors/runtime/curve_keys.h"
 #include "actors/runtime/echo_role.h"
+#include "actors/runtime/fleet_curve.h"
 #include "actors/runtime/host.h"
 #include "actors/runtime/wire.h"
 #include "actors/schema/actor.capnp.h"
@@ -98,6 +101,7 @@ class FleetReporter {
         pub_ = std::make_unique<zmq::socket_t>(zmq, zmq::socket_type::pub);
         pub_->set(zmq::sockopt::linger, 0);
         pub_->set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
+        SecureFleetSocket(zmq, *pub_, hub, SocketSide::kConnect);
         pub_->connect(hub);
       } catch (const zmq::error_t& e) {
         ORRERY_LOG(WARN) << "metrics hub " << hub << ": " << e.what();
@@ -106,7 +110,7 @@ class FleetReporter {
     }
   }
   void Report() {
-    for (const MetricRecord& r : fleet_.ToMetrics(step_)) {
+    for (const MetricRecord& r : fleet_.ToMetrics(step_, CurveRefusedTotal())) {
       if (file_) (void)file_->Write(r);
       if (pub_) {
         const std::string json = r.ToJson();
@@ -164,6 +168,8 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   }
   StatusOr<LoadedFleet> loaded = LoadFleet(sections, path, config_dir);
   if (!loaded.ok()) return ReportError(loaded.status());
+  // --curve-key-dir: the rendered cluster scripts give every process the same directory.
+  if (!args.Get("curve-key-dir").empty()) loaded->fleet.curve_key_dir = args.Get("curve-key-dir");
   const FleetConfig& fleet = loaded->fleet;
   SetMaxMessageBytes(fleet.max_message_mb << 20);
   const std::string emit = args.Get("emit");
@@ -198,6 +204,24 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   FleetPlan to_check = *plan;
   if (external) to_check.processes.clear();  // they run elsewhere
   if (Status s = PreflightFleet(to_check); !s.ok()) return ReportError(s.WithContext(path));
+  if (!plan->curve_key_dir.empty()) {
+    // Configured keys must exist (they are shared with other machines); the default directory
+    // under run.dir is filled on first launch and reused when the run is launched again.
+    bool generated = false;
+    StatusOr<CurveKeyPair> keys = fleet.curve_key_dir.empty()
+                                      ? EnsureCurveKeyDir(plan->curve_key_dir, &generated)
+                                      : ReadCurveKeyDir(plan->curve_key_dir);
+    if (!keys.ok()) {
+      return ReportError(keys.status().WithContext(
+          fleet.curve_key_dir.empty() ? path : path + ": fleet.curve_key_dir"));
+    }
+    SetFleetCurveKeys(*keys);
+    if (generated) {
+      std::printf("orrery launch: generated the fleet's CURVE keys in %s\n",
+                  plan->curve_key_dir.c_str());
+      std::fflush(stdout);
+    }
+  }
 
   SetProcessLogPrefix("launch");
   Cancellation stop;
@@ -288,6 +312,34 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   return 0;
 }
 
+// Reads the fleet's CURVE keys from `dir` for this process's sockets. Without a directory, a tcp
+// endpoint among `endpoints` is an error: a member of the fleet never talks plain tcp.
+Status UseCurveKeyDir(const std::string& dir, const std::vector<std::string>& endpoints,
+                      const std::string& flags) {
+  if (dir.empty()) {
+    for (const std::string& e : endpoints) {
+      if (EndpointUsesCurve(e)) {
+        return InvalidArgumentError(flags + " " + e +
+                                    ": a tcp endpoint of the fleet needs its CURVE keys: give "
+                                    "--curve-key-dir DIR (`orrery fleet keygen DIR` makes them)");
+      }
+    }
+    return Status::OK();
+  }
+  return UseFleetCurveKeyDir(dir);
+}
+
+int RunFleetKeygen(const CliArgs& args) {
+  const std::string dir = args.Get("dir");
+  bool generated = false;
+  StatusOr<CurveKeyPair> keys = EnsureCurveKeyDir(dir, &generated);
+  if (!keys.ok()) return ReportError(keys.status());
+  std::printf("%s: %s (public key %s)\n", dir.c_str(),
+              generated ? "generated the fleet's CURVE keys" : "kept the existing CURVE keys",
+              keys->public_key.c_str());
+  return 0;
+}
+
 int RunActorCommand(const CliArgs& args) {
   ActorHostOptions options;
   options.role = args.Get("role");
@@ -305,6 +357,11 @@ int RunActorCommand(const CliArgs& args) {
                                             std::to_string(args.Int("max-message-mb"))));
   }
   SetMaxMessageBytes(args.Int("max-message-mb") << 20);
+  if (Status s = UseCurveKeyDir(args.Get("curve-key-dir"), {options.endpoint, options.coordinator},
+                                "--endpoint/--coordinator");
+      !s.ok()) {
+    return ReportError(s);
+  }
   if (!options.config_path.empty()) {
     // One actor per process: [run] (threads, log level) applies to the whole process.
     StatusOr<ConfigDocument> doc =
@@ -334,12 +391,18 @@ std::string FormatAge(int64_t unix_ms) {
 
 int RunFleetStatus(const ConfigSections& sections, const CliArgs& args) {
   std::string address = args.Get("connect");
+  std::string curve_key_dir;
   if (address.empty() && args.Has("config")) {
     StatusOr<LoadedFleet> loaded = LoadFleet(sections, args.Get("config"));
     if (!loaded.ok()) return ReportError(loaded.status());
     StatusOr<FleetPlan> plan = BuildFleetPlan(loaded->fleet, loaded->run, args.Get("config"), "");
     if (!plan.ok()) return ReportError(plan.status());
     address = plan->coordinator;
+    curve_key_dir = plan->curve_key_dir;
+  }
+  if (!args.Get("curve-key-dir").empty()) curve_key_dir = args.Get("curve-key-dir");
+  if (Status s = UseCurveKeyDir(curve_key_dir, {address}, "--connect"); !s.ok()) {
+    return ReportError(s);
   }
   if (address.empty()) {
     return ReportError(
@@ -396,6 +459,8 @@ void RegisterFleetCommands(CliRegistry& registry) {
         CliKind::kFlag, false, ""},
        {"--coordinator", "bind the coordinator here instead of fleet.coordinator", CliKind::kString,
         false, ""},
+       {"--curve-key-dir", "the fleet's CURVE keys, instead of fleet.curve_key_dir",
+        CliKind::kString, false, ""},
        {"--sync", "RL phase: rollouts wait for every policy update (on-policy baseline)",
         CliKind::kFlag, false, ""}},
       [sections](const CliArgs& args) { return RunLaunch(*sections, args); }});
@@ -416,7 +481,9 @@ void RegisterFleetCommands(CliRegistry& registry) {
        {"--run-dir", "run directory (default: [run].dir of --config)", CliKind::kString, false, ""},
        {"--heartbeat-ms", "heartbeat period", CliKind::kInt, false, "500"},
        {"--max-message-mb", "the largest ZeroMQ message any socket of the actor accepts",
-        CliKind::kInt, false, "1024"}},
+        CliKind::kInt, false, "1024"},
+       {"--curve-key-dir", "the fleet's CURVE keys (fleet.key): required with tcp endpoints",
+        CliKind::kString, false, ""}},
       [](const CliArgs& args) { return RunActorCommand(args); }});
 
   registry.AddGroup({"fleet"}, "Inspect a running fleet");
@@ -426,8 +493,16 @@ void RegisterFleetCommands(CliRegistry& registry) {
       {{"--connect", "the coordinator's endpoint", CliKind::kString, false, ""},
        {"--config", "or: the fleet's config file (its coordinator endpoint)", CliKind::kString,
         false, ""},
-       {"--timeout-ms", "how long to wait for the coordinator", CliKind::kInt, false, "3000"}},
+       {"--timeout-ms", "how long to wait for the coordinator", CliKind::kInt, false, "3000"},
+       {"--curve-key-dir", "the fleet's CURVE keys (a tcp coordinator; default with --config: its)",
+        CliKind::kString, false, ""}},
       [sections](const CliArgs& args) { return RunFleetStatus(*sections, args); }});
+  registry.Add(CliCommand{
+      {"fleet", "keygen"},
+      "Write a fleet's CURVE keypair (fleet.key 0600, fleet.pub) into DIR, unless it has one",
+      {{"DIR", "the key directory (fleet.curve_key_dir; a k8s Secret's files)", CliKind::kString,
+        true, ""}},
+      [](const CliArgs& args) { return RunFleetKeygen(args); }});
 }
 
 }  // namespace orrery

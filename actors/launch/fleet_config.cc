@@ -1,5 +1,6 @@
 #include "actors/launch/fleet_config.h"
 
+#include <filesystem>
 #include <set>
 
 #include "actors/runtime/role.h"
@@ -12,6 +13,7 @@ FleetConfig ReadFleetConfig(ConfigTable& root, const RunConfig& run, bool check_
   c.transport = t.Enum("transport", c.transport, {"ipc", "tcp"});
   c.host = t.String("host", c.host);
   c.base_port = static_cast<int>(t.Int("base_port", c.base_port, 1, 65535));
+  c.curve_key_dir = t.Path("curve_key_dir", "");
   const std::string default_coordinator =
       c.transport == "tcp" ? "tcp://" + c.host + ":" + std::to_string(c.base_port)
                            : "ipc://" + run.dir + "/fleet/coordinator.sock";
@@ -99,6 +101,19 @@ FleetConfig ReadFleetConfig(ConfigTable& root, const RunConfig& run, bool check_
   c.k8s_image = k8s.String("image", c.k8s_image);
   c.k8s_orrery = k8s.String("orrery", c.k8s_orrery);
   return c;
+}
+
+bool FleetUsesTcp(const FleetConfig& fleet) {
+  auto tcp = [](const std::string& endpoint) { return endpoint.rfind("tcp://", 0) == 0; };
+  return fleet.transport == "tcp" || tcp(fleet.coordinator) || tcp(fleet.metrics_endpoint);
+}
+
+std::string FleetCurveKeyDir(const FleetConfig& fleet, const RunConfig& run) {
+  std::error_code ec;
+  const std::filesystem::path dir = fleet.curve_key_dir.empty()
+                                        ? std::filesystem::path(run.dir) / "curve"
+                                        : std::filesystem::path(fleet.curve_key_dir);
+  return std::filesystem::absolute(dir, ec).lexically_normal().string();
 }
 
 }  // namespace orrery

@@ -6,6 +6,9 @@
 //                                #          tcp://<host>:<base_port> with transport = "tcp"
 //   host = "127.0.0.1"           # tcp: the address actors bind (a local launch) or advertise
 //   base_port = 5600             # tcp: the coordinator's port; actors take the following ones
+//   curve_key_dir = ""           # tcp: the fleet's CURVE keys (fleet.key 0600, fleet.pub), every
+//                                #   tcp socket authenticates with them (docs/actors.md); "":
+//                                #   <run.dir>/curve, generated there by `orrery launch`
 //   heartbeat_ms = 500
 //   max_message_mb = 1024        # the largest ZeroMQ message any socket of the fleet accepts
 //   heartbeat_timeout_ms = 3000  # silent this long -> killed and restarted
@@ -68,6 +71,7 @@ struct FleetConfig {
   std::string coordinator;  // resolved (never empty after reading)
   std::string host = "127.0.0.1";
   int base_port = 5600;
+  std::string curve_key_dir;  // as configured ("": <run.dir>/curve); see FleetCurveKeyDir
   int heartbeat_ms = 500;
   int64_t max_message_mb = 1024;  // ZMQ_MAXMSGSIZE of every socket (core/message_limits.h)
   int heartbeat_timeout_ms = 3000;
@@ -91,5 +95,11 @@ struct FleetConfig {
 // Reads root.[fleet]; problems are recorded in the document (see ConfigDocument::Finish).
 // `check_roles` looks every role up in the role registry (off only in tests of the reader).
 FleetConfig ReadFleetConfig(ConfigTable& root, const RunConfig& run, bool check_roles = true);
+
+// True when any socket of the fleet is tcp (the transport, the coordinator or the metrics hub):
+// then every one of them authenticates with the fleet's CURVE keys.
+bool FleetUsesTcp(const FleetConfig& fleet);
+// Where the fleet's CURVE keys live: fleet.curve_key_dir, or <run.dir>/curve. Absolute.
+std::string FleetCurveKeyDir(const FleetConfig& fleet, const RunConfig& run);
 
 }  // namespace orrery

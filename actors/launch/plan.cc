@@ -126,6 +126,7 @@ StatusOr<FleetPlan> BuildFleetPlan(const FleetConfig& fleet, const RunConfig& ru
         "ipc://" + fs::absolute(plan.coordinator.substr(6), ec).lexically_normal().string();
   }
   const std::string config = fs::absolute(config_path, ec).lexically_normal().string();
+  if (FleetUsesTcp(fleet)) plan.curve_key_dir = FleetCurveKeyDir(fleet, run);
   std::set<int> used_ports;
   std::string coord_host;
   int coord_port = 0;
@@ -178,6 +179,10 @@ StatusOr<FleetPlan> BuildFleetPlan(const FleetConfig& fleet, const RunConfig& ru
                 std::to_string(fleet.heartbeat_ms),
                 "--max-message-mb",
                 std::to_string(fleet.max_message_mb)};
+      if (!plan.curve_key_dir.empty()) {
+        p.argv.push_back("--curve-key-dir");
+        p.argv.push_back(plan.curve_key_dir);
+      }
       plan.processes.push_back(std::move(p));
     }
   }
@@ -188,6 +193,7 @@ std::string FormatFleetPlan(const FleetPlan& plan) {
   std::ostringstream out;
   out << "coordinator  " << plan.coordinator << "\n";
   out << "run dir      " << plan.run_dir << "\n";
+  if (!plan.curve_key_dir.empty()) out << "curve keys   " << plan.curve_key_dir << "\n";
   out << plan.processes.size() << " actor processes:\n";
   size_t name_w = 8, ep_w = 8;
   for (const ProcessSpec& p : plan.processes) {

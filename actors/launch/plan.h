@@ -13,8 +13,9 @@
 namespace orrery {
 
 struct FleetPlan {
-  std::string coordinator;  // endpoint
-  std::string run_dir;      // absolute
+  std::string coordinator;    // endpoint
+  std::string run_dir;        // absolute
+  std::string curve_key_dir;  // the fleet's CURVE keys when it uses tcp (absolute), else ""
   std::vector<ProcessSpec> processes;
 };
 

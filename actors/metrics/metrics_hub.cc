@@ -2,6 +2,7 @@
 
 #include <zmq.hpp>
 
+#include "actors/runtime/fleet_curve.h"
 #include "core/logging.h"
 #include "core/message_limits.h"
 
@@ -28,10 +29,14 @@ StatusOr<std::unique_ptr<MetricsHub>> MetricsHub::Start(const MetricsHubOptions&
     sock.set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
     sock.set(zmq::sockopt::rcvhwm, 100000);
     for (const std::string& ep : options.listen) {
+      SecureFleetSocket(self->zmq_->context, sock, ep, SocketSide::kBind);
       sock.bind(ep);
       self->bound_.push_back(sock.get(zmq::sockopt::last_endpoint));
     }
-    for (const std::string& ep : options.connect) sock.connect(ep);
+    for (const std::string& ep : options.connect) {
+      SecureFleetSocket(self->zmq_->context, sock, ep, SocketSide::kConnect);
+      sock.connect(ep);
+    }
   } catch (const zmq::error_t& e) {
     return InvalidArgumentError(std::string("metrics hub: endpoint: ") + e.what());
   }

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <zmq.hpp>
 
+#include "actors/runtime/fleet_curve.h"
 #include "core/message_limits.h"
 
 namespace orrery {
@@ -26,6 +27,7 @@ StatusOr<std::unique_ptr<MetricsPublisher>> MetricsPublisher::Open(
       self->socket_->set(zmq::sockopt::linger, 200);
       self->socket_->set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
       self->socket_->set(zmq::sockopt::sndhwm, 10000);
+      SecureFleetSocket(*self->context_, *self->socket_, options.endpoint, SocketSide::kConnect);
       self->socket_->connect(options.endpoint);
     } catch (const zmq::error_t& e) {
       return InvalidArgumentError("metrics endpoint '" + options.endpoint + "': " + e.what());

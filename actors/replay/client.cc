@@ -6,6 +6,7 @@
 
 #include "actors/replay/capnp_io.h"
 #include "actors/replay/wire.h"
+#include "actors/runtime/fleet_curve.h"
 #include "core/message_limits.h"
 
 namespace orrery::replay {
@@ -20,6 +21,7 @@ kj::ArrayPtr<const kj::byte> Bytes(const std::string& s) {
 ReplayClient::ReplayClient(std::unique_ptr<zmq::context_t> owned, zmq::context_t* context,
                            ReplayClientOptions options)
     : owned_context_(std::move(owned)),
+      context_(context),
       socket_(*context, zmq::socket_type::dealer),
       options_(options) {}
 
@@ -36,7 +38,12 @@ StatusOr<std::unique_ptr<ReplayClient>> ReplayClient::Connect(const std::string&
   std::unique_ptr<ReplayClient> client(new ReplayClient(std::move(owned), context, options));
   client->socket_.set(zmq::sockopt::linger, 0);
   client->socket_.set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
+  // A DEALER without a connection blocks in send (after a refused CURVE handshake libzmq keeps
+  // none): give up after the grace instead of hanging.
+  client->socket_.set(zmq::sockopt::sndtimeo,
+                      static_cast<int>(std::min<int64_t>(options.reply_grace_ms, 1 << 30)));
   try {
+    SecureFleetSocket(*client->context_, client->socket_, endpoint, SocketSide::kConnect);
     client->socket_.connect(endpoint);
   } catch (const zmq::error_t& e) {
     return InvalidArgumentError("replay client: cannot connect to '" + endpoint + "': " + e.what());
@@ -45,9 +52,16 @@ StatusOr<std::unique_ptr<ReplayClient>> ReplayClient::Connect(const std::string&
   return client;
 }
 
+Status ReplayClient::NotConnected() const {
+  return UnavailableError("replay client: no connection to " + endpoint_ + " within " +
+                          std::to_string(options_.reply_grace_ms) +
+                          " ms (is the store up? on tcp: does this process hold the fleet's CURVE "
+                          "keys?)");
+}
+
 StatusOr<std::string> ReplayClient::CallRaw(const std::string& bytes, int64_t wait_ms) {
   try {
-    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+    if (!socket_.send(zmq::buffer(bytes), zmq::send_flags::none)) return NotConnected();
     zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
     zmq::poll(&item, 1, std::chrono::milliseconds(wait_ms));
     if (!(item.revents & ZMQ_POLLIN)) {
@@ -69,7 +83,7 @@ StatusOr<std::string> ReplayClient::Call(const std::string& request, uint64_t id
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0) + options_.reply_grace_ms);
   try {
-    socket_.send(zmq::buffer(request), zmq::send_flags::none);
+    if (!socket_.send(zmq::buffer(request), zmq::send_flags::none)) return NotConnected();
     while (true) {
       int64_t wait = 100;
       if (!forever) {

@@ -33,7 +33,8 @@ struct InsertReply {
 
 class ReplayClient {
  public:
-  // `context` may be null: the client then owns one.
+  // `context` may be null: the client then owns one. A tcp endpoint is reached over CURVE when the
+  // process has the fleet's keys (actors/runtime/fleet_curve.h).
   static StatusOr<std::unique_ptr<ReplayClient>> Connect(const std::string& endpoint,
                                                          zmq::context_t* context = nullptr,
                                                          ReplayClientOptions options = {});
@@ -64,10 +65,12 @@ class ReplayClient {
  private:
   ReplayClient(std::unique_ptr<zmq::context_t> owned, zmq::context_t* context,
                ReplayClientOptions options);
+  Status NotConnected() const;
   // Sends the encoded request and waits for the reply with the same id.
   StatusOr<std::string> Call(const std::string& request, uint64_t id, int64_t timeout_ms);
 
   std::unique_ptr<zmq::context_t> owned_context_;
+  zmq::context_t* context_;
   zmq::socket_t socket_;
   ReplayClientOptions options_;
   std::string endpoint_;

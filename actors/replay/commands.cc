@@ -11,6 +11,7 @@
 #include "actors/replay/server.h"
 #include "actors/replay/store.h"
 #include "actors/replay/wire.h"
+#include "actors/runtime/fleet_curve.h"
 #include "actors/runtime/role.h"
 #include "core/logging.h"
 
@@ -50,7 +51,14 @@ int Serve(const CliArgs& args, const ConfigSections* sections) {
   return 0;
 }
 
+// --curve-key-dir: the fleet's keys, to reach a fleet's store on tcp.
+Status UseKeysOf(const CliArgs& args) {
+  const std::string dir = args.Get("curve-key-dir");
+  return dir.empty() ? Status::OK() : UseFleetCurveKeyDir(dir);
+}
+
 int Info(const CliArgs& args) {
+  if (Status s = UseKeysOf(args); !s.ok()) return ReportError(s);
   StatusOr<std::unique_ptr<ReplayClient>> client =
       ReplayClient::Connect(args.Get("connect"), nullptr, {args.Int("timeout-ms", 5000)});
   if (!client.ok()) return ReportError(client.status());
@@ -83,6 +91,7 @@ int Info(const CliArgs& args) {
 }
 
 int CheckpointCommand(const CliArgs& args) {
+  if (Status s = UseKeysOf(args); !s.ok()) return ReportError(s);
   StatusOr<std::unique_ptr<ReplayClient>> client =
       ReplayClient::Connect(args.Get("connect"), nullptr, {args.Int("timeout-ms", 5000)});
   if (!client.ok()) return ReportError(client.status());
@@ -179,7 +188,9 @@ void RegisterReplayCommands(CliRegistry& registry) {
       {"replay", "info"},
       "Print every table of a running replay store: size, counters, limiter, blocked time",
       {{"--connect", "the store's endpoint (tcp://host:port)", CliKind::kString, true, ""},
-       {"--timeout-ms", "give up when the store does not answer", CliKind::kInt, false, "5000"}},
+       {"--timeout-ms", "give up when the store does not answer", CliKind::kInt, false, "5000"},
+       {"--curve-key-dir", "the fleet's CURVE keys (a fleet's store on tcp)", CliKind::kString,
+        false, ""}},
       Info});
   registry.Add(CliCommand{
       {"replay", "checkpoint"},
@@ -189,7 +200,9 @@ void RegisterReplayCommands(CliRegistry& registry) {
         "name of the directory to create under the store's replay.checkpoint_dir (default: a new "
         "timestamped one); absolute paths and '..' are refused",
         CliKind::kString, false, ""},
-       {"--timeout-ms", "give up when the store does not answer", CliKind::kInt, false, "5000"}},
+       {"--timeout-ms", "give up when the store does not answer", CliKind::kInt, false, "5000"},
+       {"--curve-key-dir", "the fleet's CURVE keys (a fleet's store on tcp)", CliKind::kString,
+        false, ""}},
       CheckpointCommand});
   registry.Add(CliCommand{
       {"replay", "bench"},

@@ -8,12 +8,13 @@
 #include <cstring>
 #include <vector>
 
+#include "actors/runtime/fleet_curve.h"
 #include "core/logging.h"
 
 namespace orrery::replay {
 
 ReplayServer::ReplayServer(ReplayStore* store, zmq::context_t& context)
-    : store_(store), socket_(context, zmq::socket_type::router) {
+    : store_(store), context_(context), socket_(context, zmq::socket_type::router) {
   socket_.set(zmq::sockopt::linger, 0);
   // ZeroMQ's default high-water marks (1000 messages per peer); parked requests are bounded by
   // the service's own limits.
@@ -46,6 +47,7 @@ ReplayServer::~ReplayServer() {
 
 Status ReplayServer::Bind(const std::string& endpoint) {
   try {
+    SecureFleetSocket(context_, socket_, endpoint, SocketSide::kBind);
     socket_.bind(endpoint);
   } catch (const zmq::error_t& e) {
     return UnavailableError("replay: cannot bind '" + endpoint + "': " + e.what());

@@ -20,7 +20,8 @@ class ReplayServer {
   ReplayServer(ReplayStore* store, zmq::context_t& context);
   ~ReplayServer();
 
-  // Binds `endpoint` (tcp://host:port, tcp://127.0.0.1:* for any port, ipc://, inproc://).
+  // Binds `endpoint` (tcp://host:port, tcp://127.0.0.1:* for any port, ipc://, inproc://); tcp as a
+  // CURVE server when the process has the fleet's keys (actors/runtime/fleet_curve.h).
   Status Bind(const std::string& endpoint);
   // The bound endpoint with the real port.
   std::string endpoint() const;
@@ -32,6 +33,7 @@ class ReplayServer {
   void Send(const std::string& peer, kj::Array<capnp::word> reply);
 
   ReplayStore* store_;
+  zmq::context_t& context_;
   zmq::socket_t socket_;
   std::unique_ptr<ReplayService> service_;
   std::unordered_set<std::string> req_peers_;  // REQ clients: replies need an empty delimiter

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "actors/runtime/fleet_curve.h"
 #include "actors/runtime/wire.h"
 #include "core/logging.h"
 #include "core/message_limits.h"
@@ -9,7 +10,7 @@
 namespace orrery {
 
 Actor::Actor(zmq::context_t& zmq, std::string name)
-    : name_(std::move(name)), socket_(zmq, zmq::socket_type::router) {
+    : name_(std::move(name)), zmq_(zmq), socket_(zmq, zmq::socket_type::router) {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
   // A reply to a caller that has gone away is dropped, never blocks the loop.
@@ -20,6 +21,7 @@ Actor::~Actor() = default;
 
 Status Actor::Bind(const std::string& endpoint) {
   try {
+    SecureFleetSocket(zmq_, socket_, endpoint, SocketSide::kBind);
     socket_.bind(endpoint);
     endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {

@@ -54,7 +54,8 @@ class Actor {
 
   const std::string& name() const { return name_; }
 
-  // Binds the mailbox. Errors name the endpoint: "address in use", "no such device", ...
+  // Binds the mailbox (a tcp endpoint as a CURVE server of the fleet's key when this process has
+  // one, actors/runtime/fleet_curve.h). Errors name the endpoint: "address in use", ...
   Status Bind(const std::string& endpoint);
   // The bound address (a tcp port 0 resolved to the real port). Empty before Bind.
   const std::string& endpoint() const { return endpoint_; }
@@ -99,6 +100,7 @@ class Actor {
   void ServeOne(const Cancellation& stop);
 
   std::string name_;
+  zmq::context_t& zmq_;
   zmq::socket_t socket_;
   std::string endpoint_;
   std::map<std::string, RawHandler> handlers_;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include "actors/runtime/fleet_curve.h"
 #include "actors/runtime/wire.h"
 #include "core/logging.h"
 #include "core/message_limits.h"
@@ -24,6 +25,7 @@ Status ActorClient::Connect(const std::string& endpoint) {
     socket->set(zmq::sockopt::maxmsgsize, MaxMessageBytes());
     socket->set(zmq::sockopt::reconnect_ivl, 50);
     socket->set(zmq::sockopt::reconnect_ivl_max, 1000);
+    SecureFleetSocket(zmq_, *socket, endpoint, SocketSide::kConnect);
     socket->connect(endpoint);
     socket_ = std::move(socket);
     endpoint_ = endpoint;

@@ -10,6 +10,7 @@
 
 #include "actors/runtime/client.h"
 #include "actors/runtime/coordinator_protocol.h"
+#include "actors/runtime/curve_auth.h"
 #include "actors/schema/actor.capnp.h"
 #include "core/logging.h"
 
@@ -166,6 +167,7 @@ class CoordinatorLink : public FleetLink {
               req.setHost(HostName());
               req.setReady(ready);
               req.setProgress(progress_.load(std::memory_order_relaxed));
+              req.setAuthRefused(CurveRefusedTotal());
             },
             call);
       } else {
@@ -176,6 +178,7 @@ class CoordinatorLink : public FleetLink {
               req.setPid(getpid());
               req.setReady(ready);
               req.setProgress(progress_.load(std::memory_order_relaxed));
+              req.setAuthRefused(CurveRefusedTotal());
             },
             call);
       }

@@ -40,6 +40,7 @@ struct RegisterRequest {
   host @5 :Text;
   ready @6 :Bool;           # serving requests (false: still starting)
   progress @7 :UInt64;      # the role's progress counter (see HeartbeatRequest.progress)
+  authRefused @8 :UInt64;   # see HeartbeatRequest.authRefused
 }
 
 struct HeartbeatRequest {
@@ -48,6 +49,7 @@ struct HeartbeatRequest {
   ready @2 :Bool;
   progress @3 :UInt64;      # advanced by the role's main loop (ActorContext::Progress); 0: the
                             # role has not reported progress (it is then not watched for stalls)
+  authRefused @4 :UInt64;   # peers this process's CURVE sockets refused since it started
 }
 
 struct HeartbeatReply {

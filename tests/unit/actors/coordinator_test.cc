@@ -21,7 +21,11 @@
 #include "actors/launch/fleet_config.h"
 #include "actors/launch/plan.h"
 #include "actors/runtime/client.h"
+#include "actors/runtime/coordinator_protocol.h"
+#include "actors/runtime/curve_auth.h"
+#include "actors/runtime/curve_keys.h"
 #include "actors/runtime/echo_role.h"
+#include "actors/runtime/fleet_curve.h"
 #include "actors/runtime/host.h"
 #include "actors/runtime/wire.h"
 #include "actors/schema/actor.capnp.h"
@@ -298,6 +302,68 @@ TEST(Supervisor, KillsTheProcessGroupOfAChildThatExits) {
   std::remove(pid_file.c_str());
 }
 
+// The coordinator on tcp with the fleet's keys: an actor holding them registers; a stranger (no
+// keys, or another fleet's) gets no reply, registers nothing and is counted; heartbeats carry each
+// actor's count of refused peers to the fleet metrics, across restarts of the actor.
+TEST(Coordinator, TcpCoordinatorRegistersOnlyTheFleet) {
+  ASSERT_TRUE(CheckCurveAvailable().ok());
+  const CurveKeyPair keys = *GenerateCurveKeyPair();
+  SetFleetCurveKeys(keys);
+  zmq::context_t zmq;
+  FleetState state;
+  auto server = CoordinatorServer::Start(zmq, "tcp://127.0.0.1:*", state);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string endpoint = (*server)->endpoint();
+
+  auto try_register = [&](const std::string& name) {
+    zmq::context_t own;  // another process
+    ActorClient client(own, name);
+    EXPECT_TRUE(client.Connect(endpoint).ok());
+    return client.Call<schema::RegisterRequest, schema::HeartbeatReply>(
+        coordinator_methods::kRegister,
+        [&](schema::RegisterRequest::Builder req) {
+          req.setName(name);
+          req.setRole("echo");
+          req.setEndpoint("tcp://10.0.0.1:9");
+          req.setPid(4242);
+          req.setReady(true);
+        },
+        {milliseconds(1000), nullptr});
+  };
+  const uint64_t before = CurveRefusedTotal();
+  SetFleetCurveKeys(std::nullopt);  // a plain stranger
+  auto plain = try_register("fake:0");
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.status().code(), StatusCode::kDeadlineExceeded);
+  SetFleetCurveKeys(*GenerateCurveKeyPair());  // another fleet's keys
+  auto other = try_register("fake:1");
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(state.Snapshot().empty()) << state.Snapshot()[0].name;
+  EXPECT_GT(CurveRefusedTotal(), before);
+
+  SetFleetCurveKeys(keys);
+  auto member = try_register("echo:0");
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  EXPECT_TRUE(member->get().getKnown());
+  ASSERT_EQ(state.Snapshot().size(), 1u);
+  EXPECT_EQ(state.Snapshot()[0].name, "echo:0");
+  SetFleetCurveKeys(std::nullopt);
+
+  // Refusal counts: per incarnation as heartbeated, summed over incarnations, plus the launcher's.
+  ASSERT_TRUE(state.Heartbeat("echo:0", 4242, true, 1, 3));
+  ASSERT_TRUE(state.Heartbeat("echo:0", 4242, true, 2, 5));
+  state.MarkSpawned("echo:0", 4343);  // restarted: the new process counts from 0
+  ASSERT_TRUE(state.Heartbeat("echo:0", 4343, true, 1, 2));
+  double actor = -1, total = -1;
+  for (const MetricRecord& m : state.ToMetrics(0, 10)) {
+    if (m.source == "fleet/echo:0") actor = m.scalars.at("fleet/auth_refused");
+    if (m.source == "coordinator") total = m.scalars.at("fleet/auth_refused_total");
+  }
+  EXPECT_EQ(actor, 7);
+  EXPECT_EQ(total, 17);
+}
+
 StatusOr<FleetConfig> ParseFleet(const std::string& text) {
   ORRERY_ASSIGN_OR_RETURN(ConfigDocument doc, ConfigDocument::ParseString(text, "fleet.toml"));
   ConfigTable root = doc.root();
@@ -372,6 +438,28 @@ TEST(FleetPlan, AssignsEndpointsAndCommandLines) {
   EXPECT_EQ(argv[2], "echo");
   EXPECT_NE(std::find(argv.begin(), argv.end(), "tcp://127.0.0.1:7000"), argv.end());
   EXPECT_NE(FormatFleetPlan(*plan).find("echo:2"), std::string::npos);
+  // A tcp fleet passes its CURVE key directory (default: under run.dir) to every actor.
+  EXPECT_EQ(plan->curve_key_dir, "/tmp/r/curve");
+  auto key_flag = std::find(argv.begin(), argv.end(), "--curve-key-dir");
+  ASSERT_NE(key_flag, argv.end());
+  EXPECT_EQ(*(key_flag + 1), "/tmp/r/curve");
+  auto keyed = ParseFleet(
+      "[fleet]\ntransport = \"tcp\"\ncurve_key_dir = \"/etc/orrery/curve\"\n"
+      "[[fleet.roles]]\nrole = \"echo\"\n");
+  ASSERT_TRUE(keyed.ok());
+  EXPECT_EQ(BuildFleetPlan(*keyed, run, "/etc/run.toml", "/bin/orrery")->curve_key_dir,
+            "/etc/orrery/curve");
+  // An ipc fleet authenticates by file permissions: no keys.
+  auto ipc = ParseFleet("[fleet]\n[[fleet.roles]]\nrole = \"echo\"\n");
+  ASSERT_TRUE(ipc.ok());
+  auto ipc_plan = BuildFleetPlan(*ipc, run, "/etc/run.toml", "/bin/orrery");
+  EXPECT_EQ(ipc_plan->curve_key_dir, "");
+  for (const std::string& a : ipc_plan->processes[0].argv) EXPECT_NE(a, "--curve-key-dir");
+  // A tcp metrics hub makes the fleet use tcp too.
+  auto hub = ParseFleet(
+      "[fleet]\nmetrics_endpoint = \"tcp://127.0.0.1:5570\"\n[[fleet.roles]]\nrole = \"echo\"\n");
+  ASSERT_TRUE(hub.ok());
+  EXPECT_TRUE(FleetUsesTcp(*hub));
   EXPECT_EQ(ShellQuote("it's"), "'it'\\''s'");
   EXPECT_EQ(ShellQuote("tcp://a:1"), "tcp://a:1");
 }
