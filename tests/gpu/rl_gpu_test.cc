@@ -5,6 +5,7 @@
 // Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -57,11 +58,15 @@ TEST_P(FusedPolicyLossGpuTest, LossLogprobsAndGradientsMatchCpuTwin) {
     EXPECT_EQ(got.tokens, want.tokens);
     EXPECT_NEAR(got.clipped, want.clipped, 2);
     const double n = want.tokens;
-    EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * n);
+    // With the KL option set the k3 terms reach ~1e9 per token (exp of random reference
+    // log-probabilities against log π down to about -30), so besides the per-token bound the
+    // sums get a relative one: the H200 measured 1.1e-6 to 2.9e-6 relative there (session 15).
+    const auto bound = [n](double want) { return std::max(1e-5 * n, 1e-5 * std::abs(want)); };
+    EXPECT_NEAR(got.loss_sum, want.loss_sum, bound(want.loss_sum));
     EXPECT_NEAR(got.entropy_sum, want.entropy_sum, 1e-5 * want.entropy_sum);
     EXPECT_NEAR(got.ratio_sum, want.ratio_sum, 1e-5 * want.ratio_sum);
     EXPECT_NEAR(got.approx_kl_sum, want.approx_kl_sum, 1e-5 * n);
-    EXPECT_NEAR(got.ref_kl_sum, want.ref_kl_sum, 1e-5 * n);
+    EXPECT_NEAR(got.ref_kl_sum, want.ref_kl_sum, bound(want.ref_kl_sum));
     std::printf("  loss %.9g (cpu %.9g), clipped %.0f (cpu %.0f) of %.0f\n", got.loss_sum,
                 want.loss_sum, got.clipped, want.clipped, n);
     const Tensor lp = ToHost(logp);
@@ -115,16 +120,19 @@ INSTANTIATE_TEST_SUITE_P(All, FusedPolicyLossGpuTest, ::testing::Values(DType::k
 // test's tolerances times 10. bf16: gradients err up to 5e-2 per parameter (GpuModelTest), and
 // AdamW turns every gradient element into a step of about lr, so the weights after 8 steps of
 // lr 1e-2 may differ by a few percent, and near-ties at the clip boundaries and between experts go
-// either way for a few tokens. Not yet measured on an H200: the printed figures say how much
-// room these leave.
+// either way for a few tokens. Measured on an H200 (session 15): f32 weights 2.25e-5, bf16 0.18
+// on the zero-initialised pseudo-queries and 0.10 on A_log (the sign-sensitive ones, held to
+// 0.5 in bf16: a step of the wrong sign everywhere would be 2, no step at all 1), every other
+// bf16 parameter within 0.1.
 TEST(RlGpuTrainerTest, F32GpuTrainerMatchesHostTrainer) {
   SKIP_WITHOUT_GPU();
-  trainer_check::CompareTrainers(Device::Cuda(0), DType::kF32, 2, {1e-4, 2e-3, 1.5e-3, 2, 3});
+  trainer_check::CompareTrainers(Device::Cuda(0), DType::kF32, 2,
+                                 {1e-4, 2e-3, 1.5e-3, 1.5e-3, 2, 3});
 }
 
 TEST(RlGpuTrainerTest, Bf16GpuTrainerMatchesHostTrainer) {
   SKIP_WITHOUT_GPU();
-  trainer_check::CompareTrainers(Device::Cuda(0), DType::kBF16, 2, {2e-2, 5e-2, 1e-1, 8, 12});
+  trainer_check::CompareTrainers(Device::Cuda(0), DType::kBF16, 2, {2e-2, 5e-2, 1e-1, 5e-1, 8, 12});
 }
 
 }  // namespace

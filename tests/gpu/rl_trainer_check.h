@@ -30,9 +30,15 @@ namespace orrery::rl::trainer_check {
 // they are compared per token; a near-tie between experts or at a clip boundary may go the other
 // way on one side, so the clip count and the expert load allow a few tokens.
 struct Tolerances {
-  double per_token;       // |Δ| / tokens of loss, entropy and weight sums of an update
-  double relative;        // of the ratio sum (large ratios dominate it) and of the grad norm
-  double weights;         // relative RMS of every parameter after the updates
+  double per_token;  // |Δ| / tokens of loss, entropy and weight sums of an update
+  double relative;   // of the ratio sum (large ratios dominate it) and of the grad norm
+  double weights;    // relative RMS of every parameter after the updates
+  // The same for the parameters whose value after a few AdamW steps is mostly the steps
+  // themselves and whose gradient is a sum that cancels: the zero-initialised AttnRes
+  // pseudo-queries (*_res_proj: each element moves by about ±lr with the sign of its gradient, so
+  // an element whose gradient is within rounding of zero moves the other way on the other side)
+  // and A_log (one number per head summed over every token and channel).
+  double sign_sensitive_weights;
   double clipped_tokens;  // |Δ clipped| in tokens
   double load_tokens;     // |Δ load| of an expert in tokens (one token: E / (k tokens))
 };
@@ -176,7 +182,8 @@ inline void CompareTrainers(Device device, DType dtype, int updates, const Toler
       worst = err;
       worst_name = p.name;
     }
-    EXPECT_LT(err, tol.weights) << p.name;
+    const bool sign_sensitive = p.name.ends_with("_res_proj") || p.name.ends_with(".A_log");
+    EXPECT_LT(err, sign_sensitive ? tol.sign_sensitive_weights : tol.weights) << p.name;
   }
   std::printf("weights after %d updates: worst rel RMS %.3g (%s)\n", updates, worst,
               worst_name.c_str());
@@ -198,8 +205,17 @@ inline void CompareTrainers(Device device, DType dtype, int updates, const Toler
   auto a = (*gt)->Step(groups);
   auto b = (*gt2)->Step(groups);
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(a->loss.loss_sum, b->loss.loss_sum);
-  EXPECT_EQ(a->grad_norm, b->grad_norm);
+  if (device.is_cpu()) {  // the CPU twins are deterministic: the same step, bit for bit
+    EXPECT_EQ(a->loss.loss_sum, b->loss.loss_sum);
+    EXPECT_EQ(a->grad_norm, b->grad_norm);
+  } else {
+    // CUDA's atomics (embedding scatter, expert and bias gradients) add in a different order
+    // from run to run, so two identical steps differ in the last bits (on the H200 the two
+    // agreed to the 6 printed digits, not bit for bit); 1e-5 relative is far below a wrongly
+    // restored moment or weight (O(lr) of every parameter).
+    EXPECT_NEAR(a->loss.loss_sum, b->loss.loss_sum, 1e-5 * std::abs(b->loss.loss_sum));
+    EXPECT_NEAR(a->grad_norm, b->grad_norm, 1e-5 * b->grad_norm);
+  }
   auto ht2 = RlTrainer::Create(other->get(), comm.get(), o);
   ASSERT_TRUE(ht2.ok());
   ASSERT_TRUE((*ht2)->RestoreLatest(dir.string()).ok());
