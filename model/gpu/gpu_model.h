@@ -15,8 +15,9 @@
 // Memory: every layer's activations are kept from the forward to the backward, or, with
 // GpuModelOptions::recompute_layers, only its inputs (the layer is re-run, with the routing the
 // forward chose, just before its backward). Quantile Balancing: the router scores of each MoE layer
-// are copied to the host once per micro-batch and the host QuantileBalancingStep updates the
-// biases (the device histogram is the MoE issue's).
+// stay on the device, where the thresholds are selected (kernels/moe_balancing.h); only they and
+// the routing ids for the loads reach the host, which updates the biases. With several ranks the
+// global batch's step runs on host copies of the scores (model/quantile_balancing.h).
 #pragma once
 
 #include <cstdint>
