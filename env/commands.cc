@@ -30,6 +30,9 @@ int RunSynth(const CliArgs& args) {
   options.difficulty = static_cast<int>(args.Int("difficulty"));
   options.no_tool_fraction = args.Float("no-tool-fraction");
   options.no_tool_error_rate = args.Float("no-tool-error-rate");
+  StatusOr<calc::CalcTool> tool = calc::ParseCalcTool(args.Get("tool"));
+  if (!tool.ok()) return ReportError(tool.status().WithContext("env synth: --tool"));
+  options.tool = *tool;
   Status valid = calc::ValidateTranscriptOptions(options);
   if (!valid.ok()) return ReportError(valid.WithContext("env synth"));
 
@@ -172,7 +175,9 @@ void RegisterEnvCommands(CliRegistry& registry) {
        {"--difficulty", "1..4, or 0 for a uniform mix", CliKind::kInt, false, "0"},
        {"--no-tool-fraction", "fraction answered without the tool", CliKind::kFloat, false, "0.25"},
        {"--no-tool-error-rate", "probability that a no-tool answer is wrong", CliKind::kFloat,
-        false, "0.6"}},
+        false, "0.6"},
+       {"--tool", "what calculate takes: expression, or one_operation (one call per operation)",
+        CliKind::kString, false, "expression"}},
       RunSynth});
   registry.Add(CliCommand{{"env", "list"}, "List the registered environments", {}, RunList});
   registry.Add(CliCommand{

@@ -4,6 +4,7 @@
 
 #include "env/calc/answer.h"
 #include "env/calc/expression.h"
+#include "env/calc/one_operation.h"
 #include "env/calc/prompt.h"
 #include "env/calc/task.h"
 #include "env/tool_call.h"
@@ -14,19 +15,20 @@ namespace {
 using env::Deadline;
 using env::ToolResult;
 
-env::ToolSpec CalculateSpec() {
-  const nlohmann::json j = nlohmann::json::parse(CalculateToolSpecJson());
+env::ToolSpec CalculateSpec(CalcTool tool) {
+  const nlohmann::json j = nlohmann::json::parse(CalculateToolSpecJson(tool));
   return env::ToolSpec{kCalculateTool, j["function"]["description"].get<std::string>(),
                        j["function"]["parameters"].dump()};
 }
 
 class CalcEpisode : public env::Episode {
  public:
-  CalcEpisode(CalcTask task, int max_tool_calls)
+  CalcEpisode(CalcTask task, int max_tool_calls, CalcTool tool)
       : task_(std::move(task)),
-        messages_(CalcInitialMessages(task_)),
-        tools_{CalculateSpec()},
-        max_tool_calls_(max_tool_calls) {}
+        messages_(CalcInitialMessages(task_, tool)),
+        tools_{CalculateSpec(tool)},
+        max_tool_calls_(max_tool_calls),
+        tool_(tool) {}
 
   const std::vector<ChatMessage>& initial_messages() const override { return messages_; }
   const std::vector<env::ToolSpec>& tools() const override { return tools_; }
@@ -62,7 +64,8 @@ class CalcEpisode : public env::Episode {
     StatusOr<std::string> args = env::ValidateToolCall(call, tools_);
     if (!args.ok()) return env::ToolError(args.status().message());
     const std::string expression = nlohmann::json::parse(*args)["expression"].get<std::string>();
-    StatusOr<Rational> value = EvaluateExpression(expression);
+    StatusOr<Rational> value = tool_ == CalcTool::kOneOperation ? EvaluateOneOperation(expression)
+                                                                : EvaluateExpression(expression);
     if (!value.ok()) return env::ToolError(value.status().message());
     ToolResult r;
     r.content = value->ToString();
@@ -73,6 +76,7 @@ class CalcEpisode : public env::Episode {
   std::vector<ChatMessage> messages_;
   std::vector<env::ToolSpec> tools_;
   int max_tool_calls_;
+  CalcTool tool_;
   int calls_ = 0;
 };
 
@@ -90,7 +94,7 @@ class CalcEnv : public env::Env {
     ORRERY_ASSIGN_OR_RETURN(CalcTask task,
                             MakeCalcTask(ref.seed, ref.split, ref.index, Difficulty(ref.index)));
     return std::unique_ptr<env::Episode>(
-        std::make_unique<CalcEpisode>(std::move(task), options_.max_tool_calls));
+        std::make_unique<CalcEpisode>(std::move(task), options_.max_tool_calls, options_.tool));
   }
 
  private:
@@ -112,6 +116,9 @@ CalcEnvOptions ReadCalcEnvOptions(ConfigTable& table) {
   o.seed = static_cast<uint64_t>(table.Int("seed", 0, 0));
   o.difficulty = static_cast<int>(table.Int("difficulty", 0, 0, kMaxDifficulty));
   o.max_tool_calls = static_cast<int>(table.Int("max_tool_calls", 16, 1, 1000));
+  o.tool = table.Enum("tool", "expression", {"expression", "one_operation"}) == "one_operation"
+               ? CalcTool::kOneOperation
+               : CalcTool::kExpression;
   return o;
 }
 

@@ -4,6 +4,8 @@
 //   seed = 0              task seed (tasks are a pure function of seed, split, index)
 //   difficulty = 0        1..4, or 0: task i gets difficulty 1 + i % 4
 //   max_tool_calls = 16   calls beyond this get an error result
+//   tool = "expression"   what calculate takes: a whole expression, or "one_operation" (one
+//                         operation a call: the multi-step family, n - 1 calls for n operands)
 // Reward: 1 when the final "Answer:" line is exactly right (docs/env.md), else 0.
 // Components: "correct", "tool_calls" (how many the model made).
 #pragma once
@@ -11,6 +13,7 @@
 #include <memory>
 
 #include "core/config.h"
+#include "env/calc/prompt.h"
 #include "env/env.h"
 
 namespace orrery::calc {
@@ -19,6 +22,7 @@ struct CalcEnvOptions {
   uint64_t seed = 0;
   int difficulty = 0;
   int max_tool_calls = 16;
+  CalcTool tool = CalcTool::kExpression;
 };
 
 CalcEnvOptions ReadCalcEnvOptions(ConfigTable& table);

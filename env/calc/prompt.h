@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/chat.h"
@@ -14,11 +15,19 @@ namespace orrery::calc {
 // The name of the one calc tool and its JSON Schema for arguments.
 inline constexpr const char* kCalculateTool = "calculate";
 
+// What `calculate` evaluates: a whole expression (expression.h), or one operation at a time
+// (one_operation.h: the multi-step family, n - 1 calls for n operands).
+enum class CalcTool { kExpression, kOneOperation };
+
+// "expression" | "one_operation".
+StatusOr<CalcTool> ParseCalcTool(std::string_view name);
+
 // The tool spec in the common function-calling shape:
 // {"type":"function","function":{"name":"calculate","description":...,"parameters":{...}}}
-std::string CalculateToolSpecJson();
+std::string CalculateToolSpecJson(CalcTool tool = CalcTool::kExpression);
 
 // [system, user] for `task`. The system prompt states the tool and the "Answer: <value>" rule.
-std::vector<ChatMessage> CalcInitialMessages(const CalcTask& task);
+std::vector<ChatMessage> CalcInitialMessages(const CalcTask& task,
+                                             CalcTool tool = CalcTool::kExpression);
 
 }  // namespace orrery::calc

@@ -5,6 +5,7 @@
 #include "core/philox.h"
 #include "env/calc/answer.h"
 #include "env/calc/expression.h"
+#include "env/calc/one_operation.h"
 #include "env/calc/prompt.h"
 
 namespace orrery::calc {
@@ -61,7 +62,7 @@ StatusOr<CalcTranscript> MakeCalcTranscript(uint64_t seed, uint64_t index,
                              : kMinDifficulty + static_cast<int>(rng.UniformInt(kMaxDifficulty));
   CalcTranscript out;
   ORRERY_ASSIGN_OR_RETURN(out.task, MakeCalcTask(seed, options.split, index, difficulty));
-  out.messages = CalcInitialMessages(out.task);
+  out.messages = CalcInitialMessages(out.task, options.tool);
 
   // Uniform() is in (0, 1]: `u <= p` happens with probability p, never for p = 0.
   const bool no_tool = rng.Uniform() <= options.no_tool_fraction && options.no_tool_fraction > 0;
@@ -72,6 +73,29 @@ StatusOr<CalcTranscript> MakeCalcTranscript(uint64_t seed, uint64_t index,
         rng.Uniform() <= options.no_tool_error_rate && options.no_tool_error_rate > 0;
     const Rational given = wrong ? WrongAnswer(out.task.answer, rng) : out.task.answer;
     final_message.content = FormatAnswerLine(given);
+  } else if (options.tool == CalcTool::kOneOperation) {
+    ORRERY_ASSIGN_OR_RETURN(std::vector<OperationStep> steps,
+                            OneOperationSteps(out.task.expression));
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const std::string id = "call_" + std::to_string(i);
+      ChatMessage call;
+      call.role = ChatRole::kAssistant;
+      if (i == 0) call.content = kToolPreambles[rng.UniformInt(std::size(kToolPreambles))];
+      call.tool_calls.push_back(
+          ToolCall{id, kCalculateTool, nlohmann::json{{"expression", steps[i].text}}.dump()});
+      out.messages.push_back(call);
+      ChatMessage result;
+      result.role = ChatRole::kTool;
+      result.tool_call_id = id;
+      result.name = kCalculateTool;
+      result.content = steps[i].value.ToString();
+      out.messages.push_back(result);
+    }
+    const Rational& value = steps.empty() ? out.task.answer : steps.back().value;
+    final_message.content =
+        Fill(kFinalPhrases[rng.UniformInt(std::size(kFinalPhrases))], value.ToString()) + "\n" +
+        FormatAnswerLine(value);
+    out.used_tool = !steps.empty();
   } else {
     ChatMessage call;
     call.role = ChatRole::kAssistant;

@@ -4,7 +4,8 @@
 // environment (prompt.h), then either
 //   - with the tool: an assistant message calling calculate({"expression": ...}), the tool result
 //     (the evaluator's exact output) and a final assistant message ending "Answer: <value>",
-//     always correct; or
+//     always correct — with the one-operation tool, one call and result per operation, each
+//     using the earlier results (one_operation.h), then the final message; or
 //   - without the tool (a `no_tool_fraction` of transcripts): one assistant message answering
 //     directly, wrong with probability `no_tool_error_rate` (an off-by-some value, or a rounded
 //     one for fractions), so RL later has something to improve: calling the tool pays.
@@ -16,6 +17,7 @@
 
 #include "core/chat.h"
 #include "core/status.h"
+#include "env/calc/prompt.h"
 #include "env/calc/task.h"
 
 namespace orrery::calc {
@@ -25,6 +27,7 @@ struct TranscriptOptions {
   int difficulty = 0;               // 1..4, or 0 for a uniform mix of all levels
   double no_tool_fraction = 0.25;   // in [0, 1]
   double no_tool_error_rate = 0.6;  // in [0, 1]
+  CalcTool tool = CalcTool::kExpression;
 };
 
 struct CalcTranscript {

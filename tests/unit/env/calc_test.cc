@@ -4,8 +4,10 @@
 #include <set>
 
 #include "core/chat.h"
+#include "core/json_text.h"
 #include "env/calc/answer.h"
 #include "env/calc/expression.h"
+#include "env/calc/one_operation.h"
 #include "env/calc/rational.h"
 #include "env/calc/task.h"
 #include "env/calc/transcripts.h"
@@ -215,6 +217,68 @@ TEST(CalcTranscriptTest, ToolTranscriptsAreCorrectAndWellFormed) {
   EXPECT_NEAR(no_tool, 300, 90);
   EXPECT_NEAR(static_cast<double>(no_tool_wrong) / no_tool, 0.6, 0.12);
   EXPECT_EQ(tool + no_tool, 1000);
+}
+
+TEST(OneOperationTest, EvaluatesExactlyOneOperation) {
+  EXPECT_EQ(EvaluateOneOperation("12/7 * 3")->ToString(), "36/7");
+  EXPECT_EQ(EvaluateOneOperation(" -7 - 3 ")->ToString(), "-10");
+  EXPECT_EQ(EvaluateOneOperation("1.5 + 2")->ToString(), "3.5");
+  EXPECT_EQ(EvaluateOneOperation("7 \u00f7 2")->ToString(), "3.5");
+  for (const char* bad : {"1 + 2 + 3", "1+2", "12", "(1 + 2)", "a * 2", "1 ^ 2", ""}) {
+    StatusOr<Rational> r = EvaluateOneOperation(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("one operation at a time"), std::string::npos) << bad;
+  }
+  EXPECT_NE(EvaluateOneOperation("1 / 0").status().message().find("division by zero"),
+            std::string::npos);
+}
+
+// Every task, replayed one operation at a time through the one-operation tool, reaches its
+// answer in operands - 1 calls, each call's argument being what the tool accepts.
+TEST(OneOperationTest, StepsOfEveryDifficultyReachTheAnswer) {
+  for (int d = kMinDifficulty; d <= kMaxDifficulty; ++d) {
+    for (uint64_t i = 0; i < 200; ++i) {
+      const CalcTask task = *MakeCalcTask(9, Split::kTrain, i, d);
+      StatusOr<std::vector<OperationStep>> steps = OneOperationSteps(task.expression);
+      ASSERT_TRUE(steps.ok()) << task.expression << ": " << steps.status().ToString();
+      ASSERT_EQ(steps->size(), static_cast<size_t>(d)) << task.expression;  // d + 1 operands
+      for (const OperationStep& step : *steps) {
+        StatusOr<Rational> v = EvaluateOneOperation(step.text);
+        ASSERT_TRUE(v.ok()) << step.text << ": " << v.status().ToString();
+        EXPECT_EQ(*v, step.value) << step.text;
+      }
+      EXPECT_EQ(steps->back().value, task.answer) << task.expression;
+    }
+  }
+}
+
+TEST(CalcTranscriptTest, OneOperationTranscriptsCallOncePerOperation) {
+  TranscriptOptions o;
+  o.tool = CalcTool::kOneOperation;
+  o.difficulty = 2;  // three operands: two calls
+  o.no_tool_fraction = 0;
+  for (uint64_t i = 0; i < 100; ++i) {
+    StatusOr<CalcTranscript> t = MakeCalcTranscript(4, i, o);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    const auto& m = t->messages;
+    ASSERT_EQ(m.size(), 7u);  // system, user, (call, result) x 2, answer
+    EXPECT_NE(m[0].content.find("one arithmetic operation"), std::string::npos);
+    for (int c = 0; c < 2; ++c) {
+      const ChatMessage& call = m[2 + 2 * c];
+      const ChatMessage& result = m[3 + 2 * c];
+      ASSERT_EQ(call.tool_calls.size(), 1u);
+      EXPECT_EQ(result.tool_call_id, call.tool_calls[0].id);
+      const std::string arg = ParseUntrustedJson(call.tool_calls[0].arguments_json)["expression"];
+      EXPECT_EQ(EvaluateOneOperation(arg)->ToString(), result.content) << arg;
+    }
+    // The second call uses the first call's result.
+    const std::string second =
+        ParseUntrustedJson(m[4].tool_calls[0].arguments_json)["expression"].get<std::string>();
+    EXPECT_NE(second.find(m[3].content), std::string::npos) << second;
+    EXPECT_TRUE(t->correct);
+    EXPECT_EQ(m[5].content, t->task.answer_text);
+  }
 }
 
 TEST(CalcTranscriptTest, OptionsAreValidated) {

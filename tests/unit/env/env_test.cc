@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "env/calc/calc_env.h"
+#include "env/calc/one_operation.h"
 #include "env/calc/task.h"
 #include "env/registry.h"
 #include "env/tool_call.h"
@@ -80,6 +81,37 @@ TEST(CalcEnvTest, ToolCallBudget) {
   for (int i = 0; i < 2; ++i)
     EXPECT_FALSE(e->Step(Call("calculate", "{\"expression\":\"1\"}"), DeadlineIn(5))->is_error);
   EXPECT_TRUE(e->Step(Call("calculate", "{\"expression\":\"1\"}"), DeadlineIn(5))->is_error);
+}
+
+// The multi-step family: a whole expression is a tool error the model reads; the operations one
+// at a time reach the answer, and the score counts the calls.
+TEST(CalcEnvTest, OneOperationToolTakesSeveralSteps) {
+  calc::CalcEnvOptions o;
+  o.difficulty = 2;
+  o.tool = calc::CalcTool::kOneOperation;
+  std::unique_ptr<Env> env = calc::MakeCalcEnv(o);
+  const TaskRef task = *env->Task(Split::kTest, 3);
+  std::unique_ptr<Episode> e = std::move(*env->Reset(task, DeadlineIn(5)));
+  EXPECT_NE(e->tools()[0].description.find("one arithmetic operation"), std::string::npos);
+  const calc::CalcTask ct = *calc::MakeCalcTask(0, Split::kTest, 3, 2);
+  ToolResult whole =
+      *e->Step(Call("calculate", "{\"expression\":\"" + ct.expression + "\"}"), DeadlineIn(5));
+  EXPECT_TRUE(whole.is_error) << whole.content;
+  std::vector<ChatMessage> traj = e->initial_messages();
+  ChatMessage answer{ChatRole::kAssistant, "", {}, "", ""};
+  const std::vector<calc::OperationStep> steps = *calc::OneOperationSteps(ct.expression);
+  for (const calc::OperationStep& step : steps) {
+    ToolResult r =
+        *e->Step(Call("calculate", "{\"expression\":\"" + step.text + "\"}"), DeadlineIn(5));
+    ASSERT_FALSE(r.is_error) << step.text << ": " << r.content;
+    EXPECT_EQ(r.content, step.value.ToString());
+    traj.push_back(ChatMessage{ChatRole::kAssistant, "", {{"c", "calculate", "{}"}}, "", ""});
+    answer.content = "Answer: " + r.content;
+  }
+  traj.push_back(answer);
+  StatusOr<EpisodeScore> score = e->Score(traj, DeadlineIn(5));
+  EXPECT_EQ(score->reward, 1.0);
+  EXPECT_EQ(score->components.at("tool_calls"), 2.0);
 }
 
 TEST(CalcEnvTest, ManyEpisodesInFlight) {
