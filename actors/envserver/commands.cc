@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "actors/runtime/fleet_curve.h"
 #include "actors/runtime/role.h"
 #include "core/logging.h"
 #include "env/registry.h"
@@ -40,6 +41,11 @@ int Serve(const CliArgs& args, const ConfigSections* sections) {
   ConfigTable root = fresh->root();
   std::string endpoint = args.Get("listen");
   if (endpoint.empty()) endpoint = ReadEnvServerOptions(root).listen;
+  if (Status s = UseStandaloneServerKeys(endpoint, args.Get("curve-key-dir"),
+                                         args.Flag("insecure-plain-tcp"));
+      !s.ok()) {
+    return ReportError(s.WithContext("env serve"));
+  }
   SetProcessLogPrefix("env:0");
   Cancellation stop;
   g_stop = &stop;
@@ -87,7 +93,11 @@ void RegisterEnvServerCommands(CliRegistry& registry) {
       "Host the environments of a config for remote rollout actors (ZeroMQ + Cap'n Proto)",
       {{"--config", "TOML file with [env] (and optionally [env_server])", CliKind::kString, true,
         ""},
-       {"--listen", "endpoint to bind (default: env_server.listen)", CliKind::kString, false, ""}},
+       {"--listen", "endpoint to bind (default: env_server.listen)", CliKind::kString, false, ""},
+       {"--curve-key-dir", "CURVE keys: clients must hold the same (needed beyond loopback)",
+        CliKind::kString, false, ""},
+       {"--insecure-plain-tcp", "serve plain tcp beyond loopback without keys", CliKind::kFlag,
+        false, ""}},
       [sections](const CliArgs& args) { return Serve(args, sections); }});
 }
 

@@ -34,6 +34,11 @@ int Serve(const CliArgs& args, const ConfigSections* sections) {
   if (!config.ok()) return ReportError(config.status());
   if (args.Has("bind")) config->bind = args.Get("bind");
   if (args.Has("restore-from")) config->storage.restore_from = args.Get("restore-from");
+  if (Status s = UseStandaloneServerKeys(config->bind, args.Get("curve-key-dir"),
+                                         args.Flag("insecure-plain-tcp"));
+      !s.ok()) {
+    return ReportError(s.WithContext("replay serve"));
+  }
   StatusOr<std::unique_ptr<ReplayStore>> store = ReplayStore::Open(*config);
   if (!store.ok()) return ReportError(store.status());
   zmq::context_t context(1);
@@ -182,7 +187,11 @@ void RegisterReplayCommands(CliRegistry& registry) {
         true, ""},
        {"--bind", "endpoint to listen on (overrides replay.bind)", CliKind::kString, false, ""},
        {"--restore-from", "checkpoint directory to start from when the database is empty",
-        CliKind::kString, false, ""}},
+        CliKind::kString, false, ""},
+       {"--curve-key-dir", "CURVE keys: clients must hold the same (needed beyond loopback)",
+        CliKind::kString, false, ""},
+       {"--insecure-plain-tcp", "serve plain tcp beyond loopback without keys", CliKind::kFlag,
+        false, ""}},
       [sections](const CliArgs& args) { return Serve(args, sections); }});
   registry.Add(CliCommand{
       {"replay", "info"},

@@ -30,6 +30,26 @@ Status UseFleetCurveKeyDir(const std::string& dir) {
 
 bool EndpointUsesCurve(const std::string& endpoint) { return endpoint.rfind("tcp://", 0) == 0; }
 
+bool EndpointIsLoopbackTcp(const std::string& endpoint) {
+  if (!EndpointUsesCurve(endpoint)) return false;
+  const std::string host = endpoint.substr(6);
+  return host.rfind("127.", 0) == 0 || host.rfind("localhost:", 0) == 0 ||
+         host.rfind("[::1]:", 0) == 0;
+}
+
+Status UseStandaloneServerKeys(const std::string& endpoint, const std::string& key_dir,
+                               bool insecure) {
+  if (!key_dir.empty()) return UseFleetCurveKeyDir(key_dir);
+  if (!EndpointUsesCurve(endpoint) || EndpointIsLoopbackTcp(endpoint) || insecure) {
+    return Status::OK();
+  }
+  return FailedPreconditionError(
+      endpoint +
+      ": a tcp endpoint beyond loopback needs --curve-key-dir DIR (`orrery fleet keygen "
+      "DIR` makes the keys; clients pass the same directory), or --insecure-plain-tcp to serve "
+      "anyone who can reach it");
+}
+
 void SecureFleetSocket(zmq::context_t& zmq, zmq::socket_t& socket, const std::string& endpoint,
                        SocketSide side) {
   if (!EndpointUsesCurve(endpoint)) return;

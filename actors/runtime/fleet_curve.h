@@ -33,6 +33,16 @@ Status UseFleetCurveKeyDir(const std::string& dir);
 
 // True for tcp:// endpoints.
 bool EndpointUsesCurve(const std::string& endpoint);
+// True for tcp:// endpoints on a loopback address (127.x.y.z, localhost, [::1]): reachable only
+// from this machine.
+bool EndpointIsLoopbackTcp(const std::string& endpoint);
+
+// The standalone servers (`orrery replay serve`, `orrery env serve`): given `key_dir` (their
+// --curve-key-dir) they load it and their tcp endpoint authenticates like a fleet's; without it
+// a tcp endpoint beyond loopback is refused with one line unless `insecure` (--insecure-plain-tcp)
+// — a stranger who reaches a plain store can evict or delete everything.
+Status UseStandaloneServerKeys(const std::string& endpoint, const std::string& key_dir,
+                               bool insecure);
 
 enum class SocketSide { kBind, kConnect };
 

@@ -35,6 +35,8 @@ one_line_error typo "env_server.workerz" -- env serve --config "$tmp/typo.toml"
 one_line_error missing-file "$tmp/none.toml" -- env serve --config "$tmp/none.toml"
 printf '[env]\nname = "calc"\n' > "$tmp/ok.toml"
 one_line_error bad-endpoint "cannot bind" -- env serve --config "$tmp/ok.toml" --listen "nonsense://x"
+one_line_error plain-beyond-loopback "needs --curve-key-dir" -- env serve --config "$tmp/ok.toml" \
+  --listen "tcp://*:0"
 
 # --- serve, run episodes ----------------------------------------------------------------------
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"

@@ -70,4 +70,25 @@ out="$("$orrery" replay info --connect "tcp://127.0.0.1:1" --timeout-ms 300 2>&1
 [ $rc -ne 0 ] || fail "info against nothing exited 0"
 kill "$server_pid"; wait "$server_pid"; rc=$?; server_pid=""
 [ $rc -eq 0 ] || fail "server exit code $rc after SIGTERM"
+
+# Beyond loopback a standalone store needs keys (or says it serves anyone): one line, non-zero.
+out="$("$orrery" replay serve --config "$tmp/good.toml" --bind "tcp://*:$port" 2>&1)"; rc=$?
+[ $rc -ne 0 ] || fail "a plain store on tcp://* started"
+[ "$(printf '%s
+' "$out" | wc -l)" -eq 1 ] || fail "more than one line: $out"
+case "$out" in *"--curve-key-dir"*"--insecure-plain-tcp"*) ;; *) fail "unclear message: $out" ;; esac
+# With keys it serves tcp://* over CURVE: a client with the keys is answered, one without is not.
+"$orrery" fleet keygen "$tmp/keys" > /dev/null || fail "fleet keygen"
+"$orrery" replay serve --config "$tmp/good.toml" --bind "tcp://*:$port" \
+  --curve-key-dir "$tmp/keys" > "$tmp/server2.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 100); do grep -q "serving" "$tmp/server2.log" && break; sleep 0.1; done
+grep -q "serving" "$tmp/server2.log" || fail "keyed server did not start: $(cat "$tmp/server2.log")"
+out="$("$orrery" replay info --connect "tcp://127.0.0.1:$port" --curve-key-dir "$tmp/keys")" ||
+  fail "keyed info: $out"
+printf '%s
+' "$out" | grep -q "^t: size" || fail "keyed info output: $out"
+out="$("$orrery" replay info --connect "tcp://127.0.0.1:$port" --timeout-ms 500 2>&1)"; rc=$?
+[ $rc -ne 0 ] || fail "a client without the keys was answered: $out"
+kill "$server_pid"; wait "$server_pid"; server_pid=""
 echo "replay_server_test: all checks passed"

@@ -50,6 +50,24 @@ mode_t ModeOf(const std::string& path) {
 
 void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
+// Loopback tcp is this machine only; everything else a standalone server may not serve plainly.
+TEST(StandaloneServerCurve, NeedsKeysBeyondLoopback) {
+  for (const char* e :
+       {"tcp://127.0.0.1:5555", "tcp://127.3.2.1:1", "tcp://localhost:9", "tcp://[::1]:80"}) {
+    EXPECT_TRUE(EndpointIsLoopbackTcp(e)) << e;
+    EXPECT_TRUE(UseStandaloneServerKeys(e, "", false).ok()) << e;
+  }
+  for (const char* e : {"tcp://*:5555", "tcp://0.0.0.0:1", "tcp://10.0.0.2:7", "tcp://host:1"}) {
+    EXPECT_FALSE(EndpointIsLoopbackTcp(e)) << e;
+    const Status s = UseStandaloneServerKeys(e, "", false);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << e;
+    EXPECT_NE(s.message().find("--curve-key-dir"), std::string::npos) << s.message();
+    EXPECT_TRUE(UseStandaloneServerKeys(e, "", true).ok()) << e;
+  }
+  EXPECT_TRUE(UseStandaloneServerKeys("ipc:///tmp/x.sock", "", false).ok());
+  EXPECT_FALSE(EndpointIsLoopbackTcp("ipc:///tmp/127.0.0.1"));
+}
+
 TEST(CurveKeys, WrittenFilesReadBackWithPrivateModes) {
   ASSERT_TRUE(CheckCurveAvailable().ok());
   TempDir dir;
