@@ -49,6 +49,25 @@ inline Status AllocateAs(const char* op, const char* name, const Shape& shape, D
   return ExpectAs(op, name, *out, shape, dtype, device);
 }
 
+// The LM head ops' operands (kernels/lm_head_loss.h, lm_head_policy_loss.h): x [N, d] and
+// w [V, d] of one dtype on one device, f32 or f64 on cpu, bf16 or f32 on cuda.
+inline Status ExpectLmHeadOperands(const char* op, const Tensor& x, const Tensor& w) {
+  if (!x.defined() || !w.defined() || x.ndim() != 2 || w.ndim() != 2 || x.dim(1) != w.dim(1)) {
+    return InvalidArgumentError(
+        std::string(op) + ": x " + (x.defined() ? x.ToString() : std::string("undefined")) +
+        " and w " + (w.defined() ? w.ToString() : std::string("undefined")) +
+        ": expected x [N, d] and w [V, d]");
+  }
+  const bool cpu = x.device().is_cpu();
+  const DType dt = x.dtype();
+  if (cpu ? (dt != DType::kF32 && dt != DType::kF64) : (dt != DType::kF32 && dt != DType::kBF16)) {
+    return InvalidArgumentError(
+        std::string(op) + ": x " + x.ToString() +
+        (cpu ? ", expected f32 or f64 on cpu" : ", expected bf16 or f32 on cuda"));
+  }
+  return ExpectAs(op, "w", w, w.shape(), dt, x.device());
+}
+
 inline Status NoCuda(const char* op, const Tensor& t) {
   return FailedPreconditionError(std::string(op) + ": " + t.ToString() +
                                  ": this build has no CUDA kernels");

@@ -60,19 +60,10 @@ Status LmHeadCrossEntropy(const Tensor& x, const Tensor& w, const Tensor& target
                           Tensor* dx, Tensor* dw) {
   PhaseScope phase("op.lm_head_loss");
   if (loss_sum == nullptr) return Bad("loss_sum is required");
-  if (!x.defined() || !w.defined() || x.ndim() != 2 || w.ndim() != 2 || x.dim(1) != w.dim(1)) {
-    return Bad("x " + (x.defined() ? x.ToString() : std::string("undefined")) + " and w " +
-               (w.defined() ? w.ToString() : std::string("undefined")) +
-               ": expected x [N, d] and w [V, d]");
-  }
+  ORRERY_RETURN_IF_ERROR(ExpectLmHeadOperands(kOp, x, w));
   const Device dev = x.device();
   const bool cpu = dev.is_cpu();
   const DType dt = x.dtype();
-  if (cpu ? (dt != DType::kF32 && dt != DType::kF64) : (dt != DType::kF32 && dt != DType::kBF16)) {
-    return Bad("x " + x.ToString() +
-               (cpu ? ", expected f32 or f64 on cpu" : ", expected bf16 or f32 on cuda"));
-  }
-  ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "w", w, w.shape(), dt, dev));
   const int64_t n = x.dim(0), v = w.dim(0);
   ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "targets", targets, {n}, DType::kI32, dev));
   if (mask.defined()) {

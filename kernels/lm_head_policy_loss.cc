@@ -99,19 +99,10 @@ Status RowsPolicyCpu(Tensor* logits, const CpuRows& in, int64_t row0, const LmHe
 Status Run(const Tensor& x, const Tensor& w, const PolicyRows& rows, const LmHeadPolicyOptions& o,
            bool loss, PolicyRowSums* sums, Tensor* logp, Tensor* entropy, Tensor* dx, Tensor* dw) {
   PhaseScope phase("op.lm_head_policy_loss");
-  if (!x.defined() || !w.defined() || x.ndim() != 2 || w.ndim() != 2 || x.dim(1) != w.dim(1)) {
-    return Bad("x " + (x.defined() ? x.ToString() : std::string("undefined")) + " and w " +
-               (w.defined() ? w.ToString() : std::string("undefined")) +
-               ": expected x [N, d] and w [V, d]");
-  }
+  ORRERY_RETURN_IF_ERROR(ExpectLmHeadOperands(kOp, x, w));
   const Device dev = x.device();
   const bool cpu = dev.is_cpu();
   const DType dt = x.dtype();
-  if (cpu ? (dt != DType::kF32 && dt != DType::kF64) : (dt != DType::kF32 && dt != DType::kBF16)) {
-    return Bad("x " + x.ToString() +
-               (cpu ? ", expected f32 or f64 on cpu" : ", expected bf16 or f32 on cuda"));
-  }
-  ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "w", w, w.shape(), dt, dev));
   const int64_t n = x.dim(0), v = w.dim(0);
   ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "targets", rows.targets, {n}, DType::kI32, dev));
   ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "mask", rows.mask, {n}, DType::kF32, dev));

@@ -12,22 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import gpu_ops_torch  # the timing helper (same folder: python puts the script's on sys.path)
+
 DOCS, LEN, HEADS = 4, 8192, 16
 
 
 def time_ms(fn):
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
+    return gpu_ops_torch.time_ms(fn, warmup=2, runs=10)
 
 
 def main():

@@ -7,11 +7,12 @@ shapes, and a large device-to-device copy (the memory-bandwidth ceiling). Median
 import torch
 
 
-def time_ms(fn):
-    for _ in range(5):
+def time_ms(fn, warmup=5, runs=30):
+    """Median of `runs` CUDA-event timings after `warmup` calls."""
+    for _ in range(warmup):
         fn()
     times = []
-    for _ in range(30):
+    for _ in range(runs):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
