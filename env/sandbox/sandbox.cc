@@ -216,7 +216,7 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxOptions& options
   }
   StatusOr<int> fd = MakeSeccompFilterFd();
   if (!fd.ok()) return fail(fd.status());
-  return std::unique_ptr<Sandbox>(new Sandbox(options, uid, tmpl, mounted, *fd));
+  return std::unique_ptr<Sandbox>(new Sandbox(options, slot, uid, tmpl, mounted, *fd));
 }
 
 Sandbox::~Sandbox() {

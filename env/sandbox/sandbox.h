@@ -98,6 +98,8 @@ class Sandbox {
   bool work_dir_capped() const { return work_mounted_; }
   // The host uid bwrap runs as (0: Orrery's own, when it is not root).
   uint32_t host_uid() const { return uid_; }
+  // The slot it was created with (a second sandbox of the same slot shares its host uid).
+  uint32_t slot() const { return slot_; }
 
   // Writes `contents` to work_dir/relative_path (no "..", no absolute path).
   Status WriteFile(const std::string& relative_path, const std::string& contents);
@@ -118,9 +120,10 @@ class Sandbox {
   StatusOr<std::unique_ptr<SandboxProcess>> Start(const std::vector<std::string>& argv);
 
  private:
-  Sandbox(SandboxOptions options, uint32_t uid, std::string work_dir, bool work_mounted,
-          int seccomp_fd)
+  Sandbox(SandboxOptions options, uint32_t slot, uint32_t uid, std::string work_dir,
+          bool work_mounted, int seccomp_fd)
       : options_(std::move(options)),
+        slot_(slot),
         uid_(uid),
         work_dir_(std::move(work_dir)),
         work_mounted_(work_mounted),
@@ -128,6 +131,7 @@ class Sandbox {
   std::vector<std::string> BwrapArgv(const std::vector<std::string>& argv) const;
 
   SandboxOptions options_;
+  uint32_t slot_;
   uint32_t uid_;  // host uid for bwrap when running as root; 0 means "keep ours"
   std::string work_dir_;
   bool work_mounted_;
