@@ -4,6 +4,7 @@
 
 #include "core/json_text.h"
 #include "env/external/json_rpc_channel.h"
+#include "env/external/run_isolated.h"
 #include "env/sandbox/sandbox_pool.h"
 #include "env/tool_call.h"
 
@@ -39,11 +40,45 @@ StatusOr<std::vector<ToolSpec>> ParseTools(const json& tools, const std::string&
   return out;
 }
 
+// Serves one episode's run_isolated requests (run_isolated.h) in a sandbox of their own: the
+// program's options without the /env bind, the episode's slot (so the runs count towards the
+// episode's host uid, and no other sandbox's), created at the first request.
+class IsolatedRunService {
+ public:
+  IsolatedRunService(SandboxOptions options, uint32_t slot, double max_seconds)
+      : options_(IsolatedSandboxOptions(std::move(options))),
+        slot_(slot),
+        max_seconds_(max_seconds) {}
+
+  StatusOr<std::string> Serve(const std::string& method, const std::string& params,
+                              Deadline deadline) {
+    if (method != kRunIsolatedMethod) {
+      return NotFoundError("method '" + method + "' is not served (Orrery serves '" +
+                           kRunIsolatedMethod + "')");
+    }
+    ORRERY_ASSIGN_OR_RETURN(RunIsolatedRequest r, ReadRunIsolatedParams(params, max_seconds_));
+    if (!sandbox_) {
+      ORRERY_ASSIGN_OR_RETURN(sandbox_, Sandbox::Create(options_, slot_));
+    }
+    ORRERY_ASSIGN_OR_RETURN(std::vector<RunResult> runs,
+                            RunIsolated(*sandbox_, r.program, r.inputs, deadline));
+    return RunIsolatedResultJson(runs);
+  }
+
+ private:
+  SandboxOptions options_;
+  uint32_t slot_;
+  double max_seconds_;
+  std::unique_ptr<Sandbox> sandbox_;
+};
+
 class ExternalEpisode : public Episode {
  public:
-  ExternalEpisode(std::unique_ptr<PooledSandbox> sandbox, std::unique_ptr<JsonRpcChannel> channel,
-                  std::vector<ChatMessage> messages, std::vector<ToolSpec> tools, double call_s)
+  ExternalEpisode(std::unique_ptr<PooledSandbox> sandbox, std::unique_ptr<IsolatedRunService> runs,
+                  std::unique_ptr<JsonRpcChannel> channel, std::vector<ChatMessage> messages,
+                  std::vector<ToolSpec> tools, double call_s)
       : sandbox_(std::move(sandbox)),
+        runs_(std::move(runs)),
         channel_(std::move(channel)),
         messages_(std::move(messages)),
         tools_(std::move(tools)),
@@ -82,6 +117,7 @@ class ExternalEpisode : public Episode {
 
  private:
   std::unique_ptr<PooledSandbox> sandbox_;
+  std::unique_ptr<IsolatedRunService> runs_;  // used by channel_'s request handler
   std::unique_ptr<JsonRpcChannel> channel_;
   std::vector<ChatMessage> messages_;
   std::vector<ToolSpec> tools_;
@@ -106,7 +142,13 @@ class ExternalEnv : public Env {
     ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<PooledSandbox> sandbox, pool_.Acquire(deadline));
     ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<SandboxProcess> proc,
                             (*sandbox)->Start(options_.command));
+    auto runs = std::make_unique<IsolatedRunService>(options_.sandbox, (*sandbox)->slot(),
+                                                     options_.call_seconds);
     auto channel = std::make_unique<JsonRpcChannel>(std::move(proc), "environment '" + name_ + "'");
+    channel->set_request_handler(
+        [service = runs.get()](const std::string& method, const std::string& params, Deadline d) {
+          return service->Serve(method, params, d);
+        });
     json params = {{"task",
                     {{"id", task.id},
                      {"split", std::string(SplitName(task.split))},
@@ -117,9 +159,9 @@ class ExternalEnv : public Env {
         channel->Call("reset", JsonText(params), Earlier(deadline, options_.call_seconds)));
     ORRERY_ASSIGN_OR_RETURN(ExternalResetResult r,
                             ReadResetResult(reply, "environment '" + name_ + "'"));
-    return std::unique_ptr<Episode>(new ExternalEpisode(std::move(sandbox), std::move(channel),
-                                                        std::move(r.messages), std::move(r.tools),
-                                                        options_.call_seconds));
+    return std::unique_ptr<Episode>(new ExternalEpisode(std::move(sandbox), std::move(runs),
+                                                        std::move(channel), std::move(r.messages),
+                                                        std::move(r.tools), options_.call_seconds));
   }
 
  private:

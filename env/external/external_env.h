@@ -5,7 +5,10 @@
 // version fails at start-up with one clear line). Each episode then gets its own process in a
 // pooled sandbox: `reset` at Reset(), `step` per tool call (arguments validated against the
 // tool's schema first, so the program only sees well-formed calls), `score`, and `close` when the
-// episode ends. The program's directory is mounted read-only at /env.
+// episode ends. The program's directory is mounted read-only at /env. While a call waits, the
+// program may ask Orrery to run code in a sandbox without /env (`run_isolated`,
+// env/external/run_isolated.h): the way to run the model's code where the program's secrets are
+// out of its reach.
 //
 // Options ([env.external]):
 //   dir = "env/examples"                               host directory mounted at /env

@@ -29,6 +29,29 @@ std::optional<StatusOr<std::string>> ReadJsonRpcResponse(const std::string& line
   return reply["result"].dump();
 }
 
+StatusOr<bool> JsonRpcChannel::MaybeServeRequest(const std::string& line, Deadline deadline) {
+  if (!handler_) return false;
+  const json request = ParseUntrustedJson(line);
+  if (request.is_discarded() || !request.is_object() || !request.contains("id") ||
+      !request.contains("method") || !request["method"].is_string()) {
+    return false;
+  }
+  const json params = request.contains("params") ? request["params"] : json::object();
+  StatusOr<std::string> result =
+      handler_(request["method"].get<std::string>(), JsonText(params), deadline);
+  json response = {{"jsonrpc", "2.0"}, {"id", request["id"]}};
+  if (result.ok()) {
+    response["result"] = json::parse(*result, nullptr, false);
+  } else {
+    const int code = result.status().code() == StatusCode::kNotFound          ? -32601
+                     : result.status().code() == StatusCode::kInvalidArgument ? -32602
+                                                                              : -32000;
+    response["error"] = {{"code", code}, {"message", result.status().message()}};
+  }
+  ORRERY_RETURN_IF_ERROR(process_->WriteLine(JsonText(response), deadline));
+  return true;
+}
+
 JsonRpcChannel::JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer)
     : process_(std::move(process)), peer_(std::move(peer)) {}
 
@@ -71,6 +94,12 @@ StatusOr<std::string> JsonRpcChannel::Call(const std::string& method,
     std::optional<StatusOr<std::string>> response =
         ReadJsonRpcResponse(*line, id, peer_ + ": " + method);
     if (response) return *std::move(response);
+    StatusOr<bool> served = MaybeServeRequest(*line, deadline);
+    if (!served.ok()) {
+      Close();
+      return Status(served.status().code(), peer_ + ": " + method + ": answering its request: " +
+                                                served.status().message());
+    }
   }
 }
 

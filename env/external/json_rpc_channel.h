@@ -3,12 +3,15 @@
 // The transport of both plug-in kinds that run as processes: any-language environments (the
 // orrery-env/1 protocol, docs/env-protocol.md) and MCP servers (stdio transport). One request is
 // in flight at a time; lines from the server that are not its response (notifications, requests
-// Orrery does not serve, stray output) are skipped. Every call has a deadline: on expiry the call
-// fails with DeadlineExceeded and the channel is closed (the process is killed), since a late
-// reply would otherwise be taken for the next call's.
+// Orrery does not serve, stray output) are skipped. A request from the server while a call waits
+// (one with a "method" and an "id") goes to the request handler, when one is set, and its answer
+// is written back before the call goes on waiting (orrery-env/1's run_isolated). Every call has a
+// deadline: on expiry the call fails with DeadlineExceeded and the channel is closed (the process
+// is killed), since a late reply would otherwise be taken for the next call's.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +29,12 @@ namespace orrery::env {
 std::optional<StatusOr<std::string>> ReadJsonRpcResponse(const std::string& line, int64_t id,
                                                          const std::string& where);
 
+// Serves a request the server sent while a call waits: its result as JSON text, or an error the
+// server reads as a JSON-RPC error (NotFound: -32601 method not found; InvalidArgument: -32602
+// invalid params; others -32000). `deadline` is the waiting call's.
+using JsonRpcRequestHandler = std::function<StatusOr<std::string>(
+    const std::string& method, const std::string& params_json, Deadline deadline)>;
+
 class JsonRpcChannel {
  public:
   // `peer` names the server in error messages ("environment 'guess'", "MCP server 'fs'").
@@ -38,13 +47,19 @@ class JsonRpcChannel {
                              Deadline deadline);
   // Sends a notification (no id, no response).
   Status Notify(const std::string& method, const std::string& params_json, Deadline deadline);
+  // Serves the server's requests from now on (none by default: they are skipped).
+  void set_request_handler(JsonRpcRequestHandler handler) { handler_ = std::move(handler); }
   // Kills the process (idempotent).
   void Close();
   bool open() const { return process_ != nullptr; }
 
  private:
+  // Answers `line` when it is a request and a handler is set; false when it is not one.
+  StatusOr<bool> MaybeServeRequest(const std::string& line, Deadline deadline);
+
   std::unique_ptr<SandboxProcess> process_;
   std::string peer_;
+  JsonRpcRequestHandler handler_;
   int64_t next_id_ = 1;
 };
 

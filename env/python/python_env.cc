@@ -4,7 +4,7 @@
 
 #include "core/json_text.h"
 #include "env/python/problems.h"
-#include "env/sandbox/run_each.h"
+#include "env/sandbox/isolated_grading.h"
 #include "env/sandbox/sandbox_pool.h"
 #include "env/tool_call.h"
 
@@ -27,6 +27,13 @@ std::string_view LastLine(std::string_view text) {
   while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
   const size_t nl = text.rfind('\n');
   return nl == std::string_view::npos ? text : text.substr(nl + 1);
+}
+
+// A passing run exits 0 and prints the expected value as JSON on its last line.
+bool SameJsonOnTheLastLine(const RunResult& run, const std::string& expected) {
+  if (run.exit_code != 0) return false;
+  const nlohmann::json got = ParseUntrustedJson(LastLine(run.stdout_text));
+  return !got.is_discarded() && got == nlohmann::json::parse(expected);
 }
 
 // Seconds each hidden test may run.
@@ -92,22 +99,16 @@ class PythonEpisode : public Episode {
     std::optional<std::string> solution = last ? LastPythonBlock(last->content) : std::nullopt;
     if (!solution) return score;
     // The hidden tests stay in this process: the sandbox gets the solution and one test's
-    // arguments per run, and the results are compared here.
+    // arguments per run, and the results are compared here (isolated_grading.h).
     const nlohmann::json tests = nlohmann::json::parse(task_.tests_json);
-    std::vector<std::string> inputs;
-    for (const nlohmann::json& test : tests) inputs.push_back(test[0].dump());
-    ORRERY_RETURN_IF_ERROR((*sandbox_)->Reset());
-    ORRERY_RETURN_IF_ERROR((*sandbox_)->WriteFile("solution.py", *solution));
+    std::vector<GradeCase> cases;
+    for (const nlohmann::json& test : tests) cases.push_back({test[0].dump(), test[1].dump()});
+    const IsolatedProgram program{{{"solution.py", *solution}},
+                                  {"/usr/bin/python3", "-I", "-c", kRunner, task_.function},
+                                  kTestSeconds};
     ORRERY_ASSIGN_OR_RETURN(
-        std::vector<RunResult> runs,
-        RunEach(**sandbox_, {"/usr/bin/python3", "-I", "-c", kRunner, task_.function}, inputs,
-                kTestSeconds, deadline));
-    int passed = 0;
-    for (size_t i = 0; i < runs.size(); ++i) {
-      if (runs[i].exit_code != 0) continue;
-      const nlohmann::json got = ParseUntrustedJson(LastLine(runs[i].stdout_text));
-      if (!got.is_discarded() && got == tests[i][1]) ++passed;
-    }
+        Grade grade, GradeIsolated(**sandbox_, program, cases, deadline, SameJsonOnTheLastLine));
+    const int passed = grade.num_passed;
     score.components["tests_passed"] = passed;
     score.reward = task_.num_tests > 0 ? static_cast<double>(passed) / task_.num_tests : 0.0;
     return score;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "env/sandbox/bwrap_tree.h"
+#include "env/sandbox/cgroup.h"
 
 namespace orrery::env {
 namespace {
@@ -128,6 +129,11 @@ class Watchdog {
     TreeLimit over = TreeLimit::kNone;
     if (s.memory_bytes > 0 && u.memory_bytes > s.memory_bytes) over = TreeLimit::kMemory;
     if (s.cpu_seconds > 0 && u.cpu_seconds > s.cpu_seconds) over = TreeLimit::kCpu;
+    char events[1024];
+    if (!s.memory_events.empty() && ReadProcFile(s.memory_events, events, sizeof events) &&
+        EventCount(events, "oom_kill") > 0) {
+      over = TreeLimit::kMemory;
+    }
     if (over == TreeLimit::kNone) return;
     s.exceeded.store(over);
     // The namespace's pid 1 first (env/sandbox/bwrap_tree.h); bwrap then exits by itself. Only a
@@ -149,12 +155,13 @@ class Watchdog {
 
 TreeWatch::~TreeWatch() { Watchdog::Get().Remove(state_.get()); }
 
-std::unique_ptr<TreeWatch> WatchProcessTree(int root_pid, int64_t memory_bytes,
-                                            double cpu_seconds) {
+std::unique_ptr<TreeWatch> WatchProcessTree(int root_pid, int64_t memory_bytes, double cpu_seconds,
+                                            std::string memory_events) {
   auto state = std::make_shared<TreeWatch::State>();
   state->root_pid = root_pid;
   state->memory_bytes = memory_bytes;
   state->cpu_seconds = cpu_seconds;
+  state->memory_events = std::move(memory_events);
   Watchdog::Get().Add(state);
   return std::unique_ptr<TreeWatch>(new TreeWatch(std::move(state)));
 }

@@ -13,6 +13,9 @@
 // A tree over either limit is SIGKILLed as a whole (bwrap's process group; the pid namespace
 // goes with it), and the watch records which limit ended it. Overshoot is bounded by what the
 // processes can allocate in one period (10 ms by default) on top of the limit.
+// When the tree runs in a cgroup of its own (cgroup.h), the kernel holds memory.max and kills one
+// process over it; the watchdog then also reads the cgroup's memory.events every period and ends
+// the whole tree, as above, once it shows an oom_kill.
 #pragma once
 
 #include <atomic>
@@ -38,21 +41,24 @@ class TreeWatch {
 
   struct State {
     int root_pid = 0;
-    int64_t memory_bytes = 0;  // 0: unlimited
-    double cpu_seconds = 0;    // 0: unlimited
+    int64_t memory_bytes = 0;   // 0: unlimited
+    double cpu_seconds = 0;     // 0: unlimited
+    std::string memory_events;  // the cgroup's memory.events, or "" without one
     std::atomic<TreeLimit> exceeded{TreeLimit::kNone};
     std::atomic<int64_t> peak_memory{0};
   };
 
  private:
-  friend std::unique_ptr<TreeWatch> WatchProcessTree(int, int64_t, double);
+  friend std::unique_ptr<TreeWatch> WatchProcessTree(int, int64_t, double, std::string);
   explicit TreeWatch(std::shared_ptr<State> state) : state_(std::move(state)) {}
   std::shared_ptr<State> state_;
 };
 
 // Watches the tree rooted at `root_pid` (a process group leader: the tree is killed as
-// kill(-root_pid) plus kill(root_pid)). A limit of 0 is no limit.
-std::unique_ptr<TreeWatch> WatchProcessTree(int root_pid, int64_t memory_bytes, double cpu_seconds);
+// kill(-root_pid) plus kill(root_pid)). A limit of 0 is no limit. `memory_events`: the path of
+// the tree's cgroup memory.events, or "".
+std::unique_ptr<TreeWatch> WatchProcessTree(int root_pid, int64_t memory_bytes, double cpu_seconds,
+                                            std::string memory_events = "");
 
 // One line for a RunResult: "memory limit: 256 MiB for all processes together".
 std::string DescribeTreeLimit(TreeLimit limit, int64_t memory_bytes, double cpu_seconds);

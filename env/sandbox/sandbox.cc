@@ -39,8 +39,9 @@ void CloseFd(int& fd) {
 
 // fork + exec of bwrap with the pipes, the uid switch and the rlimits. Everything the child needs
 // is prepared before fork(): after it, only async-signal-safe system calls run.
+// With `cgroup_procs_fd` >= 0 the child moves itself into that cgroup first.
 StatusOr<Spawned> Spawn(const std::vector<std::string>& argv, uint32_t uid,
-                        const SandboxLimits& limits, int seccomp_fd) {
+                        const SandboxLimits& limits, int seccomp_fd, int cgroup_procs_fd) {
   std::vector<char*> cargv;
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -49,12 +50,15 @@ StatusOr<Spawned> Spawn(const std::vector<std::string>& argv, uint32_t uid,
     int resource;
     rlim_t value;
   };
-  // bwrap's own processes (the outer one and the namespace init) count towards RLIMIT_NPROC.
+  // bwrap's own processes (the outer one and the namespace init) count towards RLIMIT_NPROC. In a
+  // cgroup, pids.max holds the sandbox to processes + 3 and says when it did; RLIMIT_NPROC, twice
+  // that, stays as the backstop per host uid (a uid the episode's isolated runs share).
+  const rlim_t nproc = static_cast<rlim_t>(limits.processes + 3) * (cgroup_procs_fd >= 0 ? 2 : 1);
   const Limit rlimits[] = {{RLIMIT_CPU, static_cast<rlim_t>(limits.cpu_seconds)},
                            {RLIMIT_AS, static_cast<rlim_t>(limits.address_space_bytes)},
                            {RLIMIT_FSIZE, static_cast<rlim_t>(limits.file_size_bytes)},
                            {RLIMIT_NOFILE, static_cast<rlim_t>(limits.open_files)},
-                           {RLIMIT_NPROC, static_cast<rlim_t>(limits.processes + 3)},
+                           {RLIMIT_NPROC, nproc},
                            {RLIMIT_CORE, 0}};
   int in[2], out[2], err[2];
   if (pipe2(in, O_CLOEXEC) != 0) return ErrnoError("pipe", errno);
@@ -74,7 +78,9 @@ StatusOr<Spawned> Spawn(const std::vector<std::string>& argv, uint32_t uid,
     return ErrnoError("fork", e);
   }
   if (pid == 0) {
-    // Child. A fresh open file description of the filter (its own offset), at fd 3.
+    // Child. Into the cgroup before anything else (the fd may be one dup2 replaces below).
+    if (cgroup_procs_fd >= 0 && write(cgroup_procs_fd, "0", 1) != 1) _exit(123);
+    // A fresh open file description of the filter (its own offset), at fd 3.
     const int filter = open(seccomp_path.c_str(), O_RDONLY);
     if (filter < 0 || dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0 ||
         dup2(filter, 3) < 0) {
@@ -171,18 +177,28 @@ StatusOr<bool> MountWorkTmpfs(const std::string& dir, uint32_t uid, int64_t byte
   return ErrnoError("sandbox: mount a tmpfs on " + dir, errno);
 }
 
+// How the run ended (RunResult::Describe without the forks refused).
+std::string DescribeEnd(const RunResult& r) {
+  if (!r.limit_exceeded.empty()) return "killed: " + r.limit_exceeded;
+  if (r.timed_out)
+    return "timed out after " + std::to_string(static_cast<int>(r.wall_seconds)) + " s";
+  if (r.signal != 0) {
+    std::string s = "killed by signal " + std::to_string(r.signal);
+    if (r.signal == SIGXCPU) s += " (CPU time limit)";
+    if (r.signal == SIGXFSZ) s += " (file size limit)";
+    return s;
+  }
+  return "exit " + std::to_string(r.exit_code);
+}
+
 }  // namespace
 
 std::string RunResult::Describe() const {
-  if (!limit_exceeded.empty()) return "killed: " + limit_exceeded;
-  if (timed_out) return "timed out after " + std::to_string(static_cast<int>(wall_seconds)) + " s";
-  if (signal != 0) {
-    std::string s = "killed by signal " + std::to_string(signal);
-    if (signal == SIGXCPU) s += " (CPU time limit)";
-    if (signal == SIGXFSZ) s += " (file size limit)";
-    return s;
+  std::string s = DescribeEnd(*this);
+  if (forks_refused > 0) {
+    s += " (" + std::to_string(forks_refused) + " forks refused at the process limit)";
   }
-  return "exit " + std::to_string(exit_code);
+  return s;
 }
 
 StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxOptions& options, uint32_t slot) {
@@ -214,9 +230,19 @@ StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxOptions& options
       return fail(ErrnoError("sandbox: chown " + tmpl, errno));
     }
   }
+  StatusOr<std::optional<std::string>> cgroup = SandboxCgroupParent(options.cgroup);
+  if (!cgroup.ok()) return fail(cgroup.status());
   StatusOr<int> fd = MakeSeccompFilterFd();
   if (!fd.ok()) return fail(fd.status());
-  return std::unique_ptr<Sandbox>(new Sandbox(options, uid, tmpl, mounted, *fd));
+  return std::unique_ptr<Sandbox>(
+      new Sandbox(options, slot, uid, tmpl, mounted, *fd, *std::move(cgroup)));
+}
+
+StatusOr<std::unique_ptr<SandboxCgroup>> Sandbox::MakeCgroup(const SandboxLimits& limits) const {
+  if (!cgroup_parent_) return std::unique_ptr<SandboxCgroup>();
+  // pids.max counts bwrap's own processes, as RLIMIT_NPROC does (Spawn).
+  return SandboxCgroup::Create(
+      *cgroup_parent_, CgroupCaps{limits.memory_bytes, limits.processes + 3, limits.cpu_cores});
 }
 
 Sandbox::~Sandbox() {
@@ -297,9 +323,12 @@ StatusOr<RunResult> Sandbox::Run(const std::vector<std::string>& argv,
   if (argv.empty()) return InvalidArgumentError("sandbox: empty command");
   const auto start = Clock::now();
   const Deadline wall = std::min(deadline, DeadlineIn(options_.limits.wall_seconds));
-  ORRERY_ASSIGN_OR_RETURN(Spawned p, Spawn(BwrapArgv(argv), uid_, options_.limits, seccomp_fd_));
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<SandboxCgroup> cgroup, MakeCgroup(options_.limits));
+  ORRERY_ASSIGN_OR_RETURN(Spawned p, Spawn(BwrapArgv(argv), uid_, options_.limits, seccomp_fd_,
+                                           cgroup ? cgroup->procs_fd() : -1));
   std::unique_ptr<TreeWatch> watch = WatchProcessTree(
-      p.pid, options_.limits.memory_bytes, static_cast<double>(options_.limits.cpu_seconds));
+      p.pid, options_.limits.memory_bytes, static_cast<double>(options_.limits.cpu_seconds),
+      cgroup ? cgroup->dir() + "/memory.events" : "");
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, p.pid, 0));
   RunResult result;
   TreeLimit exceeded = TreeLimit::kNone;
@@ -360,6 +389,15 @@ StatusOr<RunResult> Sandbox::Run(const std::vector<std::string>& argv,
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.limit_exceeded = DescribeTreeLimit(exceeded, options_.limits.memory_bytes,
                                             static_cast<double>(options_.limits.cpu_seconds));
+  if (cgroup) {
+    const CgroupOutcome outcome = cgroup->Outcome();
+    if (outcome.oom_killed) {
+      result.limit_exceeded =
+          DescribeTreeLimit(TreeLimit::kMemory, options_.limits.memory_bytes, 0) +
+          " (cgroup memory.max)";
+    }
+    result.forks_refused = outcome.forks_refused;
+  }
   if (!result.limit_exceeded.empty()) result.timed_out = false;
   if (result.timed_out) {
     result.signal = SIGKILL;
@@ -381,7 +419,9 @@ StatusOr<std::unique_ptr<SandboxProcess>> Sandbox::Start(const std::vector<std::
   SandboxLimits limits = options_.limits;
   // A server lives for the whole episode: its CPU limit is per process lifetime, so allow more.
   limits.cpu_seconds = std::max<int64_t>(limits.cpu_seconds, 3600);
-  ORRERY_ASSIGN_OR_RETURN(Spawned p, Spawn(BwrapArgv(argv), uid_, limits, seccomp_fd_));
+  ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<SandboxCgroup> cgroup, MakeCgroup(limits));
+  ORRERY_ASSIGN_OR_RETURN(Spawned p, Spawn(BwrapArgv(argv), uid_, limits, seccomp_fd_,
+                                           cgroup ? cgroup->procs_fd() : -1));
   std::unique_ptr<SandboxProcess> proc(new SandboxProcess());
   proc->pid_ = p.pid;
   proc->stdin_fd_ = p.in;
@@ -389,7 +429,9 @@ StatusOr<std::unique_ptr<SandboxProcess>> Sandbox::Start(const std::vector<std::
   proc->stderr_fd_ = p.err;
   proc->stderr_cap_ = static_cast<size_t>(limits.output_bytes);
   proc->watch_ =
-      WatchProcessTree(p.pid, limits.memory_bytes, static_cast<double>(limits.cpu_seconds));
+      WatchProcessTree(p.pid, limits.memory_bytes, static_cast<double>(limits.cpu_seconds),
+                       cgroup ? cgroup->dir() + "/memory.events" : "");
+  proc->cgroup_ = std::move(cgroup);
   return proc;
 }
 
@@ -402,6 +444,7 @@ void SandboxProcess::Kill() {
     int status;
     waitpid(pid_, &status, 0);
     pid_ = -1;
+    cgroup_.reset();
   }
   CloseFd(stdin_fd_), CloseFd(stdout_fd_), CloseFd(stderr_fd_);
 }

@@ -10,6 +10,8 @@
 // any namespace (the seccomp filter of seccomp_filter.h; not bwrap's --disable-userns, see
 // docs/env.md), and runs
 // under the rlimits of SandboxLimits. Limits that hold for all of a sandbox's processes together:
+//   - where a delegated cgroup v2 subtree exists (cgroup.h), each Run or Start is a cgroup of its
+//     own: memory.max, pids.max and cpu.max hold in the kernel;
 //   - memory and CPU time: the resource watchdog (resource_watchdog.h) kills the tree;
 //   - processes: RLIMIT_NPROC counts per host uid, and each sandbox has its own (below);
 //   - /tmp: a tmpfs of tmp_bytes, new for every process started;
@@ -27,12 +29,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/status.h"
 #include "env/env.h"
+#include "env/sandbox/cgroup.h"
 #include "env/sandbox/resource_watchdog.h"
 
 namespace orrery::env {
@@ -50,6 +54,7 @@ struct SandboxLimits {
   int64_t open_files = 64;                  // RLIMIT_NOFILE
   int64_t processes = 32;                   // RLIMIT_NPROC (beyond bwrap's own)
   int64_t output_bytes = 64 << 10;          // captured stdout and stderr, each
+  double cpu_cores = 2;                     // cpu.max bandwidth (only in a cgroup: cgroup.h)
 };
 
 struct SandboxOptions {
@@ -64,6 +69,9 @@ struct SandboxOptions {
   uint32_t uid_base = 420000;
   uint32_t uid_ranges = 64;
   std::string uid_lock_dir = "/tmp/orrery-uid-ranges";
+  // Where each Run/Start gets a cgroup of its own (cgroup.h): "auto" (a delegated cgroup v2
+  // subtree when this machine has one, else none), "off", or a delegated cgroup v2 directory.
+  std::string cgroup = "auto";
 };
 
 struct RunResult {
@@ -74,9 +82,12 @@ struct RunResult {
   // Set when the resource watchdog killed the tree: "memory limit: 256 MiB for all processes
   // together" (or the CPU time limit).
   std::string limit_exceeded;
+  // Forks the cgroup's pids.max refused (0 without a cgroup, where RLIMIT_NPROC refuses them).
+  int64_t forks_refused = 0;
   std::string stdout_text, stderr_text;
   double wall_seconds = 0;
-  // "exit 0", "exit 1", "killed by signal 9", "timed out after 10 s", "killed: memory limit: ...".
+  // "exit 0", "exit 1", "killed by signal 9", "timed out after 10 s", "killed: memory limit: ...",
+  // with "(3 forks refused at the process limit)" appended when forks_refused > 0.
   std::string Describe() const;
 };
 
@@ -98,6 +109,10 @@ class Sandbox {
   bool work_dir_capped() const { return work_mounted_; }
   // The host uid bwrap runs as (0: Orrery's own, when it is not root).
   uint32_t host_uid() const { return uid_; }
+  // The slot it was created with (a second sandbox of the same slot shares its host uid).
+  uint32_t slot() const { return slot_; }
+  // The cgroup under which its runs get cgroups of their own (cgroup.h), or nullopt.
+  const std::optional<std::string>& cgroup_parent() const { return cgroup_parent_; }
 
   // Writes `contents` to work_dir/relative_path (no "..", no absolute path).
   Status WriteFile(const std::string& relative_path, const std::string& contents);
@@ -118,20 +133,26 @@ class Sandbox {
   StatusOr<std::unique_ptr<SandboxProcess>> Start(const std::vector<std::string>& argv);
 
  private:
-  Sandbox(SandboxOptions options, uint32_t uid, std::string work_dir, bool work_mounted,
-          int seccomp_fd)
+  Sandbox(SandboxOptions options, uint32_t slot, uint32_t uid, std::string work_dir,
+          bool work_mounted, int seccomp_fd, std::optional<std::string> cgroup_parent)
       : options_(std::move(options)),
+        slot_(slot),
         uid_(uid),
         work_dir_(std::move(work_dir)),
         work_mounted_(work_mounted),
-        seccomp_fd_(seccomp_fd) {}
+        seccomp_fd_(seccomp_fd),
+        cgroup_parent_(std::move(cgroup_parent)) {}
+  // A cgroup for one process tree with these limits, or nullptr without a cgroup parent.
+  StatusOr<std::unique_ptr<SandboxCgroup>> MakeCgroup(const SandboxLimits& limits) const;
   std::vector<std::string> BwrapArgv(const std::vector<std::string>& argv) const;
 
   SandboxOptions options_;
+  uint32_t slot_;
   uint32_t uid_;  // host uid for bwrap when running as root; 0 means "keep ours"
   std::string work_dir_;
   bool work_mounted_;
   int seccomp_fd_;
+  std::optional<std::string> cgroup_parent_;
 };
 
 // A running sandboxed process with pipes to its stdin and stdout (stderr is captured, capped).
@@ -159,7 +180,8 @@ class SandboxProcess {
   std::string buffer_;  // stdout bytes read but not yet returned
   std::string stderr_;
   size_t stderr_cap_ = 0;
-  std::unique_ptr<TreeWatch> watch_;  // memory and CPU of the whole tree
+  std::unique_ptr<TreeWatch> watch_;       // memory and CPU of the whole tree
+  std::unique_ptr<SandboxCgroup> cgroup_;  // removed after the tree is reaped
 };
 
 }  // namespace orrery::env

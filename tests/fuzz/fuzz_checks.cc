@@ -7,6 +7,7 @@
 #include "core/json_text.h"
 #include "env/external/external_env.h"
 #include "env/external/json_rpc_channel.h"
+#include "env/external/run_isolated.h"
 #include "env/mcp/mcp_client.h"
 #include "env/tool_call.h"
 #include "model/chat_format.h"
@@ -121,6 +122,16 @@ std::string CheckExternalResult(const std::string& result) {
   StatusOr<env::EpisodeScore> score = env::ReadScoreResult(result);
   FUZZ_REQUIRE(score.ok() || score.status().code() == StatusCode::kFailedPrecondition,
                "score: " + score.status().ToString());
+  // The same text as the params of a program's run_isolated request.
+  StatusOr<env::RunIsolatedRequest> run = env::ReadRunIsolatedParams(result, 30);
+  FUZZ_REQUIRE(run.ok() || run.status().code() == StatusCode::kInvalidArgument,
+               "run_isolated: " + run.status().ToString());
+  if (run.ok()) {
+    FUZZ_REQUIRE(!run->program.argv.empty() && run->inputs.size() <= env::kRunIsolatedMaxInputs &&
+                     run->program.files.size() <= env::kRunIsolatedMaxFiles &&
+                     run->program.seconds_each > 0 && run->program.seconds_each <= 30,
+                 "run_isolated: params outside their bounds");
+  }
   return "";
 }
 

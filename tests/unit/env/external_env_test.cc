@@ -7,7 +7,9 @@
 #include <fstream>
 
 #include "core/config.h"
+#include "env/external/run_isolated.h"
 #include "env/registry.h"
+#include "tests/unit/env/hidden_test_solutions.h"
 
 namespace orrery::env {
 namespace {
@@ -192,6 +194,111 @@ TEST(ExternalEnvTest, MalformedRepliesAndInvalidUtf8AreErrorsNotAborts) {
   // Truncated JSON is stray output: the call fails at its deadline.
   r = e.Step(ToolCall{"c3", "t", R"({"mode": "trunc"})"}, DeadlineIn(2));
   EXPECT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace orrery::env
+
+namespace orrery::env {
+namespace {
+
+ExternalEnvOptions GradeOptions() {
+  ExternalEnvOptions o;
+  o.dir = SourceDir() + "/env/examples";
+  o.command = {"/usr/bin/python3", "-u", "/env/grade_env.py"};
+  o.pool_size = 2;
+  return o;
+}
+
+double ScoreFinal(Episode& e, const std::string& final_message) {
+  std::vector<ChatMessage> t = e.initial_messages();
+  t.push_back(ChatMessage{ChatRole::kAssistant, final_message, {}, "", ""});
+  StatusOr<EpisodeScore> s = e.Score(t, DeadlineIn(60));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? s->reward : -1;
+}
+
+// The example keeps its hidden tests in /env/grade_env_tests.json. Graded through run_isolated,
+// a solution that looks for them finds nothing; the same solution where /env is visible (as it
+// would be had the program run it itself) reads them and prints the expected outputs.
+TEST(ExternalEnvTest, RunIsolatedGradesWhereTheSolutionCannotReadTheTests) {
+  StatusOr<std::unique_ptr<Env>> env = MakeExternalEnv(GradeOptions());
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_EQ((*env)->name(), "grade");
+  const std::string tests_path = SourceDir() + "/env/examples/grade_env_tests.json";
+  StatusOr<std::unique_ptr<Episode>> ep =
+      (*env)->Reset(*(*env)->Task(Split::kTrain, 0), DeadlineIn(30));
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_NE((*ep)->initial_messages()[1].content.find("how many"), std::string::npos);
+  EXPECT_EQ(ScoreFinal(**ep, CountSolutionMessage()), 1.0);
+  EXPECT_EQ(ScoreFinal(**ep, CheatingSolutionMessage(tests_path)), 0.0);
+  EXPECT_EQ(ScoreFinal(**ep, "no code"), 0.0);
+
+  // The run_python tool goes through run_isolated too: /env is not there.
+  StatusOr<ToolResult> r = (*ep)->Step(
+      ToolCall{
+          "c0", "run_python",
+          R"J({"code": "import os, sys\nprint(sum(map(int, sys.stdin.read().split())), os.path.exists('/env'))", "stdin": "20 22"})J"},
+      DeadlineIn(30));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->content, "42 False\n\n[exit 0]");
+
+  // The control: the cheat works wherever the tests are visible.
+  SandboxOptions visible;
+  visible.ro_binds.emplace_back(SourceDir() + "/env/examples", "/env");
+  StatusOr<std::unique_ptr<Sandbox>> s = Sandbox::Create(visible, 7);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::string cheat = CheatingSolutionMessage(tests_path);
+  const size_t begin = cheat.find('\n') + 1;
+  ASSERT_TRUE((*s)->WriteFile("solution.py", cheat.substr(begin, cheat.rfind("```") - begin)).ok());
+  StatusOr<RunResult> run =
+      (*s)->Run({"/usr/bin/python3", "-I", "solution.py"}, "-4 5 6 -7 8\n", DeadlineIn(30));
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->stdout_text, "5\n");
+}
+
+TEST(ExternalEnvTest, RunIsolatedParamsAreCheckedAndBounded) {
+  StatusOr<RunIsolatedRequest> r = ReadRunIsolatedParams(
+      R"({"files": {"a.py": "x"}, "argv": ["/usr/bin/python3", "a.py"], "inputs": ["1", "2"],
+          "seconds_each": 100})",
+      30);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->program.files.size(), 1u);
+  EXPECT_EQ(r->program.argv.size(), 2u);
+  EXPECT_EQ(r->inputs.size(), 2u);
+  EXPECT_EQ(r->program.seconds_each, 30);  // cut to the call's wall_seconds
+  r = ReadRunIsolatedParams(R"({"argv": ["/bin/true"]})", 3);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->inputs, std::vector<std::string>{""});
+  EXPECT_EQ(r->program.seconds_each, 3);
+  const std::pair<std::string, std::string> bad[] = {
+      {"[1]", "params must be a JSON object"},
+      {R"({"argv": []})", "'argv' must be a non-empty array"},
+      {R"({"argv": ["a", 1]})", "'argv' must hold strings only"},
+      {R"({"argv": ["a"], "files": []})", "'files' must be an object"},
+      {R"({"argv": ["a"], "files": {"x": 1}})", "files['x'] must be a string"},
+      {R"({"argv": ["a"], "inputs": "x"})", "'inputs' must be an array"},
+      {R"({"argv": ["a"], "inputs": [1]})", "'inputs' must hold strings only"},
+      {R"({"argv": ["a"], "seconds_each": -1})", "'seconds_each' must be a positive number"},
+      {"{\"argv\": [\"a\"], \"x\": " + std::string(1000, '[') + "}", "must be a JSON object"},
+  };
+  for (const auto& [params, message] : bad) {
+    r = ReadRunIsolatedParams(params, 30);
+    ASSERT_FALSE(r.ok()) << params;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().message();
+  }
+  std::string many = R"({"argv": ["a"], "inputs": [)";
+  for (int i = 0; i <= static_cast<int>(kRunIsolatedMaxInputs); ++i) many += i ? ",\"\"" : "\"\"";
+  EXPECT_NE(ReadRunIsolatedParams(many + "]}", 30).status().message().find("at most 256 inputs"),
+            std::string::npos);
+  RunResult run;
+  run.exit_code = 0;
+  run.stdout_text = "ok\xff\n";
+  EXPECT_EQ(RunIsolatedResultJson({run}),
+            "{\"runs\":[{\"exit_code\":0,\"limit_exceeded\":\"\",\"output_truncated\":false,"
+            "\"signal\":0,\"status\":\"exit 0\",\"stderr\":\"\",\"stdout\":\"ok\xef\xbf\xbd\\n\","
+            "\"timed_out\":false,\"wall_seconds\":0.0}]}");
 }
 
 }  // namespace
