@@ -4,8 +4,10 @@
 // orrery-env/1 protocol, docs/env-protocol.md) and MCP servers (stdio transport). One request is
 // in flight at a time; lines from the server that are not its response (notifications, requests
 // Orrery does not serve, stray output) are skipped. Every call has a deadline: on expiry the call
-// fails with DeadlineExceeded and the channel is closed (the process is killed), since a late
-// reply would otherwise be taken for the next call's.
+// fails with DeadlineExceeded and, by default, the channel is closed (the process is killed): an
+// orrery-env/1 program serves one request at a time, so it would still be busy with the late one.
+// An MCP server may be kept (OnDeadline::kKeepOpen): a late reply carries the old id and is
+// skipped, and the client tells the server to cancel (notifications/cancelled).
 #pragma once
 
 #include <cstdint>
@@ -26,10 +28,17 @@ namespace orrery::env {
 std::optional<StatusOr<std::string>> ReadJsonRpcResponse(const std::string& line, int64_t id,
                                                          const std::string& where);
 
+// The quote of a server's stderr in an error message, at most `max_bytes`: the first line that
+// reads as an error (node's "Error: Cannot find module ..." comes before a long stack, Python's
+// "ModuleNotFoundError: ..." after one) and as much of the end as fits, newlines as " | ".
+std::string StderrExcerpt(const std::string& stderr_text, size_t max_bytes = 400);
+
 class JsonRpcChannel {
  public:
+  enum class OnDeadline { kClose, kKeepOpen };
   // `peer` names the server in error messages ("environment 'guess'", "MCP server 'fs'").
-  JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer);
+  JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer,
+                 OnDeadline on_deadline = OnDeadline::kClose);
   ~JsonRpcChannel();
 
   // Sends {"jsonrpc":"2.0","id":N,"method":...,"params":...} and returns the response's "result"
@@ -41,10 +50,16 @@ class JsonRpcChannel {
   // Kills the process (idempotent).
   void Close();
   bool open() const { return process_ != nullptr; }
+  // The id of the latest Call's request (for a cancellation).
+  int64_t last_id() const { return next_id_ - 1; }
 
  private:
+  // `failure` with the peer, and the quoted stderr when there is any.
+  Status WithStderr(const Status& failure, const std::string& what) const;
+
   std::unique_ptr<SandboxProcess> process_;
   std::string peer_;
+  OnDeadline on_deadline_;
   int64_t next_id_ = 1;
 };
 
