@@ -18,6 +18,9 @@ struct ConfigState {
   std::set<const toml::node*> read;
   Status first_error;
   std::vector<std::pair<std::string, std::string>> resolved;
+  bool record_keys = false;
+  std::vector<ConfigKeySpec> keys;
+  std::set<std::string> keys_seen;
 };
 
 namespace {
@@ -56,6 +59,27 @@ std::string FormatDouble(double v) {
   return os.str();
 }
 
+std::string IntRange(int64_t min, int64_t max) {
+  if (min == ConfigTable::kIntMin && max == ConfigTable::kIntMax) return "";
+  if (max == ConfigTable::kIntMax) return ">= " + std::to_string(min);
+  if (min == ConfigTable::kIntMin) return "<= " + std::to_string(max);
+  return "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+}
+
+std::string FloatRange(double min, double max) {
+  if (min <= -1e308 && max >= 1e308) return "";
+  if (max >= 1e308) return ">= " + FormatDouble(min);
+  if (min <= -1e308) return "<= " + FormatDouble(max);
+  return "[" + FormatDouble(min) + ", " + FormatDouble(max) + "]";
+}
+
+template <typename T, typename F>
+std::string RenderList(const std::vector<T>& v, F item) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + item(v[i]);
+  return s + "]";
+}
+
 }  // namespace
 
 bool ConfigTable::Has(std::string_view key) const {
@@ -77,6 +101,20 @@ void ConfigTable::Record(std::string_view key, std::string value, bool is_defaul
   state_->resolved.emplace_back(KeyPath(key), is_default ? value + "  # default" : value);
 }
 
+void ConfigTable::Spec(std::string_view key, std::string type, std::string def,
+                       std::string allowed) {
+  if (!state_->record_keys) return;
+  std::string path;  // "env.mcp[0].name" -> "env.mcp[].name"
+  const std::string full = KeyPath(key);
+  for (size_t i = 0; i < full.size(); ++i) {
+    path.push_back(full[i]);
+    if (full[i] != '[') continue;
+    while (i + 1 < full.size() && full[i + 1] != ']') ++i;
+  }
+  if (!state_->keys_seen.insert(path).second) return;
+  state_->keys.push_back(ConfigKeySpec{path, std::move(type), std::move(def), std::move(allowed)});
+}
+
 void ConfigTable::Fail(std::string_view key, std::string_view message) {
   if (!state_->first_error.ok()) return;
   int line = 0;
@@ -95,17 +133,20 @@ void ConfigTable::TypeError(std::string_view key, const void* node, std::string_
 }
 
 int64_t ConfigTable::Int(std::string_view key, int64_t def, int64_t min, int64_t max) {
+  Spec(key, "integer", std::to_string(def), IntRange(min, max));
   std::optional<int64_t> v = OptionalInt(key, min, max);
   if (!Has(key)) Record(key, std::to_string(def), true);
   return v.value_or(def);
 }
 
 int64_t ConfigTable::RequiredInt(std::string_view key, int64_t min, int64_t max) {
+  Spec(key, "integer", "required", IntRange(min, max));
   if (!Has(key)) Fail(key, "required key is missing (expected an integer)");
   return OptionalInt(key, min, max).value_or(min < 0 && max > 0 ? 0 : min);
 }
 
 std::optional<int64_t> ConfigTable::OptionalInt(std::string_view key, int64_t min, int64_t max) {
+  Spec(key, "integer", "unset", IntRange(min, max));
   const void* n = Node(key);
   if (n == nullptr) return std::nullopt;
   std::string range = "an integer";
@@ -127,17 +168,20 @@ std::optional<int64_t> ConfigTable::OptionalInt(std::string_view key, int64_t mi
 }
 
 double ConfigTable::Float(std::string_view key, double def, double min, double max) {
+  Spec(key, "number", FormatDouble(def), FloatRange(min, max));
   std::optional<double> v = OptionalFloat(key, min, max);
   if (!Has(key)) Record(key, FormatDouble(def), true);
   return v.value_or(def);
 }
 
 double ConfigTable::RequiredFloat(std::string_view key, double min, double max) {
+  Spec(key, "number", "required", FloatRange(min, max));
   if (!Has(key)) Fail(key, "required key is missing (expected a number)");
   return OptionalFloat(key, min, max).value_or(min > -1e308 ? min : 0.0);
 }
 
 std::optional<double> ConfigTable::OptionalFloat(std::string_view key, double min, double max) {
+  Spec(key, "number", "unset", FloatRange(min, max));
   const void* n = Node(key);
   if (n == nullptr) return std::nullopt;
   std::string range = "a number";
@@ -159,6 +203,7 @@ std::optional<double> ConfigTable::OptionalFloat(std::string_view key, double mi
 }
 
 bool ConfigTable::Bool(std::string_view key, bool def) {
+  Spec(key, "boolean", def ? "true" : "false", "");
   const void* n = Node(key);
   if (n == nullptr) {
     Record(key, def ? "true" : "false", true);
@@ -174,6 +219,7 @@ bool ConfigTable::Bool(std::string_view key, bool def) {
 }
 
 std::string ConfigTable::String(std::string_view key, std::string def) {
+  Spec(key, "string", Quote(def), "");
   const void* n = Node(key);
   if (n == nullptr) {
     Record(key, Quote(def), true);
@@ -189,6 +235,7 @@ std::string ConfigTable::String(std::string_view key, std::string def) {
 }
 
 std::string ConfigTable::RequiredString(std::string_view key) {
+  Spec(key, "string", "required", "");
   if (!Has(key)) {
     Fail(key, "required key is missing (expected a string)");
     return "";
@@ -198,6 +245,8 @@ std::string ConfigTable::RequiredString(std::string_view key) {
 
 std::string ConfigTable::Enum(std::string_view key, std::string def,
                               const std::vector<std::string>& choices) {
+  std::string one_of = RenderList(choices, Quote);
+  Spec(key, "string", Quote(def), one_of.substr(1, one_of.size() - 2));
   std::string v = String(key, def);
   for (const std::string& c : choices) {
     if (c == v) return v;
@@ -209,12 +258,14 @@ std::string ConfigTable::Enum(std::string_view key, std::string def,
 }
 
 std::string ConfigTable::Path(std::string_view key, std::string def) {
+  Spec(key, "path", Quote(def), "");
   std::string v = String(key, def);
   if (v.empty() || std::filesystem::path(v).is_absolute() || !Has(key)) return v;
   return (std::filesystem::path(state_->base_dir) / v).lexically_normal().string();
 }
 
 std::string ConfigTable::RequiredPath(std::string_view key) {
+  Spec(key, "path", "required", "");
   if (!Has(key)) {
     Fail(key, "required key is missing (expected a path)");
     return "";
@@ -230,6 +281,7 @@ std::vector<int64_t> ConfigTable::IntList(std::string_view key, std::vector<int6
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
     return s + "]";
   };
+  Spec(key, "array of integers", render(def), IntRange(min, max));
   if (n == nullptr) {
     Record(key, render(def), true);
     return def;
@@ -260,6 +312,7 @@ std::vector<double> ConfigTable::FloatList(std::string_view key, std::vector<dou
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + FormatDouble(v[i]);
     return s + "]";
   };
+  Spec(key, "array of numbers", render(def), "");
   if (n == nullptr) {
     Record(key, render(def), true);
     return def;
@@ -292,6 +345,7 @@ std::vector<std::string> ConfigTable::StringList(std::string_view key,
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + Quote(v[i]);
     return s + "]";
   };
+  Spec(key, "array of strings", render(def), "");
   if (n == nullptr) {
     Record(key, render(def), true);
     return def;
@@ -427,6 +481,12 @@ Status ConfigDocument::Finish() {
   return Status::OK();
 }
 
+Status ConfigDocument::error() const { return state_->first_error; }
+
+void ConfigDocument::RecordKeys() { state_->record_keys = true; }
+
+const std::vector<ConfigKeySpec>& ConfigDocument::recorded_keys() const { return state_->keys; }
+
 std::string ConfigDocument::ResolvedText() const {
   std::string out;
   for (const auto& [k, v] : state_->resolved) out += k + " = " + v + "\n";
@@ -448,6 +508,28 @@ Status ConfigSections::Validate(ConfigDocument& doc) const {
 std::vector<std::string> ConfigSections::keys() const {
   std::vector<std::string> out;
   for (const auto& [k, v] : sections_) out.push_back(k);
+  return out;
+}
+
+void ConfigSections::AddKeyExample(std::string toml) { key_examples_.push_back(std::move(toml)); }
+
+StatusOr<std::vector<ConfigKeySpec>> ConfigSections::ListKeys() const {
+  std::vector<std::string> documents = {""};
+  documents.insert(documents.end(), key_examples_.begin(), key_examples_.end());
+  std::vector<ConfigKeySpec> out;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < documents.size(); ++i) {
+    ORRERY_ASSIGN_OR_RETURN(
+        ConfigDocument doc,
+        ConfigDocument::ParseString(documents[i], "key example " + std::to_string(i)));
+    doc.RecordKeys();
+    ConfigTable root = doc.root();
+    // Every validator, the table present or not: an absent table reads every key's default.
+    for (const auto& [key, validate] : sections_) validate(root);
+    for (const ConfigKeySpec& k : doc.recorded_keys()) {
+      if (seen.insert(k.key).second) out.push_back(k);
+    }
+  }
   return out;
 }
 

@@ -13,6 +13,10 @@
 //   ConfigTable model = doc.root().Table("model");
 //   cfg.hidden = model.Int("hidden_size", 256, 1, 1 << 20);
 //   ORRERY_RETURN_IF_ERROR(doc.Finish());
+//
+// The same getters describe the keys: a document in recording mode (RecordKeys) lists every key
+// read with its type, default and allowed values, which `orrery config keys` turns into the key
+// reference (docs/config-reference.md), so the reference is the readers themselves.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +35,14 @@ namespace orrery {
 
 class ConfigDocument;
 struct ConfigState;
+
+// One key as a reader reads it (ConfigDocument::RecordKeys).
+struct ConfigKeySpec {
+  std::string key;            // dotted path; an array of tables' elements as "env.mcp[]"
+  std::string type;           // "integer", "number", "boolean", "string", "path", "array of ..."
+  std::string default_value;  // TOML text; "required" for a required key, "unset" for optional
+  std::string allowed;        // "[1, 4096]", ">= 1", "\"grpo\", \"rloo\""; empty: any value
+};
 
 // A view of one TOML table (possibly absent: then every getter returns its default).
 class ConfigTable {
@@ -81,6 +93,8 @@ class ConfigTable {
 
   const void* Node(std::string_view key) const;  // toml::node*, marked as read; null if absent
   void Record(std::string_view key, std::string value, bool is_default);
+  // Appends `key` to the recorded keys when the document records them (first reading wins).
+  void Spec(std::string_view key, std::string type, std::string def, std::string allowed);
   void TypeError(std::string_view key, const void* node, std::string_view expected);
 
   ConfigState* state_;
@@ -110,6 +124,13 @@ class ConfigDocument {
   std::string ResolvedText() const;
   // True when the top-level key exists.
   bool HasTopLevel(std::string_view key) const;
+  // The first error recorded so far (a wrong type or range, a Fail), without Finish()'s check for
+  // unread keys: for a caller whose own failure left keys unread, so that it reports its own.
+  Status error() const;
+
+  // From now on every getter appends the key it reads to recorded_keys(), whether present or not.
+  void RecordKeys();
+  const std::vector<ConfigKeySpec>& recorded_keys() const;
 
  private:
   ConfigDocument() = default;
@@ -126,8 +147,16 @@ class ConfigSections {
   Status Validate(ConfigDocument& doc) const;
   std::vector<std::string> keys() const;
 
+  // A document the key listing reads besides the empty one, for keys read only in some
+  // configurations (each environment's options, an element of [[env.mcp]] or [[stages]]).
+  void AddKeyExample(std::string toml);
+  // Every key the validators read (all of them, present or not) from an empty document and from
+  // each example, in reading order, each key once.
+  StatusOr<std::vector<ConfigKeySpec>> ListKeys() const;
+
  private:
   std::vector<std::pair<std::string, Validator>> sections_;
+  std::vector<std::string> key_examples_;
 };
 
 }  // namespace orrery

@@ -55,9 +55,10 @@ int RunSynth(const CliArgs& args) {
   return 0;
 }
 
-// Creates the environment for `env try` and `env list`: from --config when given, else `name`
-// with default options.
-StatusOr<std::unique_ptr<env::Env>> MakeEnv(const CliArgs& args, env::EnvRegistry& registry) {
+// Creates the environment for `env try`: from --config when given, else `name` with default
+// options. The config may be a whole run's (the other sections' validators read them).
+StatusOr<std::unique_ptr<env::Env>> MakeEnv(const CliArgs& args, env::EnvRegistry& registry,
+                                            const ConfigSections& sections) {
   const std::string path = args.Get("config");
   StatusOr<ConfigDocument> doc =
       path.empty()
@@ -66,7 +67,10 @@ StatusOr<std::unique_ptr<env::Env>> MakeEnv(const CliArgs& args, env::EnvRegistr
   if (!doc.ok()) return doc.status();
   ConfigTable root = doc->root();
   StatusOr<std::unique_ptr<env::Env>> made = env::CreateEnvFromConfig(root, registry);
-  ORRERY_RETURN_IF_ERROR(doc->Finish());
+  // A failure that stopped the reading early (a plug-in that does not load) left keys unread:
+  // report it, not the first unread key; a config error recorded before it comes first.
+  if (!made.ok()) return doc->error().ok() ? made.status() : doc->error();
+  ORRERY_RETURN_IF_ERROR(path.empty() ? doc->Finish() : sections.Validate(*doc));
   return made;
 }
 
@@ -75,7 +79,7 @@ void PrintMessage(const ChatMessage& m) {
 }
 
 // One episode in the terminal: the person plays the model.
-int RunTry(const CliArgs& args) {
+int RunTry(const ConfigSections& sections, const CliArgs& args) {
   const int64_t task_seed = args.Int("task-seed");
   if (task_seed < 0) {
     return ReportError(InvalidArgumentError("env try: --task-seed " + std::to_string(task_seed) +
@@ -83,7 +87,7 @@ int RunTry(const CliArgs& args) {
   }
   env::EnvRegistry registry;
   env::RegisterBuiltinEnvs(registry);
-  StatusOr<std::unique_ptr<env::Env>> made = MakeEnv(args, registry);
+  StatusOr<std::unique_ptr<env::Env>> made = MakeEnv(args, registry, sections);
   if (!made.ok()) return ReportError(made.status().WithContext("env try"));
   env::Env& e = **made;
   StatusOr<env::Split> split = env::ParseSplit(args.Get("split", "train"));
@@ -180,15 +184,17 @@ void RegisterEnvCommands(CliRegistry& registry) {
         CliKind::kString, false, "expression"}},
       RunSynth});
   registry.Add(CliCommand{{"env", "list"}, "List the registered environments", {}, RunList});
+  const ConfigSections* sections = &registry.config_sections();
   registry.Add(CliCommand{
       {"env", "try"},
       "Play one episode in the terminal: type tool calls, give an answer, see the reward",
       {{"--env", "environment name (ignored with --config)", CliKind::kString, false, "calc"},
-       {"--config", "TOML file with an [env] section", CliKind::kString, false, ""},
+       {"--config", "TOML file with an [env] section (a whole run's config will do)",
+        CliKind::kString, false, ""},
        {"--task-seed", "task index within the split", CliKind::kInt, false, "0"},
        {"--split", "train or test", CliKind::kString, false, "train"},
        {"--timeout", "deadline in seconds for each call", CliKind::kFloat, false, "60"}},
-      RunTry});
+      [sections](const CliArgs& args) { return RunTry(*sections, args); }});
   registry.config_sections().Add("env", [](ConfigTable& root) {
     // With [rl], the [rl] validator creates it, for the rollouts' episodes in flight.
     if (root.Has("rl")) return;
@@ -197,6 +203,11 @@ void RegisterEnvCommands(CliRegistry& registry) {
     StatusOr<std::unique_ptr<env::Env>> made = env::CreateEnvFromConfig(root, envs);
     if (!made.ok()) root.Table("env").Fail("name", made.status().message());
   });
+  // For `orrery config keys`: each built-in environment's options and an [[env.mcp]] entry.
+  for (const char* name : {"python", "retrieval", "external"}) {
+    registry.config_sections().AddKeyExample(std::string("[env]\nname = \"") + name + "\"\n");
+  }
+  registry.config_sections().AddKeyExample("[[env.mcp]]\nname = \"fs\"\ncommand = [\"server\"]\n");
 }
 
 }  // namespace orrery

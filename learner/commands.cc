@@ -95,6 +95,7 @@ int DataPrepare(const CliArgs& args) {
 void RegisterLearnerCommands(CliRegistry& registry) {
   // [pretrain] owns [optimizer] and [[stages]] too; alone they are read by the same reader.
   registry.config_sections().Add("pretrain", [](ConfigTable& root) { ReadPretrainConfig(root); });
+  registry.config_sections().AddKeyExample("[pretrain]\n[[stages]]\nseq_len = 256\ntokens = 1\n");
   for (const char* key : {"optimizer", "stages"}) {
     registry.config_sections().Add(key, [](ConfigTable& root) {
       if (!root.Has("pretrain")) ReadPretrainConfig(root);

@@ -167,6 +167,23 @@ std::vector<ActorRecord> FleetState::Snapshot() const {
   return out;
 }
 
+int DashboardStateCode(ActorState state) {
+  switch (state) {
+    case ActorState::kStarting:
+      return 0;
+    case ActorState::kRunning:
+      return 1;
+    case ActorState::kBackoff:
+      return 2;
+    case ActorState::kExited:
+    case ActorState::kStopped:
+      return 3;
+    case ActorState::kFailed:
+      return 4;
+  }
+  return 4;
+}
+
 std::vector<MetricRecord> FleetState::ToMetrics(int64_t step,
                                                 uint64_t coordinator_auth_refused) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -182,15 +199,14 @@ std::vector<MetricRecord> FleetState::ToMetrics(int64_t step,
                        ActorState::kExited, ActorState::kFailed, ActorState::kStopped}) {
     by_state[std::string("fleet/actors_") + ActorStateName(s)] = 0;
   }
-  double restarts = 0;
   double auth_refused = static_cast<double>(coordinator_auth_refused);
   for (const auto& [name, r] : actors_) {
     MetricRecord m;
     m.time = now;
-    m.source = "fleet/" + name;
+    m.source = name;
     m.step = step;
-    m.scalars["fleet/up"] = r.state == ActorState::kRunning ? 1 : 0;
-    m.scalars["fleet/restarts"] = r.restarts;
+    m.scalars["fleet/state"] = DashboardStateCode(r.state);
+    m.scalars["fleet/restarts_total"] = r.restarts;
     m.scalars["fleet/heartbeat_age_seconds"] =
         r.last_heartbeat_ms == 0 ? -1 : (now_ms - r.last_heartbeat_ms) / 1000.0;
     m.scalars["fleet/progress_age_seconds"] =
@@ -199,11 +215,9 @@ std::vector<MetricRecord> FleetState::ToMetrics(int64_t step,
     m.scalars["fleet/auth_refused"] = static_cast<double>(r.auth_refused);
     out.push_back(std::move(m));
     by_state[std::string("fleet/actors_") + ActorStateName(r.state)] += 1;
-    restarts += r.restarts;
     auth_refused += static_cast<double>(r.auth_refused);
   }
   fleet.scalars = by_state;
-  fleet.scalars["fleet/restarts_total"] = restarts;
   fleet.scalars["fleet/auth_refused_total"] = auth_refused;
   fleet.scalars["fleet/stage"] = run_state_.stage;
   fleet.scalars["fleet/policy_version"] = static_cast<double>(run_state_.policy_version);

@@ -27,6 +27,9 @@ enum class ActorState {
   kStopped,   // stopped by a fleet shutdown
 };
 const char* ActorStateName(ActorState state);
+// The `fleet/state` metric (docs/dashboard.md): 0 starting, 1 running, 2 restarting (kBackoff),
+// 3 stopped (kExited, kStopped), 4 failed.
+int DashboardStateCode(ActorState state);
 
 struct ActorRecord {
   std::string name;  // "replay:0"
@@ -78,11 +81,13 @@ class FleetState {
   std::vector<ActorRecord> Snapshot() const;
   int64_t started_ms() const { return started_ms_; }
 
-  // One metric record per actor (source "fleet/<name>"): up (0/1), restarts, heartbeat age and
-  // progress age (since the counter last advanced) in seconds (-1 when never), pid, auth_refused
-  // (peers its CURVE sockets refused); and a "coordinator" record with counts by state, the run
-  // state's stage and policy version, and fleet/auth_refused_total: the actors' refusals plus
-  // `coordinator_auth_refused` (the launch process's own sockets).
+  // One metric record per actor, under the actor's own name as source (the source of its own
+  // records, so the dashboard shows one row per actor, the replay store's too): fleet/state
+  // (DashboardStateCode), fleet/restarts_total, heartbeat age and progress age (since the counter
+  // last advanced) in seconds (-1 when never), pid, auth_refused (peers its CURVE sockets
+  // refused); and a "coordinator" record with counts by state, the run state's stage and policy
+  // version, and fleet/auth_refused_total: the actors' refusals plus `coordinator_auth_refused`
+  // (the launch process's own sockets). No record sums the restarts: a sum() over actors does.
   std::vector<MetricRecord> ToMetrics(int64_t step, uint64_t coordinator_auth_refused = 0) const;
 
  private:

@@ -443,6 +443,7 @@ void RegisterFleetCommands(CliRegistry& registry) {
     RunConfig run;
     ReadFleetConfig(root, run);
   });
+  registry.config_sections().AddKeyExample("[[fleet.roles]]\nrole = \"replay\"\n");
   const ConfigSections* sections = &registry.config_sections();
 
   registry.Add(CliCommand{

@@ -176,6 +176,13 @@ Status ReplayMain(ActorContext& ctx) {
 
 void RegisterReplayCommands(CliRegistry& registry) {
   registry.config_sections().Add("replay", [](ConfigTable& root) { ReadReplayConfig(root); });
+  // Keys read only for some tables: a prioritized sampler, each form of the ratio limiter.
+  registry.config_sections().AddKeyExample(
+      "[[replay.tables]]\nname = \"t\"\nsampler = \"prioritized\"\n[replay.tables.rate_limiter]\n"
+      "kind = \"sample_to_insert_ratio\"\nerror_buffer = 1.0\n");
+  registry.config_sections().AddKeyExample(
+      "[[replay.tables]]\nname = \"t\"\n[replay.tables.rate_limiter]\n"
+      "kind = \"sample_to_insert_ratio\"\n");
   RegisterActorRole({"replay", "the durable RocksDB replay store", ReplayMain});
 
   registry.AddGroup({"replay"}, "The durable replay store: serve it, inspect it, checkpoint it");

@@ -1,5 +1,6 @@
 #include "env/external/json_rpc_channel.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/json_text.h"
@@ -29,6 +30,66 @@ std::optional<StatusOr<std::string>> ReadJsonRpcResponse(const std::string& line
   return reply["result"].dump();
 }
 
+namespace {
+
+bool LooksLikeAnError(const std::string& line) {
+  static const char* const kWords[] = {"Error",  "error:", "Exception", "Cannot",
+                                       "cannot", "FATAL",  "fatal",     "panic"};
+  for (const char* w : kWords) {
+    if (line.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Lines joined with " | ", empty ones dropped.
+std::string OneLine(const std::string& text) {
+  std::string out;
+  bool pending = false;
+  for (char c : text) {
+    if (c == '\n' || c == '\r') {
+      pending = !out.empty();
+      continue;
+    }
+    if (pending) out += " | ";
+    pending = false;
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string StderrExcerpt(const std::string& stderr_text, size_t max_bytes) {
+  const std::string all = OneLine(stderr_text);
+  if (all.size() <= max_bytes) return all;
+  std::string first;  // the first line that reads as an error
+  size_t start = 0;
+  while (start < stderr_text.size()) {
+    size_t end = stderr_text.find('\n', start);
+    if (end == std::string::npos) end = stderr_text.size();
+    const std::string line = stderr_text.substr(start, end - start);
+    if (LooksLikeAnError(line)) {
+      first = OneLine(line).substr(0, max_bytes / 2);
+      break;
+    }
+    start = end + 1;
+  }
+  const std::string sep = " ... ";
+  const size_t tail = max_bytes - std::min(max_bytes, first.size() + sep.size());
+  std::string end_part = all.substr(all.size() - std::min(all.size(), tail));
+  return first.empty() ? "..." + end_part : first + sep + end_part;
+}
+
+JsonRpcChannel::JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer,
+                               OnDeadline on_deadline)
+    : process_(std::move(process)), peer_(std::move(peer)), on_deadline_(on_deadline) {}
+
+Status JsonRpcChannel::WithStderr(const Status& failure, const std::string& what) const {
+  const std::string err = process_ ? StderrExcerpt(process_->stderr_text()) : "";
+  return Status(failure.code(), peer_ + ": " + what + failure.message() +
+                                    (err.empty() ? "" : " (stderr: " + err + ")"));
+}
+
 StatusOr<bool> JsonRpcChannel::MaybeServeRequest(const std::string& line, Deadline deadline) {
   if (!handler_) return false;
   const json request = ParseUntrustedJson(line);
@@ -52,8 +113,6 @@ StatusOr<bool> JsonRpcChannel::MaybeServeRequest(const std::string& line, Deadli
   return true;
 }
 
-JsonRpcChannel::JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer)
-    : process_(std::move(process)), peer_(std::move(peer)) {}
 
 JsonRpcChannel::~JsonRpcChannel() { Close(); }
 
@@ -77,19 +136,19 @@ StatusOr<std::string> JsonRpcChannel::Call(const std::string& method,
   msg["params"] = params;
   Status sent = process_->WriteLine(JsonText(msg), deadline);
   if (!sent.ok()) {
-    const std::string err = process_->stderr_text();
+    Status failure = WithStderr(sent, "");
     Close();
-    return Status(sent.code(), peer_ + ": " + sent.message() +
-                                   (err.empty() ? "" : " (stderr: " + err.substr(0, 300) + ")"));
+    return failure;
   }
   for (;;) {
     StatusOr<std::string> line = process_->ReadLine(deadline);
     if (!line.ok()) {
-      std::string err = process_->stderr_text();
-      if (err.size() > 300) err = err.substr(err.size() - 300);
-      Close();
-      return Status(line.status().code(), peer_ + ": " + method + ": " + line.status().message() +
-                                              (err.empty() ? "" : " (stderr: " + err + ")"));
+      Status failure = WithStderr(line.status(), method + ": ");
+      const bool keep = on_deadline_ == OnDeadline::kKeepOpen &&
+                        line.status().code() == StatusCode::kDeadlineExceeded &&
+                        process_->running();
+      if (!keep) Close();
+      return failure;
     }
     std::optional<StatusOr<std::string>> response =
         ReadJsonRpcResponse(*line, id, peer_ + ": " + method);

@@ -6,8 +6,11 @@
 // Orrery does not serve, stray output) are skipped. A request from the server while a call waits
 // (one with a "method" and an "id") goes to the request handler, when one is set, and its answer
 // is written back before the call goes on waiting (orrery-env/1's run_isolated). Every call has a
-// deadline: on expiry the call fails with DeadlineExceeded and the channel is closed (the process
-// is killed), since a late reply would otherwise be taken for the next call's.
+// deadline: on expiry the call fails with DeadlineExceeded and, by default, the channel is closed
+// (the process is killed): an orrery-env/1 program serves one request at a time, so it would
+// still be busy with the late one. An MCP server may be kept (OnDeadline::kKeepOpen): a late reply
+// carries the old id and is skipped, and the client tells the server to cancel
+// (notifications/cancelled).
 #pragma once
 
 #include <cstdint>
@@ -35,10 +38,17 @@ std::optional<StatusOr<std::string>> ReadJsonRpcResponse(const std::string& line
 using JsonRpcRequestHandler = std::function<StatusOr<std::string>(
     const std::string& method, const std::string& params_json, Deadline deadline)>;
 
+// The quote of a server's stderr in an error message, at most `max_bytes`: the first line that
+// reads as an error (node's "Error: Cannot find module ..." comes before a long stack, Python's
+// "ModuleNotFoundError: ..." after one) and as much of the end as fits, newlines as " | ".
+std::string StderrExcerpt(const std::string& stderr_text, size_t max_bytes = 400);
+
 class JsonRpcChannel {
  public:
+  enum class OnDeadline { kClose, kKeepOpen };
   // `peer` names the server in error messages ("environment 'guess'", "MCP server 'fs'").
-  JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer);
+  JsonRpcChannel(std::unique_ptr<SandboxProcess> process, std::string peer,
+                 OnDeadline on_deadline = OnDeadline::kClose);
   ~JsonRpcChannel();
 
   // Sends {"jsonrpc":"2.0","id":N,"method":...,"params":...} and returns the response's "result"
@@ -52,13 +62,18 @@ class JsonRpcChannel {
   // Kills the process (idempotent).
   void Close();
   bool open() const { return process_ != nullptr; }
+  // The id of the latest Call's request (for a cancellation).
+  int64_t last_id() const { return next_id_ - 1; }
 
  private:
   // Answers `line` when it is a request and a handler is set; false when it is not one.
   StatusOr<bool> MaybeServeRequest(const std::string& line, Deadline deadline);
+  // `failure` with the peer, and the quoted stderr when there is any.
+  Status WithStderr(const Status& failure, const std::string& what) const;
 
   std::unique_ptr<SandboxProcess> process_;
   std::string peer_;
+  OnDeadline on_deadline_;
   JsonRpcRequestHandler handler_;
   int64_t next_id_ = 1;
 };

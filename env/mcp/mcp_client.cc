@@ -1,5 +1,6 @@
 #include "env/mcp/mcp_client.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/json_text.h"
@@ -30,6 +31,11 @@ StatusOr<McpToolsPage> ReadMcpToolsList(const std::string& result, const std::st
   McpToolsPage page;
   for (const json& t : l["tools"]) {
     if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+    if (t.contains("execution") && t["execution"].is_object() &&
+        t["execution"].value("taskSupport", json()) == "required") {
+      page.task_only.push_back(t["name"].get<std::string>());
+      continue;
+    }
     page.tools.push_back(
         ToolSpec{t["name"].get<std::string>(),
                  t.contains("description") && t["description"].is_string()
@@ -75,8 +81,8 @@ StatusOr<std::unique_ptr<McpClient>> McpClient::Start(Sandbox& sandbox,
     return InvalidArgumentError("MCP server '" + options.name + "': empty command");
   }
   ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<SandboxProcess> proc, sandbox.Start(options.command));
-  auto channel =
-      std::make_unique<JsonRpcChannel>(std::move(proc), "MCP server '" + options.name + "'");
+  auto channel = std::make_unique<JsonRpcChannel>(
+      std::move(proc), "MCP server '" + options.name + "'", JsonRpcChannel::OnDeadline::kKeepOpen);
   std::unique_ptr<McpClient> client(new McpClient(std::move(channel), options));
   const json init = {{"protocolVersion", kMcpProtocolVersion},
                      {"capabilities", json::object()},
@@ -118,9 +124,19 @@ StatusOr<ToolResult> McpClient::CallTool(const ToolCall& call, Deadline deadline
   StatusOr<std::string> reply =
       channel_->Call("tools/call", JsonText(params), Earlier(deadline, options_.call_seconds));
   ToolResult result;
-  if (!reply.ok()) {
+  if (!reply.ok() && reply.status().code() == StatusCode::kDeadlineExceeded && channel_->open()) {
+    // A slow tool is the model's to read (it may try something cheaper); the late reply, if any,
+    // carries the old id and is skipped.
+    const json cancel = {{"requestId", channel_->last_id()}, {"reason", "deadline exceeded"}};
+    (void)channel_->Notify("notifications/cancelled", cancel.dump(), DeadlineIn(1));
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.3g", waited);
+    result = ToolError("MCP server '" + options_.name + "': tool '" + call.name +
+                       "' did not answer within " + seconds + " s; the call was cancelled");
+  } else if (!reply.ok()) {
     // A JSON-RPC error for one call (unknown tool, bad arguments) is the model's to read; a dead
-    // or silent server is the environment's failure.
+    // server is the environment's failure.
     if (reply.status().code() != StatusCode::kFailedPrecondition) return reply.status();
     result = ToolError(reply.status().message());
   } else {

@@ -5,7 +5,11 @@
 // initialized` notification, `tools/list` (following `nextCursor` pages) and `tools/call`. The
 // server runs inside a sandbox like every other plug-in process. A tool's `inputSchema` becomes
 // the ToolSpec parameters, so calls are validated before they reach the server; a tool result's
-// text content parts are joined into the ToolResult, `isError` maps to is_error.
+// text content parts are joined into the ToolResult, `isError` maps to is_error. A tool that must
+// be called as a task (`execution.taskSupport = "required"`, MCP's task augmentation, which this
+// client does not speak) is left out of the tools: the model could never call it. A call the
+// server does not answer within its deadline is a tool error the model reads, and the server is
+// told to cancel it (notifications/cancelled); the episode goes on.
 #pragma once
 
 #include <memory>
@@ -34,6 +38,7 @@ struct McpServerOptions {
 std::string ReadMcpServerName(const std::string& result);
 struct McpToolsPage {
   std::vector<ToolSpec> tools;             // the entries with a string "name"; others are skipped
+  std::vector<std::string> task_only;      // skipped too: tools that must be called as tasks
   std::optional<std::string> next_cursor;  // absent on the last page
 };
 StatusOr<McpToolsPage> ReadMcpToolsList(const std::string& result, const std::string& server);

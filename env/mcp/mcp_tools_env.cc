@@ -3,6 +3,7 @@
 #include <set>
 
 #include "env/sandbox/sandbox_pool.h"
+#include "env/tool_call.h"
 
 namespace orrery::env {
 namespace {
@@ -27,6 +28,12 @@ class McpEpisode : public Episode {
   StatusOr<ToolResult> Step(const ToolCall& call, Deadline deadline) override {
     for (Attached& a : servers_) {
       if (a.client->HasTool(call.name)) return a.client->CallTool(call, deadline);
+    }
+    bool inner_tool = false;
+    for (const ToolSpec& t : inner_->tools()) inner_tool = inner_tool || t.name == call.name;
+    if (!inner_tool) {  // unknown: the model reads every tool it has, the servers' too
+      StatusOr<std::string> unknown = ValidateToolCall(call, tools_);
+      return ToolError(unknown.status().message());
     }
     return inner_->Step(call, deadline);
   }

@@ -59,4 +59,16 @@ printf '[env]\nname = "calc"\n[env.calc]\ndifficulty = 2\n' > "$tmp/ok.toml"
 printf '[env]\nname = "calc"\n[env.calc]\ndifficultty = 2\n' > "$tmp/bad.toml"
 if "$orrery" config check "$tmp/bad.toml" 2>"$tmp/err"; then fail "typo in [env.calc] accepted"; fi
 grep -q "env.calc.difficultty" "$tmp/err" || fail "unclear error: $(cat "$tmp/err")"
+# A plug-in that does not load: env try says so (it said "unknown key 'env.name'"), in one line.
+printf '[env]\nname = "countdown"\nplugins = ["%s/none.so"]\n' "$tmp" > "$tmp/plugin.toml"
+if "$orrery" env try --config "$tmp/plugin.toml" </dev/null >"$tmp/out" 2>"$tmp/err"; then
+  fail "a missing plug-in accepted"
+fi
+[ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "not one line: $(cat "$tmp/err")"
+grep -q "^orrery: env try: env plug-in $tmp/none.so: cannot load: " "$tmp/err" ||
+  fail "unclear error: $(cat "$tmp/err")"
+# A whole run's config will do for env try (its other sections are validated, not refused).
+printf '[run]\nseed = 2\n[env]\nname = "calc"\n' > "$tmp/run.toml"
+echo quit | "$orrery" env try --config "$tmp/run.toml" > "$tmp/out" 2>&1 || true
+grep -q "^task calc/train/" "$tmp/out" || fail "env try refused a run config: $(cat "$tmp/out")"
 echo "env cli: ok"

@@ -121,7 +121,7 @@ total = actor = 0
 for line in sys.stdin:
     r = json.loads(line)
     if r["source"] == "coordinator": total = r["metrics"]["fleet/auth_refused_total"]
-    if r["source"] == "fleet/replay:0": actor = r["metrics"]["fleet/auth_refused"]
+    if r["source"] == "replay:0": actor = r["metrics"]["fleet/auth_refused"]
 sys.exit(0 if total >= 3 and actor >= 1 else 1)'
 }
 wait_for 10 counted || fail "refusals not in the fleet metrics: $(tail -3 "$tmp/run/fleet_metrics.jsonl")"

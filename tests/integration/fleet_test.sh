@@ -83,7 +83,9 @@ status | grep "^echo:0" | grep -q "killed by signal 9" || fail "last exit not re
 [ "$(field echo:1 4)" = "$pid1" ] && [ "$(field echo:1 5)" = 0 ] || fail "echo:1 was disturbed: $(status)"
 new0="$(field echo:0 4)"
 [ -s "$tmp/run/fleet_metrics.jsonl" ] || fail "no fleet metrics written"
-grep -q '"source":"fleet/echo:0"' "$tmp/run/fleet_metrics.jsonl" || fail "no per-actor metrics"
+# Per actor, under its own name, the dashboard's series: the restart is counted.
+grep '"source":"echo:0"' "$tmp/run/fleet_metrics.jsonl" | grep -q '"fleet/restarts_total":1' ||
+  fail "no per-actor metrics with the restart: $(tail -3 "$tmp/run/fleet_metrics.jsonl")"
 
 kill -INT "$launch_pid"
 stopped() { ! kill -0 "$launch_pid" 2>/dev/null; }

@@ -179,7 +179,7 @@ fleet_series=""
 for _ in $(seq 1 50); do
   python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
     "${url}metrics" >"$tmp/metrics.txt" || fail "no /metrics from the live hub at $url"
-  if grep -q '^orrery_fleet_up' "$tmp/metrics.txt"; then fleet_series=1; break; fi
+  if grep -q '^orrery_fleet_state{' "$tmp/metrics.txt"; then fleet_series=1; break; fi
   kill -0 "$launch_pid" 2>/dev/null || break
   sleep 0.2
 done

@@ -68,7 +68,7 @@ const HEATMAPS = [
   { el: "load-heatmap", prefix: "routing/expert_load/layer", center: 1, span: 1 },
   { el: "bias-heatmap", prefix: "routing/qb_bias/layer", center: 0, span: null },
 ];
-const FLEET_NAMES = ["fleet/state", "fleet/restarts_total"];
+const FLEET_NAMES = ["fleet/state", "fleet/restarts_total", "fleet/heartbeat_age_seconds"];
 const REPLAY_FIELDS = ["size_items", "inserts_per_second", "samples_per_second",
   "blocked_seconds_total"];
 
@@ -341,6 +341,14 @@ function runTimes() {
   return { now, runEnd, finished: now - runEnd > 60 };
 }
 
+// When the actor was last heard of. The launcher's fleet records come under the actor's own name
+// and carry its heartbeat age; their own time is the launcher's, so a silent actor would look live.
+function lastHeardOf(a) {
+  const d = state.data.get("fleet/heartbeat_age_seconds")?.get(a.source);
+  if (!d || !d.values.length || d.values[d.values.length - 1] < 0) return a.last_time;
+  return d.time[d.time.length - 1] - d.values[d.values.length - 1];
+}
+
 function drawFleet() {
   const { now, runEnd, finished } = runTimes();
   const rows = state.actors.map((a) => {
@@ -348,7 +356,7 @@ function drawFleet() {
     const restarts = latestOf("fleet/restarts_total", a.source);
     let status = code === undefined ? "reporting" : (FLEET_STATES[code] || `state ${code}`);
     // Live run: an actor silent for 30 s is stale. Finished run: ages are relative to its end.
-    const age = (finished ? runEnd : now) - a.last_time;
+    const age = (finished ? runEnd : now) - lastHeardOf(a);
     let cls = status === "failed" ? "bad" : (status === "restarting" ? "warn" : "ok");
     if (!finished && age > 30 && status !== "stopped") { status += " (stale)"; cls = "bad"; }
     const beat = finished ? `${ageText(age)} before the last record` : ageText(age);

@@ -357,7 +357,7 @@ TEST(Coordinator, TcpCoordinatorRegistersOnlyTheFleet) {
   ASSERT_TRUE(state.Heartbeat("echo:0", 4343, true, 1, 2));
   double actor = -1, total = -1;
   for (const MetricRecord& m : state.ToMetrics(0, 10)) {
-    if (m.source == "fleet/echo:0") actor = m.scalars.at("fleet/auth_refused");
+    if (m.source == "echo:0") actor = m.scalars.at("fleet/auth_refused");
     if (m.source == "coordinator") total = m.scalars.at("fleet/auth_refused_total");
   }
   EXPECT_EQ(actor, 7);
@@ -372,6 +372,25 @@ StatusOr<FleetConfig> ParseFleet(const std::string& text) {
   FleetConfig c = ReadFleetConfig(root, run);
   ORRERY_RETURN_IF_ERROR(doc.Finish());
   return c;
+}
+
+// The launcher's fleet records are what the dashboard reads (docs/dashboard.md): under each
+// actor's own name, fleet/state and fleet/restarts_total, the replay store's too.
+TEST(FleetMetrics, EachActorUnderItsOwnNameWithTheDashboardsSeries) {
+  FleetState state;
+  state.Register("replay:0", "replay", 0, "ipc://r", "h", 10, true, 1);
+  state.Register("rollout:0", "rollout", 0, "ipc://o", "h", 11, true, 1);
+  state.MarkDown("rollout:0", ActorState::kBackoff, "killed by signal 9", true);
+  std::map<std::string, std::map<std::string, double>> by_source;
+  for (const MetricRecord& m : state.ToMetrics(0)) by_source[m.source] = m.scalars;
+  ASSERT_TRUE(by_source.count("replay:0") && by_source.count("rollout:0"));
+  EXPECT_EQ(by_source["replay:0"].at("fleet/state"), 1);  // running
+  EXPECT_EQ(by_source["replay:0"].at("fleet/restarts_total"), 0);
+  EXPECT_EQ(by_source["rollout:0"].at("fleet/state"), 2);  // restarting
+  EXPECT_EQ(by_source["rollout:0"].at("fleet/restarts_total"), 1);
+  // No second series of the same name sums them (a Prometheus sum() would count them twice).
+  EXPECT_EQ(by_source["coordinator"].count("fleet/restarts_total"), 0u);
+  EXPECT_EQ(by_source["coordinator"].at("fleet/actors_backoff"), 1);
 }
 
 TEST(FleetConfig, ReadsRolesAndRejectsBadFleets) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/config_reference.h"
+
 namespace orrery {
 namespace {
 
@@ -112,6 +114,100 @@ TEST(ConfigTest, SectionsValidateWholeDocuments) {
   ConfigDocument neg = Parse("[run]\nseed = -1\n");
   EXPECT_EQ(sections.Validate(neg).message(),
             "t.toml:2: run.seed: expected an integer in [0, inf], got -1");
+}
+
+// Recording mode: every getter lists its key, type, default and allowed values, present or not.
+TEST(ConfigTest, RecordingListsEveryKeyRead) {
+  ConfigDocument doc = Parse("[rl.rollout]\nslots = 4\n[[env.mcp]]\nname = \"fs\"\n");
+  doc.RecordKeys();
+  ConfigTable root = doc.root();
+  ConfigTable rollout = root.Table("rl").Table("rollout");
+  (void)rollout.Int("slots", 16, 1, 4096);
+  (void)rollout.Int("slots", 16, 1, 4096);  // read twice, listed once
+  (void)rollout.Float("top_p", 1.0, 1e-6, 1.0);
+  (void)rollout.Enum("env", "local", {"local", "remote"});
+  (void)root.Table("run").Int("seed", 0, 0);
+  (void)root.Table("run").Path("dir", "runs/x");
+  for (ConfigTable& t : root.Table("env").TableArray("mcp")) {
+    (void)t.RequiredString("name");
+    (void)t.StringList("command", {});
+  }
+  (void)root.Table("rl").OptionalInt("limit");
+  const std::vector<ConfigKeySpec>& keys = doc.recorded_keys();
+  ASSERT_EQ(keys.size(), 8u);
+  auto expect = [&](size_t i, const char* key, const char* type, const char* def,
+                    const char* allowed) {
+    EXPECT_EQ(keys[i].key, key);
+    EXPECT_EQ(keys[i].type, type) << key;
+    EXPECT_EQ(keys[i].default_value, def) << key;
+    EXPECT_EQ(keys[i].allowed, allowed) << key;
+  };
+  expect(0, "rl.rollout.slots", "integer", "16", "[1, 4096]");
+  expect(1, "rl.rollout.top_p", "number", "1", "[1e-06, 1]");
+  expect(2, "rl.rollout.env", "string", "\"local\"", "\"local\", \"remote\"");
+  expect(3, "run.seed", "integer", "0", ">= 0");
+  expect(4, "run.dir", "path", "\"runs/x\"", "");
+  expect(5, "env.mcp[].name", "string", "required", "");
+  expect(6, "env.mcp[].command", "array of strings", "[]", "");
+  expect(7, "rl.limit", "integer", "unset", "");
+}
+
+TEST(ConfigTest, ListKeysRunsEveryValidatorOnEmptyAndExampleDocuments) {
+  ConfigSections sections;
+  sections.Add("run", [](ConfigTable& root) { root.Table("run").Int("seed", 0, 0); });
+  sections.Add("env", [](ConfigTable& root) {
+    ConfigTable env = root.Table("env");
+    const std::string name = env.String("name", "calc");
+    env.Table(name).Int(name == "calc" ? "difficulty" : "pool_size", 1);
+  });
+  sections.AddKeyExample("[env]\nname = \"python\"\n");
+  StatusOr<std::vector<ConfigKeySpec>> keys = sections.ListKeys();
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  std::vector<std::string> names;
+  for (const ConfigKeySpec& k : *keys) names.push_back(k.key);
+  EXPECT_EQ(names, (std::vector<std::string>{"run.seed", "env.name", "env.calc.difficulty",
+                                             "env.python.pool_size"}));
+}
+
+TEST(ConfigTest, ErrorIsTheFirstRecordedProblemWithoutTheUnreadKeys) {
+  ConfigDocument doc = Parse("[env]\nname = \"x\"\nplugins = 3\n");
+  EXPECT_TRUE(doc.error().ok());  // nothing read yet, so no unread-key check either
+  ConfigTable env = doc.root().Table("env");
+  (void)env.StringList("plugins", {});
+  EXPECT_EQ(doc.error().message(), "t.toml:3: env.plugins: expected an array of strings, got 3");
+}
+
+TEST(ConfigReferenceTest, RendersMarkdownAndNeedsADescriptionPerKey) {
+  const std::vector<ConfigKeySpec> keys = {{"rl.steps", "integer", "120", ">= 1"},
+                                           {"rl.rollout.env", "string", "\"local\"", "a | b"}};
+  StatusOr<std::string> md = RenderConfigReference(
+      keys, "\"rl.steps\" = \"learner updates\"\n\"rl.rollout.env\" = \"where calls run\"\n",
+      "d.toml", "rl.rollout", "md");
+  ASSERT_TRUE(md.ok()) << md.status().ToString();
+  EXPECT_NE(md->find("## rl\n\n### [rl.rollout]\n\n| key | type | default | allowed | "
+                     "description |\n|---|---|---|---|---|\n| `env` | string | `\"local\"` | "
+                     "`a \\| b` | where calls run |\n"),
+            std::string::npos)
+      << *md;
+  EXPECT_EQ(md->find("learner updates"), std::string::npos);  // another section
+  StatusOr<std::string> text = RenderConfigReference(
+      keys, "\"rl.steps\" = \"a\"\n\"rl.rollout.env\" = \"b\"\n", "d.toml", "", "text");
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(
+      *text,
+      "rl.steps        integer = 120, >= 1: a\nrl.rollout.env  string = \"local\", a | b: b\n");
+
+  StatusOr<std::string> missing =
+      RenderConfigReference(keys, "\"rl.steps\" = \"a\"\n", "d.toml", "", "md");
+  EXPECT_EQ(missing.status().message(),
+            "d.toml: no description of 'rl.rollout.env', which the config readers read (add a "
+            "line \"rl.rollout.env\" = \"...\")");
+  StatusOr<std::string> stale = RenderConfigReference(
+      keys, "\"rl.steps\" = \"a\"\n\"rl.rollout.env\" = \"b\"\n\"rl.gone\" = \"c\"\n", "d.toml", "",
+      "md");
+  EXPECT_EQ(stale.status().message(),
+            "d.toml:3: unknown key 'rl.gone' (describes no key the config readers read)");
+  EXPECT_FALSE(RenderConfigReference(keys, "", "d.toml", "", "html").ok());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/config.h"
+#include "env/external/json_rpc_channel.h"
 #include "env/external/run_isolated.h"
 #include "env/registry.h"
 #include "tests/unit/env/hidden_test_solutions.h"
@@ -194,6 +195,27 @@ TEST(ExternalEnvTest, MalformedRepliesAndInvalidUtf8AreErrorsNotAborts) {
   // Truncated JSON is stray output: the call fails at its deadline.
   r = e.Step(ToolCall{"c3", "t", R"({"mode": "trunc"})"}, DeadlineIn(2));
   EXPECT_FALSE(r.ok());
+}
+
+// A server's stderr in an error message: one line, the first error line kept even when the tail
+// is long (node's "Cannot find module" comes before its stack).
+TEST(StderrExcerptTest, KeepsTheFirstErrorLineAndTheEnd) {
+  EXPECT_EQ(StderrExcerpt("short\nand sweet\n"), "short | and sweet");
+  std::string node =
+      "node:internal/modules/cjs/loader:1228\n  throw err;\n  ^\n\n"
+      "Error: Cannot find module '/mcp/x.js'\n";
+  for (int i = 0; i < 40; ++i) node += "    at Module._load (node:internal/modules/cjs/loader)\n";
+  node += "Node.js v20.19.2\n";
+  const std::string quoted = StderrExcerpt(node, 400);
+  EXPECT_LE(quoted.size(), 400u);
+  EXPECT_EQ(quoted.rfind("Error: Cannot find module '/mcp/x.js' ... ", 0), 0u) << quoted;
+  EXPECT_NE(quoted.find("Node.js v20.19.2"), std::string::npos) << quoted;
+  EXPECT_EQ(quoted.find('\n'), std::string::npos);
+  std::string python = "Traceback (most recent call last):\n";
+  for (int i = 0; i < 40; ++i) python += "  File \"/env/x.py\", line 1, in <module>\n";
+  python += "ModuleNotFoundError: No module named 'numpy'\n";
+  EXPECT_NE(StderrExcerpt(python, 400).find("ModuleNotFoundError: No module named 'numpy'"),
+            std::string::npos);
 }
 
 }  // namespace
