@@ -113,7 +113,6 @@ StatusOr<bool> JsonRpcChannel::MaybeServeRequest(const std::string& line, Deadli
   return true;
 }
 
-
 JsonRpcChannel::~JsonRpcChannel() { Close(); }
 
 void JsonRpcChannel::Close() { process_.reset(); }
