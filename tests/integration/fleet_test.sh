@@ -83,8 +83,12 @@ status | grep "^echo:0" | grep -q "killed by signal 9" || fail "last exit not re
 [ "$(field echo:1 4)" = "$pid1" ] && [ "$(field echo:1 5)" = 0 ] || fail "echo:1 was disturbed: $(status)"
 new0="$(field echo:0 4)"
 [ -s "$tmp/run/fleet_metrics.jsonl" ] || fail "no fleet metrics written"
-# Per actor, under its own name, the dashboard's series: the restart is counted.
-grep '"source":"echo:0"' "$tmp/run/fleet_metrics.jsonl" | grep -q '"fleet/restarts_total":1' ||
+# Per actor, under its own name, the dashboard's series: the restart is counted (in the next
+# record the launcher writes after the restart, which may come after `fleet status` shows it).
+restart_recorded() {
+  grep '"source":"echo:0"' "$tmp/run/fleet_metrics.jsonl" | grep -q '"fleet/restarts_total":1'
+}
+wait_for 10 restart_recorded ||
   fail "no per-actor metrics with the restart: $(tail -3 "$tmp/run/fleet_metrics.jsonl")"
 
 kill -INT "$launch_pid"
