@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "core/json_text.h"
+#include "env/calc/expression.h"
+#include "env/calc/one_operation.h"
 #include "env/external/external_env.h"
 #include "env/external/json_rpc_channel.h"
 #include "env/external/run_isolated.h"
@@ -150,12 +152,26 @@ std::string CheckResponseLine(const std::string& line, std::optional<std::string
   return "";
 }
 
+// The calculator's two evaluators (the whole-expression tool and the one-operation tool of the
+// multi-step family) on text the model wrote: a value, or an InvalidArgument / OutOfRange line.
+std::string CheckCalculators(const std::string& text) {
+  for (const StatusOr<calc::Rational>& r :
+       {calc::EvaluateExpression(text), calc::EvaluateOneOperation(text)}) {
+    FUZZ_REQUIRE(r.ok() || r.status().code() == StatusCode::kInvalidArgument ||
+                     r.status().code() == StatusCode::kOutOfRange,
+                 "calculate: " + r.status().ToString());
+    FUZZ_REQUIRE(r.ok() || !r.status().message().empty(), "calculate: an empty error");
+  }
+  return "";
+}
+
 }  // namespace
 
 const Tokenizer& FuzzTokenizer() { return *TheChat().tokenizer; }
 const ChatFormat& FuzzChatFormat() { return *TheChat().format; }
 
 std::string CheckToolCall(Mutator& m, const std::string& input) {
+  if (std::string e = CheckCalculators(input); !e.empty()) return e;
   const std::vector<ToolSpec> tools = FuzzTools(m);
   ToolCall call{"call_0", m.Uniform(2) == 0 ? "calculate" : "search", input};
   if (m.Uniform(16) == 0) m.Mutate(&call.name);
@@ -170,6 +186,10 @@ std::string CheckToolCall(Mutator& m, const std::string& input) {
   }
   // The validated arguments are an object that validates again to the same text.
   FUZZ_REQUIRE(IsJsonObject(*args), "tool call: validated arguments are not an object: " + *args);
+  if (const auto a = ParseUntrustedJson(*args);
+      a.contains("expression") && a["expression"].is_string()) {
+    if (std::string e = CheckCalculators(a["expression"].get<std::string>()); !e.empty()) return e;
+  }
   call.arguments_json = *args;
   StatusOr<std::string> again = env::ValidateToolCall(call, tools);
   FUZZ_REQUIRE(again.ok(),

@@ -25,9 +25,10 @@ inline constexpr const char* kChatFormatCorpus = "chat_format";
 inline constexpr const char* kExternalEnvCorpus = "external_env";
 inline constexpr const char* kMcpCorpus = "mcp";
 
-// env::ValidateToolCall against the calculator's schema and one using every keyword it checks: an
-// error is InvalidArgument and a tool error; a valid call's arguments are an object that validates
-// again to the same text.
+// The calculator's evaluators (whole expression and one operation) on the input as a tool
+// argument: a value, InvalidArgument or OutOfRange. Then env::ValidateToolCall against the
+// calculator's schema and one using every keyword it checks: an error is InvalidArgument and a
+// tool error; a valid call's arguments are an object that validates again to the same text.
 std::string CheckToolCall(Mutator& m, const std::string& input);
 // The chat format's parser on the ids of `input` (chat markers as special tokens, sometimes an id
 // outside the vocabulary): an error is InvalidArgument or OutOfRange; a parsed turn renders and
