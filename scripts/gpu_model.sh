@@ -109,6 +109,6 @@ if [[ -x "$bin/orrery" && -n "$data" ]]; then
   rm -rf "$out/pretrain/checkpoints"/*/optimizer.safetensors  # keep $OUT small
 fi
 cat "$out/summary.txt"
-tar -czf "$out/logs.tar.gz" -C "$out" --exclude logs.tar.gz --exclude pretrain/checkpoints . || true
+tar -czf "$out/logs.tar.gz" -C "$out" --exclude logs.tar.gz --exclude pretrain/checkpoints --exclude triton-cache . || true
 grep -hE '^\[  (PASSED|FAILED) ' "$out"/*.log || true
 exit $status
