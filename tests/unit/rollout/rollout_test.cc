@@ -461,12 +461,14 @@ TEST(RolloutAgentLoop, AnEpisodeWaitingForAToolLeavesTheDecodeBatch) {
   auto groups = loop.RunUntilIdle();
   ASSERT_TRUE(groups.ok()) << groups.status().ToString();
   ASSERT_EQ(groups->size(), 2u);
-  // The answerer's group completes first.
-  ASSERT_EQ((*groups)[0].group_id, 2u);
+  // The answerer's group completes first. Which group answers depends on which Reset finished
+  // first (Resets run on the env workers, and the first episode fed gets the first script), so the
+  // check is on the trajectories, not on the group ids.
   const Trajectory& answerer = (*groups)[0].trajectories[0];
   const Trajectory& tool_user = (*groups)[1].trajectories[0];
-  ASSERT_EQ(tool_user.tool_calls.size(), 1u);
+  ASSERT_EQ(tool_user.tool_calls.size(), 1u) << "the tool user's group completed first";
   ASSERT_TRUE(answerer.tool_calls.empty());
+  EXPECT_NE((*groups)[0].group_id, (*groups)[1].group_id);
   EXPECT_GE(tool_user.tool_seconds, 1.5);
   // The answerer's tokens after the other's tool call were decoded during it, not after.
   EXPECT_LT(answerer.total_seconds, 1.0) << "the answerer waited for the other episode's tool";
