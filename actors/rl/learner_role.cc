@@ -19,10 +19,13 @@
 // and the rollouts share it); before each publication its weights are copied into the host model,
 // whose tensors WeightStore writes (a same-host device copy to the rollouts would replace that
 // copy and the file: issue 26's next step).
+// [rl.rollout] weights = "learner": rank 0 also binds its endpoint and serves the published
+// versions (WeightServer) on a thread of its own, for rollouts that do not share RUN.
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "actors/metrics/metrics_publisher.h"
 #include "actors/replay/client.h"
@@ -34,6 +37,8 @@
 #include "actors/rl/rl_roles.h"
 #include "actors/rl/rl_run.h"
 #include "actors/rl/trajectory_convert.h"
+#include "actors/rl/weight_server.h"
+#include "actors/runtime/actor.h"
 #include "actors/runtime/role.h"
 #include "core/device.h"
 #include "core/file_io.h"
@@ -65,12 +70,20 @@ class LearnerRank {
         claimant_("learner/" + std::to_string(rank_)),
         claim_session_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {}
 
+  ~LearnerRank() {
+    weight_stop_.Cancel();
+    if (weight_thread_.joinable()) weight_thread_.join();
+  }
+  LearnerRank(const LearnerRank&) = delete;
+  LearnerRank& operator=(const LearnerRank&) = delete;
+
   Status Run(const std::string& metrics_endpoint) {
     for (const char* name : {"model.toml", "tokenizer.json"}) {
       ORRERY_ASSIGN_OR_RETURN(checkpoint_files_[name], ReadFileToString(policy_.path + "/" + name));
     }
     ORRERY_RETURN_IF_ERROR(Start());
     if (rank_ == 0) {
+      ORRERY_RETURN_IF_ERROR(ServeWeights());
       ORRERY_ASSIGN_OR_RETURN(
           metrics_, MetricsPublisher::Open(
                         {ActorMetricsFile(ctx_.run_dir(), "learner", 0), metrics_endpoint}));
@@ -253,6 +266,23 @@ class LearnerRank {
     return Status::OK();
   }
 
+  // weights = "learner": the published versions, served on ctx.endpoint() by a thread of its own
+  // until this rank's Run returns.
+  Status ServeWeights() {
+    if (!config_.weights_from_learner) return Status::OK();
+    weight_server_ = std::make_unique<WeightServer>(paths_.weights);
+    weight_actor_ = std::make_unique<Actor>(ctx_.zmq(), ctx_.name());
+    ORRERY_RETURN_IF_ERROR(weight_actor_->Bind(ctx_.endpoint()));
+    weight_server_->Register(*weight_actor_);
+    weight_thread_ = std::thread([this] {
+      if (Status s = weight_actor_->Run(weight_stop_); !s.ok()) {
+        ORRERY_LOG(ERROR) << "weight server: " << s.message();
+      }
+    });
+    ORRERY_LOG(INFO) << "serving policy versions at " << weight_actor_->endpoint();
+    return Status::OK();
+  }
+
   Status Publish() {
     // The GPU trainer's weights into the host model (nothing to do when it trains that model).
     ORRERY_RETURN_IF_ERROR(trainer_->CopyWeightsTo(policy_.model.get()));
@@ -328,6 +358,12 @@ class LearnerRank {
   int rank_, world_;
   RlRunPaths paths_;
   rl::WeightStore weights_;
+  // weights = "learner" (rank 0): the server, its mailbox and loop thread; the stop is cancelled
+  // and the thread joined before the mailbox goes.
+  std::unique_ptr<WeightServer> weight_server_;
+  std::unique_ptr<Actor> weight_actor_;
+  Cancellation weight_stop_;
+  std::thread weight_thread_;
   BatchLog batches_;
   const std::string claimant_;
   const uint64_t claim_session_;

@@ -30,6 +30,12 @@
 //   env_endpoints = []            # remote: the servers (`orrery env serve`); empty: every
 //                                 #   instance of the fleet's "env" role
 //   weight_poll_ms = 200          # how often a rollout actor looks for a newer version
+//   weights = "directory"         # where versions come from: "directory": RUN/rl/weights (one
+//                                 #   machine, or a filesystem every host shares); "learner":
+//                                 #   fetched from learner rank 0 over the fleet's transport into
+//                                 #   the rollout's own state directory (no shared filesystem;
+//                                 #   actors/rl/weight_fetcher.h)
+//   weight_chunk_mb = 8           # "learner": the size of one fetched chunk
 //
 //   [rl.learner]
 //   lr = 1e-4  beta1 = 0.9  beta2 = 0.95  eps = 1e-8  weight_decay = 0.0  max_grad_norm = 1.0
@@ -84,6 +90,8 @@ struct RlConfig {
   bool remote_env = false;
   std::vector<std::string> env_endpoints;
   int64_t weight_poll_ms = 200;
+  bool weights_from_learner = false;  // [rl.rollout] weights = "learner"
+  int64_t weight_chunk_mb = 8;
 
   rl::RlTrainerOptions trainer;
 };

@@ -6,7 +6,9 @@
 // groups that were in flight when it died, and drops a group that keeps ending it.
 // Environment calls run off the decode loop (AgentLoop, one env worker per slot), on this
 // process's environment or, with [rl.rollout] env = "remote", on env servers (RemoteEnv).
-// Weights: every weight_poll_ms it looks for a newer version in RUN/rl/weights and applies it
+// Weights: every weight_poll_ms it looks for a newer version in RUN/rl/weights (or, with
+// [rl.rollout] weights = "learner", in its own state directory, which a WeightFollower thread keeps
+// at the newest version learner rank 0 serves over the fleet's transport) and applies it
 // between engine steps (episodes in flight continue: partial rollouts). The backend is the one
 // [run] device asks for (rollout/make_backend.h): the host model, or the GPU engine on CUDA device
 // 0 (shared with the learner on one GPU), which takes the named tensors into its masters in
@@ -28,8 +30,10 @@
 #include "actors/rl/rl_run.h"
 #include "actors/rl/task_cursor.h"
 #include "actors/rl/trajectory_convert.h"
+#include "actors/rl/weight_follower.h"
 #include "actors/runtime/role.h"
 #include "core/logging.h"
+#include "core/message_limits.h"
 #include "core/run_config.h"
 #include "core/safetensors.h"
 #include "env/registry.h"
@@ -51,7 +55,8 @@ class RolloutActor {
         policy_(std::move(policy)),
         count_(count),
         paths_(ctx.run_dir()),
-        weights_(paths_.weights, config_.keep_weights),
+        weights_(config_.weights_from_learner ? ctx.state_dir() + "/weights" : paths_.weights,
+                 config_.keep_weights),
         cursor_(ctx.state_dir() + "/task_cursor", ctx.index(), count) {}
 
   Status Run(const std::string& metrics_endpoint, uint64_t seed) {
@@ -68,6 +73,7 @@ class RolloutActor {
     agent.seed = seed;
     loop_ = std::make_unique<rollout::AgentLoop>(backend_.get(), policy_.format.get(), env_.get(),
                                                  agent);
+    ORRERY_RETURN_IF_ERROR(FollowLearner());
     ORRERY_RETURN_IF_ERROR(PollWeights());
     ORRERY_ASSIGN_OR_RETURN(std::string replay,
                             ctx_.fleet().Lookup("replay", std::chrono::seconds(60)));
@@ -146,7 +152,24 @@ class RolloutActor {
     return Status::OK();
   }
 
+  // weights = "learner": the thread that copies versions from learner rank 0 into weights_.
+  Status FollowLearner() {
+    if (!config_.weights_from_learner) return Status::OK();
+    ORRERY_ASSIGN_OR_RETURN(std::string learner,
+                            ctx_.fleet().Lookup("learner:0", std::chrono::seconds(120)));
+    WeightFetchOptions o;
+    o.dir = weights_.dir();
+    o.keep = config_.keep_weights;
+    // A chunk must fit in one message of the fleet (max_message_mb), with room for its envelope.
+    o.chunk_bytes = std::min<int64_t>(config_.weight_chunk_mb << 20, MaxMessageBytes() / 2);
+    follower_ = std::make_unique<WeightFollower>(ctx_.zmq(), ctx_.name() + "/weights", o, learner,
+                                                 std::chrono::milliseconds(config_.weight_poll_ms));
+    ORRERY_LOG(INFO) << "weights: following learner:0 at " << learner << " into " << o.dir;
+    return follower_->Start();
+  }
+
   Status PollWeights() {
+    if (follower_ != nullptr) ORRERY_RETURN_IF_ERROR(follower_->status());
     StatusOr<int64_t> latest = weights_.Latest();
     if (!latest.ok()) {
       if (latest.status().code() == StatusCode::kNotFound) return Status::OK();
@@ -166,6 +189,14 @@ class RolloutActor {
     r.source = ctx_.name();
     r.step = *latest;
     r.scalars["rollout/weight_load_seconds"] = timings.read_seconds;
+    if (follower_ != nullptr) {
+      const FetchStats f = follower_->last();
+      if (f.version == *latest) {
+        r.scalars["rollout/weight_fetch_seconds"] = f.seconds;
+        r.scalars["rollout/weight_fetch_bytes"] = static_cast<double>(f.bytes_fetched);
+        r.scalars["rollout/weight_fetch_chunk_retries"] = static_cast<double>(f.chunk_retries);
+      }
+    }
     if (metrics_) (void)metrics_->Publish(r);
     return Status::OK();
   }
@@ -231,6 +262,7 @@ class RolloutActor {
   std::unique_ptr<rollout::AgentLoop> loop_;
   std::unique_ptr<replay::ReplayClient> replay_;
   std::unique_ptr<MetricsPublisher> metrics_;
+  std::unique_ptr<WeightFollower> follower_;
   int64_t sync_version_ = -1;
   int sync_issued_ = 0;
   int64_t stale_dropped_ = 0;

@@ -53,7 +53,12 @@ StatusOr<PublishTimings> WeightStore::Publish(
   ORRERY_RETURN_IF_ERROR(
       WriteSafetensors(PathOf(version), copy, {{"policy_version", std::to_string(version)}}));
   t.write_seconds = Now() - start;
-  // Keep the newest `keep` versions.
+  Prune();
+  return t;
+}
+
+void WeightStore::Prune() const {
+  std::error_code ec;
   std::vector<int64_t> versions;
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
     const int64_t v = VersionOf(entry.path().filename().string());
@@ -63,7 +68,6 @@ StatusOr<PublishTimings> WeightStore::Publish(
   for (size_t i = 0; i + keep_ < versions.size(); ++i) {
     std::filesystem::remove(PathOf(versions[i]), ec);
   }
-  return t;
 }
 
 StatusOr<int64_t> WeightStore::Latest() const {

@@ -41,6 +41,9 @@ class WeightStore {
   StatusOr<std::vector<std::pair<std::string, Tensor>>> Load(int64_t version,
                                                              LoadTimings* timings = nullptr) const;
   std::string PathOf(int64_t version) const;
+  // Deletes every version but the newest `keep` (Publish does this after each write; a rollout
+  // that copies versions in from the learner, actors/rl/weight_fetcher.h, calls it itself).
+  void Prune() const;
   const std::string& dir() const { return dir_; }
 
  private:

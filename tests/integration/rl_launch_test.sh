@@ -2,7 +2,7 @@
 # The main job in miniature, with real processes: `orrery launch` pretrains a very small hybrid
 # model, scores it, runs the RL fleet (replay store, 2 rollout actors, 2 learner ranks over Gloo)
 # to its last policy version and prints the summary; the same job with the rollouts' environment
-# on two env workers of the fleet (env = "remote"). Then the same run with faults: a rollout
+# on two env workers of the fleet (env = "remote") and their weights fetched from the learner. Then the same run with faults: a rollout
 # actor and a learner rank are SIGKILLed mid-run; the supervisor restarts them, the rollout
 # re-issues its unacknowledged groups, the learner ranks resume together from the last checkpoint
 # (re-using the batch the dead rank had logged), and the run still ends with its summary.
@@ -35,11 +35,13 @@ sed "s/^max_seq_len = .*/max_seq_len = 512/" "$(dirname "$0")/../fixtures/small_
   >"$tmp/model.toml"
 
 # write_config FILE RUN_DIR STEPS [remote]: with "remote", the rollouts' environment calls go to
-# two env workers of the fleet ([rl.rollout] env = "remote").
+# two env workers of the fleet ([rl.rollout] env = "remote") and their weights come from learner
+# rank 0 over the fleet's transport (weights = "learner"), not from RUN/rl/weights.
 write_config() {
-  local env_mode="local" env_roles=""
+  local env_mode="local" env_roles="" weights="directory"
   if [ "${4:-}" = remote ]; then
     env_mode="remote"
+    weights="learner"
     env_roles=$'[[fleet.roles]]\nrole = "env"\ncount = 2'
   fi
   cat >"$1" <<EOF
@@ -91,6 +93,7 @@ max_turns = 2
 max_turn_tokens = 24
 max_episode_tokens = 240
 env = "$env_mode"
+weights = "$weights"
 [rl.learner]
 lr = 1e-3
 skip_uniform_groups = false   # a barely trained model rarely passes: train on every group
@@ -142,6 +145,14 @@ grep -qE "pass rate +before .* -> after " "$tmp/run3.log" || fail "no summary wi
 [ -d "$tmp/run3/rl/checkpoints/step-00000004" ] || fail "the remote-env run did not finish"
 grep -q '"rollout/env_lost_total":0' "$tmp/run3/rollout-0/metrics.jsonl" ||
   fail "no environment-fault counters in the rollout metrics"
+grep -q "rollout:0.*weights: following learner:0 at ipc://" "$tmp/run3.log" ||
+  fail "rollout:0 did not follow the learner's weights"
+grep -qE "rollout:1.*weights: version [1-4] from ipc://" "$tmp/run3.log" ||
+  fail "rollout:1 fetched no version from the learner"
+ls "$tmp"/run3/actors/rollout-0/weights/v-*.safetensors >/dev/null 2>&1 ||
+  fail "no fetched version in rollout-0's own weight directory"
+grep -q '"rollout/weight_fetch_bytes"' "$tmp/run3/rollout-0/metrics.jsonl" ||
+  fail "no weight-fetch metrics"
 
 # --- 3. faults: SIGKILL a rollout actor, then a learner rank.
 pid_of() { pgrep -f -- "actor $1 --index $2 .*$tmp/faults.toml" | head -1; }

@@ -1,0 +1,57 @@
+// WeightFollower: keeps a rollout's local weight directory at the newest version learner rank 0
+// serves ([rl.rollout] weights = "learner"). A thread of its own runs WeightFetcher every poll
+// interval, so decoding goes on with the current version while the next one arrives; the rollout
+// then loads it from the directory exactly as it would from a shared RUN/rl/weights.
+//
+//   WeightFollower follower(zmq, "rollout:2", fetch_options, learner_endpoint, poll);
+//   follower.Start();
+//   ... ORRERY_RETURN_IF_ERROR(follower.status());   // in the rollout's loop
+//
+// The learner being unreachable, restarting or pruning a version is not an error (the next poll
+// tries again, logged at most once a minute); a local disk error or data damaged past the
+// fetcher's retries is, and status() returns it from then on (the rollout exits with it and its
+// supervisor restarts it; the part file is resumed).
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <zmq.hpp>
+
+#include "actors/rl/weight_fetcher.h"
+#include "actors/runtime/cancellation.h"
+#include "core/status.h"
+
+namespace orrery::rl_actors {
+
+class WeightFollower {
+ public:
+  WeightFollower(zmq::context_t& zmq, std::string self_name, WeightFetchOptions options,
+                 std::string endpoint, std::chrono::milliseconds poll);
+  ~WeightFollower();  // stops and joins the thread (an unfinished fetch resumes next time)
+  WeightFollower(const WeightFollower&) = delete;
+  WeightFollower& operator=(const WeightFollower&) = delete;
+
+  Status Start();
+  // OK, or the error that stopped the thread.
+  Status status() const;
+  // The last fetch that brought a version (version -1 before the first).
+  FetchStats last() const;
+
+ private:
+  void Loop();
+
+  zmq::context_t& zmq_;
+  std::string self_name_;
+  WeightFetchOptions options_;
+  std::string endpoint_;
+  std::chrono::milliseconds poll_;
+  Cancellation stop_;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  Status status_;
+  FetchStats last_;
+};
+
+}  // namespace orrery::rl_actors
