@@ -91,6 +91,9 @@ int RunOpsRun(const CliArgs& args) {
 
 void RegisterModelCommands(CliRegistry& registry) {
   registry.config_sections().Add("model", [](ConfigTable& root) { (void)ReadModelConfig(root); });
+  // For the key reference: a model with every layer kind, so each sub-table's keys are read.
+  registry.config_sections().AddKeyExample(
+      "[model]\nvocab_size = 1024\nhidden_size = 128\nnum_layers = 4\nfull_attn_layers = [4]\n");
   registry.AddGroup({"model"}, "Inspect model configurations");
   registry.Add(CliCommand{
       {"model", "info"},

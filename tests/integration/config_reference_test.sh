@@ -18,7 +18,8 @@ fi
 for table in '### \[run\]' '### \[fleet\]' '### \[\[fleet.roles\]\]' '### \[replay\]' \
     '### \[\[replay.tables\]\]' '### \[env\]' '### \[env.python\]' '### \[env.external\]' \
     '### \[\[env.mcp\]\]' '### \[rl\]' '### \[rl.rollout\]' '### \[rl.learner\]' \
-    '### \[pretrain\]' '### \[optimizer\]' '### \[\[stages\]\]'; do
+    '### \[pretrain\]' '### \[optimizer\]' '### \[\[stages\]\]' '### \[model\]' '### \[model.kda\]' \
+    '### \[model.mla\]' '### \[model.moe\]' '### \[model.attn_res\]'; do
   grep -q "^$table\$" "$out" || { echo "FAIL: no table $table in the reference" >&2; exit 1; }
 done
 echo "config reference: ok"
