@@ -34,7 +34,7 @@ fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
-  exec "$(dirname "$0")/setup_npm_tools.sh"  # npm packages the tests run (MCP server)
+  exec "$(dirname "$0")/setup_npm_tools.sh"  # npm packages the tests run (MCP servers)
 fi
 
 cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
@@ -47,4 +47,4 @@ echo "setup: installing ${#missing[@]} packages: ${missing[*]}"
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done"
-exec "$(dirname "$0")/setup_npm_tools.sh"  # npm packages the tests run (MCP server)
+exec "$(dirname "$0")/setup_npm_tools.sh"  # npm packages the tests run (MCP servers)

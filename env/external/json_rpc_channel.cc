@@ -91,13 +91,19 @@ Status JsonRpcChannel::WithStderr(const Status& failure, const std::string& what
 }
 
 StatusOr<bool> JsonRpcChannel::MaybeServeRequest(const std::string& line, Deadline deadline) {
-  if (!handler_) return false;
+  if (!handler_ && !notification_handler_) return false;
   const json request = ParseUntrustedJson(line);
-  if (request.is_discarded() || !request.is_object() || !request.contains("id") ||
-      !request.contains("method") || !request["method"].is_string()) {
+  if (request.is_discarded() || !request.is_object() || !request.contains("method") ||
+      !request["method"].is_string()) {
     return false;
   }
   const json params = request.contains("params") ? request["params"] : json::object();
+  if (!request.contains("id")) {
+    if (!notification_handler_) return false;
+    notification_handler_(request["method"].get<std::string>(), JsonText(params));
+    return true;
+  }
+  if (!handler_) return false;
   StatusOr<std::string> result =
       handler_(request["method"].get<std::string>(), JsonText(params), deadline);
   json response = {{"jsonrpc", "2.0"}, {"id", request["id"]}};

@@ -5,12 +5,13 @@
 // in flight at a time; lines from the server that are not its response (notifications, requests
 // Orrery does not serve, stray output) are skipped. A request from the server while a call waits
 // (one with a "method" and an "id") goes to the request handler, when one is set, and its answer
-// is written back before the call goes on waiting (orrery-env/1's run_isolated). Every call has a
-// deadline: on expiry the call fails with DeadlineExceeded and, by default, the channel is closed
-// (the process is killed): an orrery-env/1 program serves one request at a time, so it would
-// still be busy with the late one. An MCP server may be kept (OnDeadline::kKeepOpen): a late reply
-// carries the old id and is skipped, and the client tells the server to cancel
-// (notifications/cancelled).
+// is written back before the call goes on waiting (orrery-env/1's run_isolated, MCP's ping and
+// roots/list); a notification (a "method" without an "id") goes to the notification handler, when
+// one is set. Every call has a deadline: on expiry the call fails with DeadlineExceeded and, by
+// default, the channel is closed (the process is killed): an orrery-env/1 program serves one
+// request at a time, so it would still be busy with the late one. An MCP server may be kept
+// (OnDeadline::kKeepOpen): a late reply carries the old id and is skipped, and the client tells
+// the server to cancel (notifications/cancelled).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,9 @@ std::optional<StatusOr<std::string>> ReadJsonRpcResponse(const std::string& line
 // invalid params; others -32000). `deadline` is the waiting call's.
 using JsonRpcRequestHandler = std::function<StatusOr<std::string>(
     const std::string& method, const std::string& params_json, Deadline deadline)>;
+// Observes a notification the server sent while a call waits.
+using JsonRpcNotificationHandler =
+    std::function<void(const std::string& method, const std::string& params_json)>;
 
 // The quote of a server's stderr in an error message, at most `max_bytes`: the first line that
 // reads as an error (node's "Error: Cannot find module ..." comes before a long stack, Python's
@@ -59,6 +63,10 @@ class JsonRpcChannel {
   Status Notify(const std::string& method, const std::string& params_json, Deadline deadline);
   // Serves the server's requests from now on (none by default: they are skipped).
   void set_request_handler(JsonRpcRequestHandler handler) { handler_ = std::move(handler); }
+  // Observes the server's notifications from now on (none by default: they are skipped).
+  void set_notification_handler(JsonRpcNotificationHandler handler) {
+    notification_handler_ = std::move(handler);
+  }
   // Kills the process (idempotent).
   void Close();
   bool open() const { return process_ != nullptr; }
@@ -66,7 +74,8 @@ class JsonRpcChannel {
   int64_t last_id() const { return next_id_ - 1; }
 
  private:
-  // Answers `line` when it is a request and a handler is set; false when it is not one.
+  // Answers `line` when it is a request and a handler is set, or passes it to the notification
+  // handler when it is a notification; false when it is neither or there is no handler.
   StatusOr<bool> MaybeServeRequest(const std::string& line, Deadline deadline);
   // `failure` with the peer, and the quoted stderr when there is any.
   Status WithStderr(const Status& failure, const std::string& what) const;
@@ -75,6 +84,7 @@ class JsonRpcChannel {
   std::string peer_;
   OnDeadline on_deadline_;
   JsonRpcRequestHandler handler_;
+  JsonRpcNotificationHandler notification_handler_;
   int64_t next_id_ = 1;
 };
 

@@ -281,7 +281,9 @@ std::string CheckMcpLine(Mutator& m, const std::string& input) {
   std::optional<std::string> result;
   if (std::string e = CheckResponseLine(input, &result); !e.empty()) return e;
   const std::string& text = result ? *result : input;
-  (void)env::ReadMcpServerName(text);
+  StatusOr<env::McpSession> session = env::ReadMcpInitializeResult(text, "fuzz");
+  FUZZ_REQUIRE(session.ok() || session.status().code() == StatusCode::kFailedPrecondition,
+               "initialize: " + session.status().ToString());
   StatusOr<env::McpToolsPage> page = env::ReadMcpToolsList(text, "fuzz");
   if (!page.ok()) {
     FUZZ_REQUIRE(page.status().code() == StatusCode::kFailedPrecondition,
