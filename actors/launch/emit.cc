@@ -1,5 +1,6 @@
 #include "actors/launch/emit.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -36,60 +37,196 @@ std::vector<int> RolePorts(const FleetConfig& fleet) {
   return ports;
 }
 
+// Memory per CPU of one instance, in MiB (srun --mem-per-cpu).
+int MemPerCpuMb(const FleetRoleConfig& r) {
+  return std::max(1, static_cast<int>(r.memory_gb * 1024 / r.cpus + 0.999));
+}
+
+// One instance of a role, as a shell function the srun tasks run (exported into their
+// environment). It restarts the actor the way the local supervisor does
+// (actors/coordinator/supervisor.h): a clean exit ends an "on-failure" or "never" instance, and an
+// "always" one once the fleet is stopping (or its coordinator is gone); "never" fails on any other
+// exit; otherwise the actor is restarted after a backoff that doubles per restart within the
+// window, and a failure after `restart_budget` restarts within `restart_window_s` fails the task.
+// A failed task fails its step (--kill-on-bad-exit), and the batch script then stops the fleet.
+void EmitInstanceFunction(const FleetConfig& fleet, std::ostream& o) {
+  o << "# One instance of a role (task SLURM_PROCID of the role's step), restarted the way\n"
+    << "# `orrery launch` restarts it: restart_budget = " << fleet.restart_budget
+    << " restarts within restart_window_s = " << fleet.restart_window_s << ",\n"
+    << "# backoff from " << fleet.restart_backoff_ms << " ms doubling to "
+    << fleet.restart_backoff_max_ms << " ms. A spent budget fails the task, its step and the job.\n"
+    << "orrery_fleet_running() {  # the coordinator answers and the run is not stopping\n"
+    << "  local state\n"
+    << "  state=\"$(\"$ORRERY\" fleet status --connect \"$COORDINATOR\" --curve-key-dir \"$KEYS\" "
+       "--timeout-ms 2000 2>/dev/null | head -1)\"\n"
+    << "  [ -n \"$state\" ] && [[ \"$state\" != *\"(stopping)\"* ]]\n"
+    << "}\n"
+    << "orrery_instance() {  # orrery_instance ROLE PORT RESTART\n"
+    << "  local role=\"$1\" port=\"$2\" restart=\"$3\" index=\"$SLURM_PROCID\" rc how now delay t\n"
+    << "  local name=\"$role:$index\"\n"
+    << "  local -a restarts=() kept\n"
+    << "  while true; do\n"
+    << "    \"$ORRERY\" actor \"$role\" --index \"$index\" --endpoint \"tcp://*:$((port + "
+       "index))\" \\\n"
+    << "      --coordinator \"$COORDINATOR\" --config \"$CONFIG\" --heartbeat-ms "
+    << fleet.heartbeat_ms << " \\\n"
+    << "      --max-message-mb " << fleet.max_message_mb << " --curve-key-dir \"$KEYS\"\n"
+    << "    rc=$?\n"
+    << "    if [ \"$rc\" -gt 128 ]; then how=\"killed by signal $((rc - 128))\"; else how=\"exit "
+       "$rc\"; fi\n"
+    << "    if [ \"$rc\" -eq 0 ]; then\n"
+    << "      if [ \"$restart\" != always ] || ! orrery_fleet_running; then\n"
+    << "        echo \"orrery-slurm: $name finished ($how)\" >&2\n"
+    << "        return 0\n"
+    << "      fi\n"
+    << "    elif [ \"$restart\" = never ]; then\n"
+    << "      echo \"orrery-slurm: $name ended ($how) and is not restarted\" >&2\n"
+    << "      return 1\n"
+    << "    fi\n"
+    << "    now=\"$(date +%s)\"\n"
+    << "    kept=()\n"
+    << "    for t in \"${restarts[@]}\"; do\n"
+    << "      [ $((now - t)) -le " << fleet.restart_window_s << " ] && kept+=(\"$t\")\n"
+    << "    done\n"
+    << "    restarts=(\"${kept[@]}\")\n"
+    << "    if [ \"${#restarts[@]}\" -ge " << fleet.restart_budget << " ]; then\n"
+    << "      echo \"orrery-slurm: $name was restarted ${#restarts[@]} times within "
+    << fleet.restart_window_s << " s (fleet.restart_budget) and ended again ($how)\" >&2\n"
+    << "      return 1\n"
+    << "    fi\n"
+    << "    restarts+=(\"$now\")\n"
+    << "    delay=$(( " << fleet.restart_backoff_ms
+    << " << (${#restarts[@]} - 1 < 20 ? ${#restarts[@]} - 1 : 20) ))\n"
+    << "    [ \"$delay\" -gt " << fleet.restart_backoff_max_ms
+    << " ] && delay=" << fleet.restart_backoff_max_ms << "\n"
+    << "    echo \"orrery-slurm: $name ended ($how); restarting in $delay ms (restart "
+       "${#restarts[@]} of "
+    << fleet.restart_budget << " allowed in " << fleet.restart_window_s << " s)\" >&2\n"
+    << "    sleep \"$((delay / 1000)).$(printf %03d $((delay % 1000)))\"\n"
+    << "  done\n"
+    << "}\n"
+    << "export -f orrery_fleet_running orrery_instance\n\n";
+}
+
 std::string EmitSlurm(const FleetConfig& fleet, const RunConfig& run, const std::string& config) {
+  // One homogeneous allocation that holds every role's steps at once: a task slot per instance,
+  // each as large as the largest instance (components of a heterogeneous job would not share
+  // nodes). The steps take exactly what their role asks for (--exact).
+  int total = 0, cpus = 1, mem_per_cpu = 1, gpus = 0;
+  std::string nodes;  // every role's hosts: the allocation must hold them
+  for (const FleetRoleConfig& r : fleet.roles) {
+    if (r.count == 0) continue;
+    for (const std::string& h : r.hosts) {
+      if (("," + nodes + ",").find("," + h + ",") == std::string::npos) {
+        nodes += (nodes.empty() ? "" : ",") + h;
+      }
+    }
+    total += r.count;
+    cpus = std::max(cpus, r.cpus);
+    mem_per_cpu = std::max(mem_per_cpu, MemPerCpuMb(r));
+    gpus = std::max(gpus, r.gpus);
+  }
   std::ostringstream o;
-  int total = 0;
-  for (const FleetRoleConfig& r : fleet.roles) total += r.count;
   o << "#!/bin/bash\n"
     << "# SLURM batch script for the fleet of " << config << "\n"
     << "# Generated by `orrery launch " << config << " --emit slurm`; see docs/launch.md.\n"
     << "#SBATCH --job-name=" << run.name << "\n"
-    << "#SBATCH --ntasks=" << total << "\n";
+    << "#SBATCH --ntasks=" << total << "\n"
+    << "#SBATCH --cpus-per-task=" << cpus << "\n"
+    << "#SBATCH --mem-per-cpu=" << mem_per_cpu << "M\n";
+  if (gpus > 0) o << "#SBATCH --gpus-per-task=" << gpus << "\n";
+  if (!nodes.empty()) o << "#SBATCH --nodelist=" << nodes << "\n";
   if (!fleet.slurm_partition.empty()) o << "#SBATCH --partition=" << fleet.slurm_partition << "\n";
   if (!fleet.slurm_account.empty()) o << "#SBATCH --account=" << fleet.slurm_account << "\n";
   o << "#SBATCH --time=" << fleet.slurm_time << "\n"
     << "set -uo pipefail\n\n"
-    << "ORRERY=" << ShellQuote(fleet.slurm_orrery) << "\n"
-    << "CONFIG=" << ShellQuote(config) << "\n"
-    << "COORDINATOR=\"tcp://$(hostname):" << fleet.base_port << "\"\n"
+    << "export ORRERY=" << ShellQuote(fleet.slurm_orrery) << "\n"
+    << "export CONFIG=" << ShellQuote(config) << "\n"
+    << "export COORDINATOR=\"tcp://$(hostname):" << fleet.base_port << "\"\n"
     << "# The fleet's CURVE keys (every tcp socket authenticates with them): a directory every\n"
     << "# node mounts; made here on the first run, kept afterwards.\n"
-    << "KEYS=" << ShellQuote(FleetCurveKeyDir(fleet, run)) << "\n"
-    << "\"$ORRERY\" fleet keygen \"$KEYS\" || exit 1\n\n"
-    << "# The coordinator runs in the batch step: registry, heartbeats, run state, status.\n"
+    << "export KEYS=" << ShellQuote(FleetCurveKeyDir(fleet, run)) << "\n"
+    << "\"$ORRERY\" fleet keygen \"$KEYS\" || exit 1\n\n";
+  EmitInstanceFunction(fleet, o);
+  o << "# The coordinator runs in the batch step: the phases before the fleet (pretraining, the\n"
+    << "# initial policy's score), then registry, heartbeats, run state and status; after an RL\n"
+    << "# phase's last version the final score and the run summary, and it exits.\n"
     << "\"$ORRERY\" launch \"$CONFIG\" --external --coordinator \"tcp://*:" << fleet.base_port
     << "\" --curve-key-dir \"$KEYS\" &\n"
     << "COORDINATOR_PID=$!\n"
-    << "trap 'kill -TERM $COORDINATOR_PID 2>/dev/null; kill -TERM $(jobs -p) 2>/dev/null' INT "
-       "TERM\n\n";
+    << "# scancel and the time limit signal every process of the job: stop in order.\n"
+    << "signalled=\"\"\n"
+    << "trap 'signalled=1' INT TERM\n"
+    << "until \"$ORRERY\" fleet status --connect \"$COORDINATOR\" --curve-key-dir \"$KEYS\" "
+       "--timeout-ms 1000 >/dev/null 2>&1; do\n"
+    << "  if ! kill -0 \"$COORDINATOR_PID\" 2>/dev/null; then\n"
+    << "    wait \"$COORDINATOR_PID\"; rc=$?\n"
+    << "    echo \"orrery-slurm: the coordinator ended (exit $rc) before the fleet started\" >&2\n"
+    << "    exit $((rc == 0 ? 1 : rc))\n"
+    << "  fi\n"
+    << "  if [ -n \"$signalled\" ]; then\n"
+    << "    kill -TERM \"$COORDINATOR_PID\" 2>/dev/null; wait \"$COORDINATOR_PID\"; exit 143\n"
+    << "  fi\n"
+    << "  sleep 1\n"
+    << "done\n\n"
+    << "declare -A ROLE_OF  # step pid -> role\n";
   const std::vector<int> ports = RolePorts(fleet);
   for (size_t i = 0; i < fleet.roles.size(); ++i) {
     const FleetRoleConfig& r = fleet.roles[i];
+    if (r.count == 0) continue;
     o << "# role " << r.role << ": " << r.count << " instance(s), restart " << r.restart_text
       << "\n"
-      << "srun --ntasks=" << r.count << " --cpus-per-task=" << r.cpus
-      << " --mem-per-cpu=" << std::max(1, static_cast<int>(r.memory_gb * 1024 / r.cpus)) << "M";
-    if (r.gpus > 0) o << " --gpus-per-task=" << r.gpus;
+      << "srun --exact --ntasks=" << r.count << " --cpus-per-task=" << r.cpus
+      << " --mem-per-cpu=" << MemPerCpuMb(r) << "M";
+    if (r.gpus > 0) {
+      o << " --gpus-per-task=" << r.gpus;
+    } else if (gpus > 0) {
+      o << " --gres=none";  // else a step gets every GPU of the job
+    }
     if (!r.hosts.empty()) {
       std::string list;
       for (const std::string& h : r.hosts) list += (list.empty() ? "" : ",") + h;
       o << " --nodelist=" << list;
     }
-    o << " --kill-on-bad-exit=0 --job-name=" << r.role << " \\\n"
-      << "  bash -c 'delay=" << std::max(1, fleet.restart_backoff_ms / 1000)
-      << "; while true; do \"$0\" actor " << r.role
-      << " --index \"$SLURM_PROCID\" --endpoint \"tcp://*:$((" << ports[i]
-      << " + SLURM_PROCID))\" --coordinator \"$1\" --config \"$2\" --heartbeat-ms "
-      << fleet.heartbeat_ms << " --max-message-mb " << fleet.max_message_mb
-      << " --curve-key-dir \"$3\" && exit 0; ";
-    if (r.restart == RestartPolicy::kNever) {
-      o << "exit 1; ";
-    }
-    o << "sleep $delay; delay=$(( delay * 2 > " << std::max(1, fleet.restart_backoff_max_ms / 1000)
-      << " ? " << std::max(1, fleet.restart_backoff_max_ms / 1000)
-      << " : delay * 2 )); done' \"$ORRERY\" \"$COORDINATOR\" \"$CONFIG\" \"$KEYS\" &\n\n";
+    o << " --kill-on-bad-exit=1 --job-name=" << r.role << " \\\n"
+      << "  bash -c 'orrery_instance \"$@\"' orrery_instance " << r.role << " " << ports[i] << " "
+      << r.restart_text << " &\n"
+      << "ROLE_OF[$!]=" << r.role << "\n";
   }
-  o << "wait\n";
+  o << "\n# The job ends with the coordinator (an RL run: after its summary), with the first role\n"
+    << "# whose step failed (an instance's restart budget spent, a failed \"never\" instance), or\n"
+    << "# once every instance has finished; its exit status is the coordinator's or that step's.\n"
+    << "status=0\n"
+    << "while [ -z \"$signalled\" ]; do\n"
+    << "  if ! kill -0 \"$COORDINATOR_PID\" 2>/dev/null; then\n"
+    << "    wait \"$COORDINATOR_PID\"; status=$?; COORDINATOR_PID=\"\"\n"
+    << "    [ \"$status\" -eq 0 ] || echo \"orrery-slurm: the coordinator failed (exit $status)\" "
+       ">&2\n"
+    << "    break\n"
+    << "  fi\n"
+    << "  for pid in \"${!ROLE_OF[@]}\"; do\n"
+    << "    kill -0 \"$pid\" 2>/dev/null && continue\n"
+    << "    wait \"$pid\"; rc=$?\n"
+    << "    if [ \"$rc\" -ne 0 ] && [ \"$status\" -eq 0 ]; then\n"
+    << "      echo \"orrery-slurm: role ${ROLE_OF[$pid]} failed (exit $rc): stopping the fleet\" "
+       ">&2\n"
+    << "      status=$rc\n"
+    << "    fi\n"
+    << "    unset \"ROLE_OF[$pid]\"\n"
+    << "  done\n"
+    << "  [ \"$status\" -eq 0 ] && [ \"${#ROLE_OF[@]}\" -gt 0 ] || break\n"
+    << "  sleep 1\n"
+    << "done\n"
+    << "[ -z \"$signalled\" ] || status=143\n"
+    << "# Stopping the coordinator marks the run \"stopping\": every actor stops at its next\n"
+    << "# heartbeat. The steps get fleet.shutdown_grace_ms, then srun passes them a SIGTERM.\n"
+    << "if [ -n \"$COORDINATOR_PID\" ]; then kill -TERM \"$COORDINATOR_PID\" 2>/dev/null; wait "
+       "\"$COORDINATOR_PID\"; fi\n"
+    << "end=$((SECONDS + " << (fleet.shutdown_grace_ms + 999) / 1000 << "))\n"
+    << "while [ -n \"$(jobs -pr)\" ] && [ \"$SECONDS\" -lt \"$end\" ]; do sleep 1; done\n"
+    << "[ -z \"$(jobs -pr)\" ] || kill -TERM $(jobs -pr) 2>/dev/null\n"
+    << "wait\n"
+    << "exit \"$status\"\n";
   return o.str();
 }
 

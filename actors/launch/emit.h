@@ -1,10 +1,13 @@
 // Cluster launch files rendered from a [fleet] config (`orrery launch CONFIG --emit slurm|k8s`),
 // described in docs/launch.md.
 //
-// slurm: one batch script. The batch step runs the coordinator (`orrery launch --external`);
-//        each role is one `srun` step with `count` tasks and the role's cpus/memory/gpus/hosts;
-//        task i is instance i, listening on tcp://*:<port + i>; a failed instance is restarted in
-//        place by its step with backoff.
+// slurm: one batch script. The batch step runs the coordinator (`orrery launch --external`: the
+//        phases before the fleet, then the registry; an RL run's summary at the end); once it
+//        answers, each role is one `srun` step with `count` tasks and the role's
+//        cpus/memory/gpus/hosts; task i is instance i, listening on tcp://*:<port + i>, and
+//        restarts its actor as the local supervisor would (backoff, fleet.restart_budget within
+//        restart_window_s). A spent budget fails the step, and the job then stops the fleet and
+//        exits non-zero.
 // k8s:   a ConfigMap holding the config file, the coordinator's Deployment and Service, and per
 //        role a headless Service and a StatefulSet (replicas = count; the pod ordinal is the
 //        index; Kubernetes restarts failed pods).

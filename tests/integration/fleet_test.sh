@@ -106,7 +106,8 @@ done
 write_config "$tmp/cluster.toml" $'transport = "tcp"\nbase_port = 6100\n[[fleet.roles]]\nrole = "echo"\ncount = 3\ncpus = 2\ngpus = 1\n[fleet.k8s]\nnamespace = "ml"'
 slurm="$("$orrery" launch "$tmp/cluster.toml" --emit slurm)" || fail "emit slurm"
 printf '%s\n' "$slurm" | grep -q "^#SBATCH --ntasks=3" || fail "slurm: ntasks: $slurm"
-printf '%s\n' "$slurm" | grep -q "^srun --ntasks=3 --cpus-per-task=2 .*--gpus-per-task=1" || fail "slurm: srun: $slurm"
+printf '%s\n' "$slurm" | grep -q "^#SBATCH --cpus-per-task=2" || fail "slurm: cpus: $slurm"
+printf '%s\n' "$slurm" | grep -q "^srun --exact --ntasks=3 --cpus-per-task=2 .*--gpus-per-task=1" || fail "slurm: srun: $slurm"
 printf '%s\n' "$slurm" | grep -q -- "launch \"\$CONFIG\" --external" || fail "slurm: coordinator: $slurm"
 bash -n <(printf '%s\n' "$slurm") || fail "slurm script is not valid bash"
 k8s="$("$orrery" launch "$tmp/cluster.toml" --emit k8s)" || fail "emit k8s"
