@@ -8,9 +8,11 @@
 //        restarts its actor as the local supervisor would (backoff, fleet.restart_budget within
 //        restart_window_s). A spent budget fails the step, and the job then stops the fleet and
 //        exits non-zero.
-// k8s:   a ConfigMap holding the config file, the coordinator's Deployment and Service, and per
-//        role a headless Service and a StatefulSet (replicas = count; the pod ordinal is the
-//        index; Kubernetes restarts failed pods).
+// k8s:   a ConfigMap holding the config file, a PersistentVolumeClaim for the run's files
+//        (mounted at /orrery, the pods' working directory and --config-dir; run.dir and the
+//        replay store's paths must resolve under it), the coordinator's Service, and for the
+//        coordinator and each role an Indexed Job (completions = count, the completion index is
+//        the instance index, backoffLimit = fleet.restart_budget, GPUs in requests and limits).
 // Both need transport = "tcp" (actors on different machines).
 #pragma once
 
