@@ -17,6 +17,8 @@ packages=(
   bubblewrap python3 bible-kjv fortunes-min
   # dashboard tests: headless browser (tests/browser) and promtool (checks the /metrics exposition)
   chromium prometheus
+  # cluster launch tests: a one-node Slurm cluster (tests/integration/slurm_test.sh)
+  slurm-wlm munge
 )
 
 missing=()
@@ -30,6 +32,11 @@ done
 # package that ships npm itself counts; otherwise Debian's nodejs and npm).
 if ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
+fi
+# The Kubernetes manifests are checked by kubectl (client-side, no cluster): Debian's
+# kubernetes-client, unless a kubectl is already installed (another package's would conflict).
+if ! command -v kubectl >/dev/null 2>&1; then
+  missing+=(kubernetes-client)
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then

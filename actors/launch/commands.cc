@@ -148,7 +148,7 @@ StatusOr<std::string> WriteEmbeddedDemoConfig(const std::string& config_dir) {
 
 int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   std::string path = args.Get("config");
-  std::string config_dir;
+  std::string config_dir = args.Get("config-dir");
   if (path.empty()) {
     std::error_code ec;
     config_dir = (std::filesystem::current_path(ec) / "configs").string();
@@ -228,12 +228,6 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   InstallStopSignals(&stop);
   StatusOr<RunPhases> phases = RunPhases::Load({path, config_dir, loaded->run, args.Flag("sync")});
   if (!phases.ok()) return ReportError(phases.status());
-  if (external && (phases->pretrain() || phases->rl())) {
-    return ReportError(InvalidArgumentError(
-        path +
-        ": --external runs only the coordinator; run the pretraining and RL phases with a "
-        "local launch"));
-  }
   std::unique_ptr<MetricsHub> hub;
   if (fleet.dashboard) {
     MetricsHubOptions o;
@@ -275,10 +269,16 @@ int RunLaunch(const ConfigSections& sections, const CliArgs& args) {
   bool rl_done = false;
   if (external) {
     ORRERY_LOG(INFO) << "external mode: actors are started by the cluster; Ctrl-C stops the fleet";
-    while (!stop.WaitFor(std::chrono::milliseconds(fleet.metrics_interval_ms))) reporter.Report();
+    while (!stop.WaitFor(std::chrono::milliseconds(fleet.metrics_interval_ms))) {
+      reporter.Report();
+      if (phases->rl() && RunPhases::FleetDone(state.run_state().phase)) {
+        ORRERY_LOG(INFO) << "the learner reached its last version: stopping the fleet";
+        rl_done = true;
+        break;
+      }
+    }
     state.SetStopping();
     // Actors learn of the stop with their next heartbeat.
-    stop.WaitFor(std::chrono::milliseconds(0));
     usleep(static_cast<useconds_t>(3 * fleet.heartbeat_ms) * 1000);
   } else {
     SupervisorOptions options;
@@ -461,6 +461,10 @@ void RegisterFleetCommands(CliRegistry& registry) {
        {"--coordinator", "bind the coordinator here instead of fleet.coordinator", CliKind::kString,
         false, ""},
        {"--curve-key-dir", "the fleet's CURVE keys, instead of fleet.curve_key_dir",
+        CliKind::kString, false, ""},
+       {"--config-dir",
+        "resolve the config's relative paths here instead of against its own directory (the "
+        "actors get it too)",
         CliKind::kString, false, ""},
        {"--sync", "RL phase: rollouts wait for every policy update (on-policy baseline)",
         CliKind::kFlag, false, ""}},

@@ -1,6 +1,7 @@
 #include "actors/launch/fleet_config.h"
 
 #include <filesystem>
+#include <regex>
 #include <set>
 
 #include "actors/runtime/role.h"
@@ -100,6 +101,16 @@ FleetConfig ReadFleetConfig(ConfigTable& root, const RunConfig& run, bool check_
   c.k8s_namespace = k8s.String("namespace", c.k8s_namespace);
   c.k8s_image = k8s.String("image", c.k8s_image);
   c.k8s_orrery = k8s.String("orrery", c.k8s_orrery);
+  c.k8s_storage_class = k8s.String("storage_class", "");
+  c.k8s_storage_size = k8s.String("storage_size", c.k8s_storage_size);
+  // What Kubernetes accepts as a storage request: a decimal with an optional binary or decimal
+  // suffix ("100Gi", "1.5T", "500000000").
+  static const std::regex kQuantity(
+      R"(([0-9]+(\.[0-9]+)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?)");
+  if (!std::regex_match(c.k8s_storage_size, kQuantity)) {
+    k8s.Fail("storage_size", "expected a Kubernetes quantity such as \"100Gi\" or \"1Ti\", got '" +
+                                 c.k8s_storage_size + "'");
+  }
   return c;
 }
 

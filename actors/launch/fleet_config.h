@@ -40,6 +40,8 @@
 //   partition = ""  account = ""  time = "24:00:00"  orrery = "orrery"
 //   [fleet.k8s]                  # --emit k8s
 //   namespace = "default"  image = "orrery:latest"  orrery = "orrery"
+//   storage_class = ""           # the run volume's StorageClass ("": the cluster's default)
+//   storage_size = "100Gi"       # the run volume's size (a Kubernetes quantity)
 //
 // Read strictly through core/config.h: unknown keys, wrong types, out-of-range values, unknown
 // roles, duplicate roles and a fleet of zero actors are errors naming the file, line and key.
@@ -90,6 +92,7 @@ struct FleetConfig {
 
   std::string slurm_partition, slurm_account, slurm_time = "24:00:00", slurm_orrery = "orrery";
   std::string k8s_namespace = "default", k8s_image = "orrery:latest", k8s_orrery = "orrery";
+  std::string k8s_storage_class, k8s_storage_size = "100Gi";
 };
 
 // Reads root.[fleet]; problems are recorded in the document (see ConfigDocument::Finish).

@@ -137,13 +137,18 @@ wait "$launch_pid"; rc=$?; launch_pid=""
 
 # --- cluster renderings pass the keys on -------------------------------------------------------
 slurm="$("$orrery" launch "$tmp/fleet.toml" --emit slurm)" || fail "emit slurm"
-printf '%s\n' "$slurm" | grep -q "^KEYS=$keys$" || fail "slurm: KEYS: $slurm"
+printf '%s\n' "$slurm" | grep -q "^export KEYS=$keys$" || fail "slurm: KEYS: $slurm"
 printf '%s\n' "$slurm" | grep -q 'fleet keygen "$KEYS" || exit 1' || fail "slurm: keygen: $slurm"
 printf '%s\n' "$slurm" | grep -q -- '--external .*--curve-key-dir "$KEYS"' || fail "slurm: coordinator keys"
-[ "$(printf '%s\n' "$slurm" | grep -c -- '--curve-key-dir "$3"')" -eq 2 ] || fail "slurm: actor keys: $slurm"
+printf '%s\n' "$slurm" | grep -q -- '--max-message-mb [0-9]* --curve-key-dir "$KEYS"' || fail "slurm: actor keys: $slurm"
+printf '%s\n' "$slurm" | grep -q -- 'fleet status --connect "$COORDINATOR" --curve-key-dir "$KEYS"' ||
+  fail "slurm: status keys: $slurm"
 bash -n <(printf '%s\n' "$slurm") || fail "slurm script is not valid bash"
-k8s="$("$orrery" launch "$tmp/fleet.toml" --emit k8s)" || fail "emit k8s"
+# Kubernetes keeps the run directory on its volume: a relative run.dir (it resolves there).
+sed 's|^dir = .*|dir = "runs/fleet-curve"|' "$tmp/fleet.toml" >"$tmp/k8s.toml"
+k8s="$("$orrery" launch "$tmp/k8s.toml" --emit k8s)" || fail "emit k8s"
 printf '%s\n' "$k8s" | grep -q "secret: {secretName: fleet-curve-curve, defaultMode: 0400}" || fail "k8s: secret volume"
 printf '%s\n' "$k8s" | grep -q "create secret generic fleet-curve-curve" || fail "k8s: how to make the secret"
-[ "$(printf '%s\n' "$k8s" | grep -c -- "--curve-key-dir /etc/orrery-curve")" -eq 3 ] || fail "k8s: args"
+# The coordinator, and each role's container and its wait for the coordinator.
+[ "$(printf '%s\n' "$k8s" | grep -c -- "--curve-key-dir /etc/orrery-curve")" -eq 5 ] || fail "k8s: args"
 echo "fleet_curve_test: all checks passed"
