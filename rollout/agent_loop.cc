@@ -234,9 +234,16 @@ Status AgentLoop::OnReset(Episode& e, EnvCall& call) {
   e.messages = e.env_episode->initial_messages();
   ORRERY_ASSIGN_OR_RETURN(RenderedChat prompt, format_->RenderPrompt(e.messages));
   e.pending_start = t.size();
+  // A prompt that leaves no room for one model token can never be trained on: every episode of
+  // such a configuration would end empty, and a fleet would spin without an update.
+  if (static_cast<int64_t>(prompt.ids.size()) >= options_.max_episode_tokens) {
+    return InvalidArgumentError(
+        "max_episode_tokens = " + std::to_string(options_.max_episode_tokens) +
+        " leaves no room to generate: the prompt of task " + t.task_id + " is " +
+        std::to_string(prompt.ids.size()) + " tokens (expected max_episode_tokens above it)");
+  }
   AppendTokens(e, prompt.ids, TokenRole::kPrompt);
   e.pending = prompt.ids;
-  if (t.size() >= options_.max_episode_tokens) FinishEpisode(e, EpisodeStatus::kTruncated);
   return Status::OK();
 }
 

@@ -474,6 +474,23 @@ TEST(RolloutAgentLoop, AnEpisodeWaitingForAToolLeavesTheDecodeBatch) {
   EXPECT_LT(answerer.total_seconds, 1.0) << "the answerer waited for the other episode's tool";
 }
 
+// An episode budget shorter than the prompt is a configuration error, not a stream of empty
+// episodes (a fleet with it produced thousands of empty groups and never updated).
+TEST(RolloutAgentLoop, AnEpisodeBudgetBelowThePromptIsOneClearError) {
+  CalcFixture f;
+  ScriptedBackend backend(2, f.tokenizer.vocab_size(), {{f.tokenizer.Encode("7")[0]}});
+  AgentOptions o;
+  o.max_episode_tokens = 10;
+  AgentLoop loop(&backend, f.format.get(), f.env.get(), o);
+  loop.AddGroup(f.task, 1, 2);
+  auto groups = loop.RunUntilIdle();
+  ASSERT_FALSE(groups.ok()) << "the episodes ended empty instead";
+  EXPECT_EQ(groups.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(groups.status().message().find("max_episode_tokens = 10 leaves no room to generate"),
+            std::string::npos)
+      << groups.status().message();
+}
+
 TEST(RolloutAgentLoop, LimitsTruncateAndVersionsFollowUpdates) {
   CalcFixture f;
   // A policy that never closes its turn.
