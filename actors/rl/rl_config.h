@@ -35,7 +35,8 @@
 //                                 #   fetched from learner rank 0 over the fleet's transport into
 //                                 #   the rollout's own state directory (no shared filesystem;
 //                                 #   actors/rl/weight_fetcher.h)
-//   weight_chunk_mb = 8           # "learner": the size of one fetched chunk
+//   weight_chunk_mb = 1           # "learner": the size of one fetched chunk (larger ones were
+//                                 #   slower: tests/bench/weights_bench.cc)
 //
 //   [rl.learner]
 //   lr = 1e-4  beta1 = 0.9  beta2 = 0.95  eps = 1e-8  weight_decay = 0.0  max_grad_norm = 1.0
@@ -91,7 +92,7 @@ struct RlConfig {
   std::vector<std::string> env_endpoints;
   int64_t weight_poll_ms = 200;
   bool weights_from_learner = false;  // [rl.rollout] weights = "learner"
-  int64_t weight_chunk_mb = 8;
+  int64_t weight_chunk_mb = 1;
 
   rl::RlTrainerOptions trainer;
 };

@@ -2,9 +2,9 @@
 // version that learner rank 0 serves (WeightServer, actors/schema/weights.capnp) into a local
 // WeightStore directory, from which the rollout loads it as it would a shared RUN/rl/weights.
 //
-//   WeightFetcher fetcher(zmq, "rollout:2", {.dir = state_dir + "/weights", .chunk_bytes = 8 <<
-//   20}); ORRERY_RETURN_IF_ERROR(fetcher.Connect(learner_endpoint)); StatusOr<FetchStats> got =
-//   fetcher.FetchNewest(newer_than, &stop);   // on a background thread
+//   WeightFetcher fetcher(zmq, "rollout:2", {.dir = state_dir + "/weights"});
+//   ORRERY_RETURN_IF_ERROR(fetcher.Connect(learner_endpoint));
+//   StatusOr<FetchStats> got = fetcher.FetchNewest(newer_than, &stop);  // a thread of its own
 //
 // The copy is chunked (each chunk checked against its CRC-32C and read again when damaged),
 // resumable (bytes already in DIR/v-N.safetensors.part, from an earlier interrupted fetch of the
@@ -27,7 +27,7 @@ namespace orrery::rl_actors {
 
 struct WeightFetchOptions {
   std::string dir;                                // the local WeightStore directory (created)
-  int64_t chunk_bytes = 8ll << 20;                // asked per Read (capped by the server's maximum)
+  int64_t chunk_bytes = 1ll << 20;                // asked per Read (capped by the server's maximum)
   int64_t keep = 3;                               // local versions kept
   std::chrono::milliseconds call_timeout{30000};  // per Info/Read call
   int chunk_attempts = 3;                         // reads of one chunk before the fetch fails

@@ -98,7 +98,7 @@ void BM_FetchVersion(benchmark::State& state) {
                  " MiB file, " + std::to_string(state.range(2)) + " MiB chunks");
 }
 BENCHMARK(BM_FetchVersion)
-    ->ArgsProduct({{0, 1}, {256}, {1, 8, 32}})
+    ->ArgsProduct({{0, 1}, {256}, {1, 2, 4, 8, 32}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
