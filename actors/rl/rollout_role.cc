@@ -172,7 +172,15 @@ class RolloutActor {
     follower_ = std::make_unique<WeightFollower>(ctx_.zmq(), ctx_.name() + "/weights", o, learner,
                                                  std::chrono::milliseconds(config_.weight_poll_ms));
     ORRERY_LOG(INFO) << "weights: following learner:0 at " << learner << " into " << o.dir;
-    return follower_->Start();
+    ORRERY_RETURN_IF_ERROR(follower_->Start());
+    // Start on the learner's current version (it published one before it became ready), not on
+    // the initial policy, whose groups would be stale after a learner resumed from a checkpoint.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (follower_->rounds() == 0 && std::chrono::steady_clock::now() < give_up &&
+           !ctx_.stop().WaitFor(std::chrono::milliseconds(20))) {
+      ctx_.Progress();
+    }
+    return follower_->status();
   }
 
   Status PollWeights() {

@@ -47,6 +47,7 @@ void WeightFollower::Loop() {
   do {
     StatusOr<int64_t> local = rl::WeightStore(options_.dir, options_.keep).Latest();
     StatusOr<FetchStats> got = fetcher.FetchNewest(local.ok() ? *local : -1, &stop_);
+    rounds_.fetch_add(1, std::memory_order_acq_rel);
     if (got.ok()) {
       if (got->version >= 0) {
         ORRERY_LOG(INFO) << "weights: version " << got->version << " from " << endpoint_ << " ("

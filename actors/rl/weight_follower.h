@@ -13,6 +13,7 @@
 // supervisor restarts it; the part file is resumed).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -38,6 +39,9 @@ class WeightFollower {
   Status status() const;
   // The last fetch that brought a version (version -1 before the first).
   FetchStats last() const;
+  // Fetch rounds completed (whatever their outcome): a rollout starting up waits for the first,
+  // so that it begins on the learner's version rather than on its initial policy.
+  int64_t rounds() const { return rounds_.load(std::memory_order_acquire); }
 
  private:
   void Loop();
@@ -52,6 +56,7 @@ class WeightFollower {
   mutable std::mutex mu_;
   Status status_;
   FetchStats last_;
+  std::atomic<int64_t> rounds_{0};
 };
 
 }  // namespace orrery::rl_actors
