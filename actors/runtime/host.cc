@@ -4,11 +4,11 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <optional>
 
+#include "actors/runtime/advertise.h"
 #include "actors/runtime/client.h"
 #include "actors/runtime/coordinator_protocol.h"
 #include "actors/runtime/curve_auth.h"
@@ -18,22 +18,6 @@
 
 namespace orrery {
 namespace {
-
-std::string HostName() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
-// The endpoint others should connect to: a wildcard bind (tcp://*:PORT) is advertised with
-// ORRERY_ADVERTISE_HOST (a pod IP) or the host name.
-std::string AdvertisedEndpoint(const std::string& endpoint) {
-  const size_t star = endpoint.find("://*:");
-  if (star == std::string::npos) return endpoint;
-  const char* env = std::getenv("ORRERY_ADVERTISE_HOST");
-  const std::string host = env != nullptr && env[0] != 0 ? env : HostName();
-  return endpoint.substr(0, star + 3) + host + endpoint.substr(star + 4);
-}
 
 RunState FromWire(schema::RunState::Reader r) {
   RunState s;
@@ -174,7 +158,7 @@ class CoordinatorLink : public FleetLink {
               req.setIndex(static_cast<uint32_t>(options_.index));
               req.setEndpoint(AdvertisedEndpoint(options_.endpoint));
               req.setPid(getpid());
-              req.setHost(HostName());
+              req.setHost(LocalHostName());
               req.setReady(ready);
               req.setProgress(progress_.load(std::memory_order_relaxed));
               req.setAuthRefused(CurveRefusedTotal());

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,8 +21,10 @@
 
 #include "actors/coordinator/fleet_state.h"
 #include "actors/coordinator/supervisor.h"
+#include "actors/launch/emit.h"
 #include "actors/launch/fleet_config.h"
 #include "actors/launch/plan.h"
+#include "actors/runtime/advertise.h"
 #include "actors/runtime/client.h"
 #include "actors/runtime/coordinator_protocol.h"
 #include "actors/runtime/curve_auth.h"
@@ -460,6 +463,63 @@ StatusOr<FleetConfig> ParseFleet(const std::string& text) {
   FleetConfig c = ReadFleetConfig(root, run);
   ORRERY_RETURN_IF_ERROR(doc.Finish());
   return c;
+}
+
+// Where each launcher's actors are reached, which is also where the learner ranks' Gloo sockets
+// listen (actors/rl/learner_comm.h): fleet.host for a local tcp fleet, 127.0.0.1 for an ipc one;
+// the cluster renderings bind tcp://*:PORT and advertise ORRERY_ADVERTISE_HOST (the pod IP in
+// the k8s manifests) or the node's host name (Slurm). Both renderings, like the local plan, pass
+// fleet.progress_timeout_ms to every actor.
+TEST(FleetPlan, ActorsAdvertiseTheFleetsAddressAndWatchTheirProgress) {
+  RegisterEchoRole();
+  RunConfig run;
+  run.dir = "/tmp/r";
+  auto tcp = ParseFleet(
+      "[fleet]\ntransport = \"tcp\"\nhost = \"10.1.2.3\"\n[[fleet.roles]]\nrole = \"echo\"\n");
+  ASSERT_TRUE(tcp.ok()) << tcp.status().ToString();
+  auto tcp_plan = BuildFleetPlan(*tcp, run, "/etc/run.toml", "/bin/orrery");
+  ASSERT_TRUE(tcp_plan.ok());
+  EXPECT_EQ(AdvertisedHost(tcp_plan->processes[0].endpoint), "10.1.2.3");
+  auto ipc = ParseFleet("[fleet]\n[[fleet.roles]]\nrole = \"echo\"\n");
+  ASSERT_TRUE(ipc.ok());
+  auto ipc_plan = BuildFleetPlan(*ipc, run, "/etc/run.toml", "/bin/orrery");
+  ASSERT_TRUE(ipc_plan.ok());
+  EXPECT_EQ(AdvertisedHost(ipc_plan->processes[0].endpoint), "127.0.0.1");
+  EXPECT_EQ(AdvertisedHost("inproc://echo-0"), "127.0.0.1");
+  EXPECT_EQ(AdvertisedHost("tcp://[fd00::7]:5601"), "fd00::7");
+
+  const std::string fleet_text =
+      "[fleet]\ntransport = \"tcp\"\nbase_port = 6300\nprogress_timeout_ms = 4000\n"
+      "[[fleet.roles]]\nrole = \"echo\"\n";
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("orrery_emit_test_" + std::to_string(getpid()) + ".toml"))
+                               .string();
+  { std::ofstream(path) << "[run]\nname = \"emit\"\ndir = \"runs/emit\"\n" << fleet_text; }
+  auto cluster = ParseFleet(fleet_text);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  run.dir = "runs/emit";
+  auto slurm = EmitLaunchFiles("slurm", *cluster, run, path);
+  ASSERT_TRUE(slurm.ok()) << slurm.status().ToString();
+  EXPECT_NE(slurm->find("--endpoint \"tcp://*:$((port + index))\""), std::string::npos) << *slurm;
+  EXPECT_NE(slurm->find("--progress-timeout-ms 4000"), std::string::npos) << *slurm;
+  auto k8s = EmitLaunchFiles("k8s", *cluster, run, path);
+  ASSERT_TRUE(k8s.ok()) << k8s.status().ToString();
+  EXPECT_NE(k8s->find("--endpoint 'tcp://*:6301'"), std::string::npos) << *k8s;
+  EXPECT_NE(k8s->find("--progress-timeout-ms 4000"), std::string::npos) << *k8s;
+  EXPECT_NE(k8s->find("name: ORRERY_ADVERTISE_HOST"), std::string::npos) << *k8s;
+  std::remove(path.c_str());
+
+  // What such a wildcard endpoint advertises: the pod IP, else the host name.
+  const char* saved = std::getenv("ORRERY_ADVERTISE_HOST");
+  const std::string kept = saved != nullptr ? saved : "";
+  setenv("ORRERY_ADVERTISE_HOST", "10.9.8.7", 1);
+  EXPECT_EQ(AdvertisedHost("tcp://*:6301"), "10.9.8.7");
+  EXPECT_EQ(AdvertisedEndpoint("tcp://*:6301"), "tcp://10.9.8.7:6301");
+  EXPECT_EQ(AdvertisedEndpoint("tcp://10.1.2.3:6301"), "tcp://10.1.2.3:6301");
+  unsetenv("ORRERY_ADVERTISE_HOST");
+  EXPECT_EQ(AdvertisedHost("tcp://*:6301"), LocalHostName());
+  EXPECT_NE(LocalHostName(), "");
+  if (saved != nullptr) setenv("ORRERY_ADVERTISE_HOST", kept.c_str(), 1);
 }
 
 // The launcher's fleet records are what the dashboard reads (docs/dashboard.md): under each
