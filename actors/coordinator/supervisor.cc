@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "actors/runtime/progress_watchdog.h"
 #include "actors/runtime/wire.h"
 #include "core/logging.h"
 
@@ -19,6 +20,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::string DescribeExit(int wstatus) {
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == kNoProgressExitCode) {
+    return "exit " + std::to_string(kNoProgressExitCode) +
+           ": its watchdog saw no progress for fleet.progress_timeout_ms";
+  }
   if (WIFEXITED(wstatus)) return "exit " + std::to_string(WEXITSTATUS(wstatus));
   if (WIFSIGNALED(wstatus)) {
     const int sig = WTERMSIG(wstatus);
@@ -177,7 +182,8 @@ void Supervisor::CheckLiveness() {
     } else if (now_ms - r->last_heartbeat_ms > options_.heartbeat_timeout.count()) {
       reason = "no heartbeat for " + std::to_string(now_ms - r->last_heartbeat_ms) + " ms";
     } else if (options_.progress_timeout.count() > 0 && r->last_progress_ms != 0 &&
-               now_ms - r->last_progress_ms > options_.progress_timeout.count()) {
+               now_ms - r->last_progress_ms >
+                   options_.progress_timeout.count() + options_.heartbeat_timeout.count()) {
       reason = "no progress for " + std::to_string(now_ms - r->last_progress_ms) +
                " ms (counter at " + std::to_string(r->progress) + ", fleet.progress_timeout_ms " +
                std::to_string(options_.progress_timeout.count()) + ")";

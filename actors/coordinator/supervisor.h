@@ -4,15 +4,18 @@
 // started, e.g. sandboxed tools) and PR_SET_PDEATHSIG(SIGKILL), so no child outlives the
 // supervisor even when the supervisor itself is SIGKILLed. A child that dies, that stops
 // heartbeating for `heartbeat_timeout`, or whose progress counter (ActorContext::Progress, carried
-// by its heartbeats) has not advanced for `progress_timeout` since it first advanced (a main loop
-// stuck inside one call) is killed and restarted after an exponential backoff (initial, doubling
-// per restart within the window, capped). More than `restart_budget` restarts of one instance
-// within `restart_window` fail the fleet: everything is stopped and Run returns the error. Stopping
-// (the `stop` token: SIGINT/SIGTERM in `orrery launch`) marks the run state "stopping", sends
-// SIGTERM to every group, waits `shutdown_grace`, then SIGKILLs what is left and reaps every child
-// before returning. A child's process group is killed while the child is still an unreaped zombie
-// (so its pid, the group's id, cannot have been reused) and only then is the child reaped and its
-// exit recorded.
+// by its heartbeats) has not advanced for `progress_timeout` + `heartbeat_timeout` since it first
+// advanced (a main loop stuck inside one call) is killed and restarted after an exponential
+// backoff (initial, doubling per restart within the window, capped). A stalled child's own
+// watchdog (actors/runtime/progress_watchdog.h, given the same progress_timeout) ends it first,
+// with kNoProgressExitCode; the supervisor's deadline, one heartbeat timeout later, is the
+// backstop for a process whose watchdog cannot run. More than `restart_budget` restarts of one
+// instance within `restart_window` fail the fleet: everything is stopped and Run returns the
+// error. Stopping (the `stop` token: SIGINT/SIGTERM in `orrery launch`) marks the run state
+// "stopping", sends SIGTERM to every group, waits `shutdown_grace`, then SIGKILLs what is left and
+// reaps every child before returning. A child's process group is killed while the child is still
+// an unreaped zombie (so its pid, the group's id, cannot have been reused) and only then is the
+// child reaped and its exit recorded.
 #pragma once
 
 #include <sys/types.h>
@@ -47,7 +50,8 @@ struct ProcessSpec {
 struct SupervisorOptions {
   std::chrono::milliseconds heartbeat_timeout{2000};
   std::chrono::milliseconds startup_timeout{30000};  // spawn -> first registration
-  // Progress counter unchanged this long (once it is non-zero) -> killed; 0: not watched.
+  // Progress counter unchanged this long plus heartbeat_timeout (once it is non-zero) -> killed;
+  // 0: not watched. The actors' own watchdogs end them at progress_timeout.
   std::chrono::milliseconds progress_timeout{120000};
   std::chrono::milliseconds backoff_initial{250};
   std::chrono::milliseconds backoff_max{10000};

@@ -352,6 +352,12 @@ int RunActorCommand(const CliArgs& args) {
   if (options.heartbeat.count() < 10) {
     return ReportError(InvalidArgumentError("--heartbeat-ms: expected at least 10"));
   }
+  options.progress_timeout = std::chrono::milliseconds(args.Int("progress-timeout-ms", 0));
+  if (options.progress_timeout.count() < 0) {
+    return ReportError(
+        InvalidArgumentError("--progress-timeout-ms: expected 0 (off) or more, got " +
+                             std::to_string(options.progress_timeout.count())));
+  }
   if (args.Int("max-message-mb") < 1 || args.Int("max-message-mb") > (1 << 20)) {
     return ReportError(InvalidArgumentError("--max-message-mb: expected 1 to 1048576, got " +
                                             std::to_string(args.Int("max-message-mb"))));
@@ -485,6 +491,9 @@ void RegisterFleetCommands(CliRegistry& registry) {
         CliKind::kString, false, ""},
        {"--run-dir", "run directory (default: [run].dir of --config)", CliKind::kString, false, ""},
        {"--heartbeat-ms", "heartbeat period", CliKind::kInt, false, "500"},
+       {"--progress-timeout-ms",
+        "end this process (exit 75) when its role's progress counter stalls this long (0: off)",
+        CliKind::kInt, false, "0"},
        {"--max-message-mb", "the largest ZeroMQ message any socket of the actor accepts",
         CliKind::kInt, false, "1024"},
        {"--curve-key-dir", "the fleet's CURVE keys (fleet.key): required with tcp endpoints",

@@ -7,6 +7,7 @@
 
 #include "actors/launch/plan.h"
 #include "actors/replay/replay_config.h"
+#include "actors/runtime/progress_watchdog.h"
 
 namespace orrery {
 namespace {
@@ -72,11 +73,13 @@ void EmitInstanceFunction(const FleetConfig& fleet, std::ostream& o) {
     << "    \"$ORRERY\" actor \"$role\" --index \"$index\" --endpoint \"tcp://*:$((port + "
        "index))\" \\\n"
     << "      --coordinator \"$COORDINATOR\" --config \"$CONFIG\" --heartbeat-ms "
-    << fleet.heartbeat_ms << " \\\n"
+    << fleet.heartbeat_ms << " --progress-timeout-ms " << fleet.progress_timeout_ms << " \\\n"
     << "      --max-message-mb " << fleet.max_message_mb << " --curve-key-dir \"$KEYS\"\n"
     << "    rc=$?\n"
     << "    if [ \"$rc\" -gt 128 ]; then how=\"killed by signal $((rc - 128))\"; else how=\"exit "
        "$rc\"; fi\n"
+    << "    [ \"$rc\" -eq " << kNoProgressExitCode
+    << " ] && how=\"$how: no progress for fleet.progress_timeout_ms\"\n"
     << "    if [ \"$rc\" -eq 0 ]; then\n"
     << "      if [ \"$restart\" != always ] || ! orrery_fleet_running; then\n"
     << "        echo \"orrery-slurm: $name finished ($how)\" >&2\n"
@@ -365,6 +368,7 @@ StatusOr<std::string> EmitK8s(const FleetConfig& fleet, const RunConfig& run,
         "actor " + r.role + " --index $JOB_COMPLETION_INDEX --endpoint 'tcp://*:" +
             std::to_string(ports[i]) + "' --coordinator " + coord +
             " --config /etc/orrery/run.toml --heartbeat-ms " + std::to_string(fleet.heartbeat_ms) +
+            " --progress-timeout-ms " + std::to_string(fleet.progress_timeout_ms) +
             " --max-message-mb " + std::to_string(fleet.max_message_mb),
         r.cpus, r.memory_gb, r.gpus);
   }

@@ -13,7 +13,10 @@
 //        replay store's paths must resolve under it), the coordinator's Service, and for the
 //        coordinator and each role an Indexed Job (completions = count, the completion index is
 //        the instance index, backoffLimit = fleet.restart_budget, GPUs in requests and limits).
-// Both need transport = "tcp" (actors on different machines).
+// Both need transport = "tcp" (actors on different machines). Actors get the fleet's
+// --heartbeat-ms and --progress-timeout-ms (no supervisor watches them there: each one's own
+// watchdog ends it when its loop hangs), bind tcp://*:PORT and advertise ORRERY_ADVERTISE_HOST (the
+// pod IP) or the node's host name (actors/runtime/advertise.h).
 #pragma once
 
 #include <string>

@@ -14,7 +14,8 @@
 //   heartbeat_timeout_ms = 3000  # silent this long -> killed and restarted
 //   startup_timeout_ms = 30000   # spawn -> registration
 //   progress_timeout_ms = 120000 # a role's progress counter (ActorContext::Progress) stalled
-//                                #   this long -> killed and restarted; 0: off
+//                                #   this long -> the actor's watchdog ends it (exit 75) and it
+//                                #   is restarted; 0: off
 //   restart_backoff_ms = 250     # first restart delay; doubles per restart within the window
 //   restart_backoff_max_ms = 10000
 //   restart_budget = 5           # restarts of one instance within restart_window_s, then the

@@ -177,6 +177,8 @@ StatusOr<FleetPlan> BuildFleetPlan(const FleetConfig& fleet, const RunConfig& ru
                 plan.run_dir,
                 "--heartbeat-ms",
                 std::to_string(fleet.heartbeat_ms),
+                "--progress-timeout-ms",
+                std::to_string(fleet.progress_timeout_ms),
                 "--max-message-mb",
                 std::to_string(fleet.max_message_mb)};
       if (!plan.curve_key_dir.empty()) {

@@ -2,8 +2,8 @@
 //
 // Start: rank 0 picks the newest checkpoint in RUN/rl/checkpoints (or the initial policy) and
 // writes a new start (learner_rendezvous.h); the other ranks restore the same checkpoint; all
-// join a fresh communicator generation ([rl.learner] communicator: Gloo or NCCL; a single rank
-// uses the local communicator).
+// join a fresh communicator generation (learner_comm.h: [rl.learner] communicator, Gloo or NCCL,
+// Gloo listening on the address the rank advertises; a single rank uses the local communicator).
 // Each update: this rank's share of groups_per_step groups is taken from its BatchLog when the
 // killed predecessor already sampled them, else sampled from the replay table (advancing the
 // table's learner version, logged as this update's batch) and logged. The samples claim the
@@ -31,6 +31,7 @@
 #include "actors/replay/client.h"
 #include "actors/rl/batch_log.h"
 #include "actors/rl/fleet_counts.h"
+#include "actors/rl/learner_comm.h"
 #include "actors/rl/learner_rendezvous.h"
 #include "actors/rl/rl_config.h"
 #include "actors/rl/rl_metrics.h"
@@ -46,8 +47,6 @@
 #include "core/run_config.h"
 #include "core/safetensors.h"
 #include "learner/checkpoint.h"
-#include "learner/comm/gloo_communicator.h"
-#include "learner/comm/nccl_communicator.h"
 #include "learner/policy_checkpoint.h"
 #include "learner/rl/weight_store.h"
 #include "rollout/model_backend.h"
@@ -155,25 +154,15 @@ class LearnerRank {
                                    std::chrono::milliseconds(config_.gloo_timeout_ms)));
       ORRERY_RETURN_IF_ERROR(WriteFileAtomic(last_path, start.generation));
     }
-    if (world_ == 1) {
-      comm_ = comm::MakeLocalCommunicator();
-    } else if (config_.communicator == "nccl") {
-      comm::NcclOptions o;
-      o.rank = rank_;
-      o.world_size = world_;
-      o.store_dir = paths_.gloo + "/nccl";
-      o.generation = start.generation;
-      o.timeout_ms = config_.gloo_timeout_ms;
-      ORRERY_ASSIGN_OR_RETURN(comm_, comm::CreateNcclCommunicator(o));
-    } else {
-      comm::GlooOptions o;
-      o.rank = rank_;
-      o.world_size = world_;
-      o.store_dir = paths_.gloo + "/store";
-      o.generation = start.generation;
-      o.timeout_ms = config_.gloo_timeout_ms;
-      ORRERY_ASSIGN_OR_RETURN(comm_, comm::CreateGlooCommunicator(o));
-    }
+    LearnerCommOptions comm_options;
+    comm_options.rank = rank_;
+    comm_options.world_size = world_;
+    comm_options.communicator = config_.communicator;
+    comm_options.gloo_dir = paths_.gloo;
+    comm_options.generation = start.generation;
+    comm_options.timeout_ms = config_.gloo_timeout_ms;
+    comm_options.endpoint = ctx_.endpoint();
+    ORRERY_ASSIGN_OR_RETURN(comm_, CreateLearnerCommunicator(comm_options));
     if (run_.device == RunDevice::kCuda) {
       const int devices = CudaDeviceCount();
       if (devices == 0) {

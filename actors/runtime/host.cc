@@ -4,34 +4,20 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 
+#include "actors/runtime/advertise.h"
 #include "actors/runtime/client.h"
 #include "actors/runtime/coordinator_protocol.h"
 #include "actors/runtime/curve_auth.h"
+#include "actors/runtime/progress_watchdog.h"
 #include "actors/schema/actor.capnp.h"
 #include "core/logging.h"
 
 namespace orrery {
 namespace {
-
-std::string HostName() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
-// The endpoint others should connect to: a wildcard bind (tcp://*:PORT) is advertised with
-// ORRERY_ADVERTISE_HOST (a pod IP) or the host name.
-std::string AdvertisedEndpoint(const std::string& endpoint) {
-  const size_t star = endpoint.find("://*:");
-  if (star == std::string::npos) return endpoint;
-  const char* env = std::getenv("ORRERY_ADVERTISE_HOST");
-  const std::string host = env != nullptr && env[0] != 0 ? env : HostName();
-  return endpoint.substr(0, star + 3) + host + endpoint.substr(star + 4);
-}
 
 RunState FromWire(schema::RunState::Reader r) {
   RunState s;
@@ -45,8 +31,9 @@ RunState FromWire(schema::RunState::Reader r) {
 // No coordinator: the actor serves on its own.
 class StandaloneLink : public FleetLink {
  public:
+  explicit StandaloneLink(std::atomic<uint64_t>& progress) : progress_(progress) {}
   void SetReady() override {}
-  void Progress() override {}
+  void Progress() override { progress_.fetch_add(1, std::memory_order_relaxed); }
   RunState run_state() const override { return RunState{}; }
   StatusOr<std::string> Lookup(const std::string& name, std::chrono::milliseconds) override {
     return NotFoundError("cannot look up '" + name + "': this actor runs without a coordinator");
@@ -54,6 +41,9 @@ class StandaloneLink : public FleetLink {
   Status SetRunState(const std::string&, int64_t, int64_t) override {
     return FailedPreconditionError("no coordinator to hold the run state");
   }
+
+ private:
+  std::atomic<uint64_t>& progress_;
 };
 
 // Registers with the coordinator and heartbeats from its own thread (ZeroMQ sockets belong to one
@@ -61,8 +51,12 @@ class StandaloneLink : public FleetLink {
 class CoordinatorLink : public FleetLink {
  public:
   CoordinatorLink(zmq::context_t& zmq, const ActorHostOptions& options, std::string name,
-                  Cancellation& actor_stop)
-      : zmq_(zmq), options_(options), name_(std::move(name)), actor_stop_(actor_stop) {}
+                  Cancellation& actor_stop, std::atomic<uint64_t>& progress)
+      : zmq_(zmq),
+        options_(options),
+        name_(std::move(name)),
+        actor_stop_(actor_stop),
+        progress_(progress) {}
 
   ~CoordinatorLink() override { StopHeartbeats(); }
 
@@ -164,7 +158,7 @@ class CoordinatorLink : public FleetLink {
               req.setIndex(static_cast<uint32_t>(options_.index));
               req.setEndpoint(AdvertisedEndpoint(options_.endpoint));
               req.setPid(getpid());
-              req.setHost(HostName());
+              req.setHost(LocalHostName());
               req.setReady(ready);
               req.setProgress(progress_.load(std::memory_order_relaxed));
               req.setAuthRefused(CurveRefusedTotal());
@@ -216,7 +210,7 @@ class CoordinatorLink : public FleetLink {
   bool ready_ = false;
   bool beat_now_ = false;
   RunState run_state_;
-  std::atomic<uint64_t> progress_{0};
+  std::atomic<uint64_t>& progress_;
 };
 
 }  // namespace
@@ -254,19 +248,25 @@ Status RunActor(zmq::context_t& zmq, const ActorHostOptions& options, Cancellati
   std::filesystem::create_directories(fields.state_dir, ec);
   if (ec) return IoError("cannot create " + fields.state_dir + ": " + ec.message());
 
+  std::atomic<uint64_t> progress{0};  // ActorContext::Progress; heartbeats carry it
   std::unique_ptr<FleetLink> link;
   CoordinatorLink* coordinator_link = nullptr;
   if (!options.coordinator.empty()) {
-    auto l = std::make_unique<CoordinatorLink>(zmq, options, name, stop);
+    auto l = std::make_unique<CoordinatorLink>(zmq, options, name, stop, progress);
     coordinator_link = l.get();
     link = std::move(l);
   } else {
-    link = std::make_unique<StandaloneLink>();
+    link = std::make_unique<StandaloneLink>(progress);
+  }
+  std::optional<ProgressWatchdog> watchdog;
+  if (options.progress_timeout.count() > 0) {
+    watchdog.emplace(progress, options.progress_timeout, name);
   }
   ActorContext context(fields, zmq, stop, *link, config ? &*config : nullptr);
   if (coordinator_link != nullptr) coordinator_link->StartHeartbeats();
   ORRERY_LOG(INFO) << "started (pid " << getpid() << ", endpoint " << options.endpoint << ")";
   Status status = CatchAll("actor " + name, [&] { return role->main(context); });
+  watchdog.reset();  // the main loop is over: what follows is not its progress
   if (coordinator_link != nullptr) coordinator_link->StopHeartbeats();
   if (status.ok()) {
     ORRERY_LOG(INFO) << "stopped";

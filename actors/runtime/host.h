@@ -26,11 +26,23 @@ struct ActorHostOptions {
   std::string config_dir;            // relative paths in the config resolve here ("": its dir)
   std::string run_dir = "runs/run";  // state_dir = <run_dir>/actors/<role>-<index>
   std::chrono::milliseconds heartbeat{500};
+  // > 0: a ProgressWatchdog ends the *process* once the role's progress counter has not advanced
+  // for this long (actors/runtime/progress_watchdog.h). For `orrery actor`, whose process is the
+  // actor; leave it 0 with ActorThread.
+  std::chrono::milliseconds progress_timeout{0};
 };
 
 // Runs the role's main function on the calling thread until it returns (it returns when `stop`
 // is cancelled, or when the coordinator announces the fleet is stopping). Errors: unknown role,
 // bad config file, the main function's own error.
+//
+// A coordinator that stops answering does not end the actor: it keeps serving, logs one warning
+// per outage and registers again when a coordinator answers (a Kubernetes coordinator pod that
+// restarts in place, a launcher busy for a moment). Exiting instead would spend every instance's
+// restart budget (or, on a clean exit, finish its Job index for good) while a coordinator
+// restarts. A coordinator that is gone for good ends the actors by other means: `orrery launch`
+// through PR_SET_PDEATHSIG, the Slurm batch script by stopping the job's steps, under Kubernetes
+// deleting the fleet's Jobs; see docs/launch.md.
 Status RunActor(zmq::context_t& zmq, const ActorHostOptions& options, Cancellation& stop);
 
 class ActorThread {

@@ -103,10 +103,12 @@ class ActorContext {
   void SetReady() { fleet_.SetReady(); }
   // Liveness: the role's main loop calls this once per iteration, idle iterations included (a
   // learner past its last version, a rollout waiting for weights, a store without clients), and
-  // so does any loop that retries or waits in bounded slices. Heartbeats carry the counter; from
-  // the first call on, the supervisor kills (and restarts) an instance whose counter has not
-  // advanced for fleet.progress_timeout_ms: a loop stuck inside one call. Roles that never call
-  // it are not watched. No single call between two Progress() calls may legitimately take that
+  // so does any loop that retries or waits in bounded slices. From the first call on, an instance
+  // whose counter has not advanced for fleet.progress_timeout_ms (a loop stuck inside one call)
+  // is ended by its own process's watchdog (actors/runtime/progress_watchdog.h: under every
+  // launcher) and restarted; heartbeats carry the counter to the coordinator, whose supervisor
+  // also kills an instance that stays stalled past the watchdog. Roles that never call it are not
+  // watched. No single call between two Progress() calls may legitimately take that
   // long (one learner update, one checkpoint write, one weight load).
   void Progress() { fleet_.Progress(); }
 

@@ -35,6 +35,8 @@ write_config "$tmp/typo.toml" $'heartbeat = 5\n[[fleet.roles]]\nrole = "echo"'
 one_line_error unknown-key "unknown key 'fleet.heartbeat'" -- launch "$tmp/typo.toml"
 write_config "$tmp/progress.toml" $'heartbeat_ms = 500\nprogress_timeout_ms = 600\n[[fleet.roles]]\nrole = "echo"'
 one_line_error progress-timeout "fleet.progress_timeout_ms" -- launch "$tmp/progress.toml"
+one_line_error actor-progress-timeout "--progress-timeout-ms: expected 0 (off) or more, got -1" \
+  -- actor echo --endpoint "ipc://$tmp/echo.sock" --progress-timeout-ms -1
 python3 -c 'import socket,sys,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1",0)); s.listen()
 print(s.getsockname()[1], flush=True); time.sleep(60)' > "$tmp/port" &
@@ -109,6 +111,7 @@ printf '%s\n' "$slurm" | grep -q "^#SBATCH --ntasks=3" || fail "slurm: ntasks: $
 printf '%s\n' "$slurm" | grep -q "^#SBATCH --cpus-per-task=2" || fail "slurm: cpus: $slurm"
 printf '%s\n' "$slurm" | grep -q "^srun --exact --ntasks=3 --cpus-per-task=2 .*--gpus-per-task=1" || fail "slurm: srun: $slurm"
 printf '%s\n' "$slurm" | grep -q -- "launch \"\$CONFIG\" --external" || fail "slurm: coordinator: $slurm"
+printf '%s\n' "$slurm" | grep -q -- "--progress-timeout-ms 120000" || fail "slurm: no progress watchdog: $slurm"
 bash -n <(printf '%s\n' "$slurm") || fail "slurm script is not valid bash"
 # The scripts run on a Slurm cluster in slurm_test.sh; kubectl checks the manifests in k8s_test.sh.
 echo "fleet_test: all checks passed"

@@ -131,6 +131,8 @@ for name, (count, backoff, policy, gpus) in want.items():
         check("nvidia.com/gpu" not in res.get("requests", {}) and "limits" not in res, name + ": GPUs")
     if name != "k8s-fleet-coordinator":
         check("--index $JOB_COMPLETION_INDEX" in c["args"][0], name + ": index")
+        # No supervisor in a cluster: the actor's own watchdog ends it when its loop hangs.
+        check("--progress-timeout-ms 120000" in c["args"][0], name + ": progress timeout")
         (w,) = pod["initContainers"]
         check("fleet status --connect tcp://k8s-fleet-coordinator.ml.svc:6200" in w["args"][0],
               name + ": waits for the coordinator")

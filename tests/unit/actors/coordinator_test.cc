@@ -11,15 +11,20 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "actors/coordinator/fleet_state.h"
 #include "actors/coordinator/supervisor.h"
+#include "actors/launch/emit.h"
 #include "actors/launch/fleet_config.h"
 #include "actors/launch/plan.h"
+#include "actors/runtime/advertise.h"
 #include "actors/runtime/client.h"
 #include "actors/runtime/coordinator_protocol.h"
 #include "actors/runtime/curve_auth.h"
@@ -27,6 +32,8 @@
 #include "actors/runtime/echo_role.h"
 #include "actors/runtime/fleet_curve.h"
 #include "actors/runtime/host.h"
+#include "actors/runtime/progress_watchdog.h"
+#include "actors/runtime/role.h"
 #include "actors/runtime/wire.h"
 #include "actors/schema/actor.capnp.h"
 
@@ -227,7 +234,10 @@ TEST(Supervisor, KillsAndRestartsAChildWhoseProgressStalls) {
   FleetState state;
   SupervisorOptions o;
   o.startup_timeout = milliseconds(60000);
-  o.heartbeat_timeout = milliseconds(60000);  // heartbeats never stop here: only progress counts
+  // Heartbeats never stop here (every 10 ms): only progress counts. These children have no
+  // watchdog of their own, so the supervisor's backstop kills them: after progress_timeout +
+  // heartbeat_timeout = 2500 ms without progress.
+  o.heartbeat_timeout = milliseconds(2000);
   o.progress_timeout = milliseconds(500);
   o.backoff_initial = milliseconds(10);
   o.restart_budget = 1;  // the second stall spends it and ends Run
@@ -255,7 +265,7 @@ TEST(Supervisor, KillsAndRestartsAChildWhoseProgressStalls) {
   auto stuck = state.Get("stuck:0");
   EXPECT_EQ(stuck->restarts, 1);
   EXPECT_EQ(stuck->state, ActorState::kFailed);
-  // Watched for two stalls (> 2 x 500 ms) without being touched; stopped by the shutdown.
+  // Watched for two stalls (> 2 x 2500 ms) without being touched; stopped by the shutdown.
   for (const char* name : {"steady:0", "quiet:0"}) {
     auto r = state.Get(name);
     EXPECT_EQ(r->restarts, 0) << name;
@@ -300,6 +310,87 @@ TEST(Supervisor, KillsTheProcessGroupOfAChildThatExits) {
   EXPECT_TRUE(gone) << "grandchild " << grandchild << " outlived its group leader";
   if (!gone) kill(grandchild, SIGKILL);
   std::remove(pid_file.c_str());
+}
+
+TEST(Supervisor, SaysWhenAChildsWatchdogEndedIt) {
+  FleetState state;
+  SupervisorOptions o;
+  o.startup_timeout = milliseconds(60000);
+  Supervisor supervisor(
+      state, o,
+      {Shell("stalled:0", "exit " + std::to_string(kNoProgressExitCode), RestartPolicy::kNever)});
+  Cancellation stop;
+  Status s = supervisor.Run(stop);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("stalled:0 ended: exit 75: its watchdog saw no progress for "
+                             "fleet.progress_timeout_ms"),
+            std::string::npos)
+      << s.message();
+}
+
+// The "stall" role's fleet, for the watchdog's death test (the role runs in the death test's
+// child process, where this points at the coordinator's state).
+FleetState* g_stall_fleet = nullptr;
+constexpr int kStallAfter = 20;  // Progress() calls before the role's loop hangs
+
+// Starts slowly (not watched before its first Progress()), advances its counter kStallAfter times
+// 50 ms apart (under the timeout each), then hangs for 10 s ignoring stop, as a deadlocked loop
+// would; its heartbeats go on from their own thread. Prints one line once it has seen a heartbeat
+// arrive during the hang.
+Status StallMain(ActorContext& ctx) {
+  ctx.SetReady();
+  std::this_thread::sleep_for(milliseconds(1500));
+  for (int i = 0; i < kStallAfter; ++i) {
+    ctx.Progress();
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  const int64_t hang_ms = UnixMillis();
+  bool told = false;
+  for (int i = 0; i < 100; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    std::optional<ActorRecord> r = g_stall_fleet->Get(ctx.name());
+    if (!told && r && r->last_heartbeat_ms > hang_ms + 200) {
+      std::fprintf(stderr, "heartbeats go on during the hang\n");
+      told = true;
+    }
+  }
+  return Status::OK();  // what today's actor did after 10 s: exit 0, never ended
+}
+
+// An actor process as Slurm and Kubernetes run one: a coordinator to heartbeat to, no
+// supervisor. Exits with RunActor's outcome unless something ends it first.
+[[noreturn]] void RunStallingActorProcess(const std::string& dir) {
+  RegisterActorRole({"stall", "hangs after a few progress calls (coordinator_test)", StallMain});
+  zmq::context_t zmq;
+  FleetState state;
+  g_stall_fleet = &state;
+  auto server = CoordinatorServer::Start(zmq, "inproc://stall-coordinator", state);
+  if (!server.ok()) std::_Exit(2);
+  ActorHostOptions o;
+  o.role = "stall";
+  o.endpoint = "inproc://stall-0";
+  o.coordinator = "inproc://stall-coordinator";
+  o.run_dir = dir;
+  o.heartbeat = milliseconds(50);
+  o.progress_timeout = milliseconds(1000);
+  Cancellation stop;
+  const Status s = RunActor(zmq, o, stop);
+  std::_Exit(s.ok() ? 0 : 1);
+}
+
+// The watchdog ends the process (one line, exit 75) once the counter has stood still for the
+// timeout; the slow start before the first Progress() and the advancing loop are left alone (the
+// line names the counter's final value). Without it the process exits 0 after the 10 s hang.
+TEST(ProgressWatchdogDeathTest, EndsAnActorProcessWhoseLoopHangsWithoutASupervisor) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child runs the coordinator's threads too
+  // One path for the parent and the child (re-executed, with a pid of its own).
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "orrery_watchdog_test").string();
+  EXPECT_EXIT(RunStallingActorProcess(dir), testing::ExitedWithCode(kNoProgressExitCode),
+              "heartbeats go on during the hang\n.*\\[stall:0\\] no progress for [0-9]+ ms "
+              "\\(counter at 20, --progress-timeout-ms 1000\\): the role's main loop is stuck; "
+              "ending the process \\(exit 75\\)");
+  std::filesystem::remove_all(dir);
 }
 
 // The coordinator on tcp with the fleet's keys: an actor holding them registers; a stranger (no
@@ -372,6 +463,63 @@ StatusOr<FleetConfig> ParseFleet(const std::string& text) {
   FleetConfig c = ReadFleetConfig(root, run);
   ORRERY_RETURN_IF_ERROR(doc.Finish());
   return c;
+}
+
+// Where each launcher's actors are reached, which is also where the learner ranks' Gloo sockets
+// listen (actors/rl/learner_comm.h): fleet.host for a local tcp fleet, 127.0.0.1 for an ipc one;
+// the cluster renderings bind tcp://*:PORT and advertise ORRERY_ADVERTISE_HOST (the pod IP in
+// the k8s manifests) or the node's host name (Slurm). Both renderings, like the local plan, pass
+// fleet.progress_timeout_ms to every actor.
+TEST(FleetPlan, ActorsAdvertiseTheFleetsAddressAndWatchTheirProgress) {
+  RegisterEchoRole();
+  RunConfig run;
+  run.dir = "/tmp/r";
+  auto tcp = ParseFleet(
+      "[fleet]\ntransport = \"tcp\"\nhost = \"10.1.2.3\"\n[[fleet.roles]]\nrole = \"echo\"\n");
+  ASSERT_TRUE(tcp.ok()) << tcp.status().ToString();
+  auto tcp_plan = BuildFleetPlan(*tcp, run, "/etc/run.toml", "/bin/orrery");
+  ASSERT_TRUE(tcp_plan.ok());
+  EXPECT_EQ(AdvertisedHost(tcp_plan->processes[0].endpoint), "10.1.2.3");
+  auto ipc = ParseFleet("[fleet]\n[[fleet.roles]]\nrole = \"echo\"\n");
+  ASSERT_TRUE(ipc.ok());
+  auto ipc_plan = BuildFleetPlan(*ipc, run, "/etc/run.toml", "/bin/orrery");
+  ASSERT_TRUE(ipc_plan.ok());
+  EXPECT_EQ(AdvertisedHost(ipc_plan->processes[0].endpoint), "127.0.0.1");
+  EXPECT_EQ(AdvertisedHost("inproc://echo-0"), "127.0.0.1");
+  EXPECT_EQ(AdvertisedHost("tcp://[fd00::7]:5601"), "fd00::7");
+
+  const std::string fleet_text =
+      "[fleet]\ntransport = \"tcp\"\nbase_port = 6300\nprogress_timeout_ms = 4000\n"
+      "[[fleet.roles]]\nrole = \"echo\"\n";
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("orrery_emit_test_" + std::to_string(getpid()) + ".toml"))
+                               .string();
+  { std::ofstream(path) << "[run]\nname = \"emit\"\ndir = \"runs/emit\"\n" << fleet_text; }
+  auto cluster = ParseFleet(fleet_text);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  run.dir = "runs/emit";
+  auto slurm = EmitLaunchFiles("slurm", *cluster, run, path);
+  ASSERT_TRUE(slurm.ok()) << slurm.status().ToString();
+  EXPECT_NE(slurm->find("--endpoint \"tcp://*:$((port + index))\""), std::string::npos) << *slurm;
+  EXPECT_NE(slurm->find("--progress-timeout-ms 4000"), std::string::npos) << *slurm;
+  auto k8s = EmitLaunchFiles("k8s", *cluster, run, path);
+  ASSERT_TRUE(k8s.ok()) << k8s.status().ToString();
+  EXPECT_NE(k8s->find("--endpoint 'tcp://*:6301'"), std::string::npos) << *k8s;
+  EXPECT_NE(k8s->find("--progress-timeout-ms 4000"), std::string::npos) << *k8s;
+  EXPECT_NE(k8s->find("name: ORRERY_ADVERTISE_HOST"), std::string::npos) << *k8s;
+  std::remove(path.c_str());
+
+  // What such a wildcard endpoint advertises: the pod IP, else the host name.
+  const char* saved = std::getenv("ORRERY_ADVERTISE_HOST");
+  const std::string kept = saved != nullptr ? saved : "";
+  setenv("ORRERY_ADVERTISE_HOST", "10.9.8.7", 1);
+  EXPECT_EQ(AdvertisedHost("tcp://*:6301"), "10.9.8.7");
+  EXPECT_EQ(AdvertisedEndpoint("tcp://*:6301"), "tcp://10.9.8.7:6301");
+  EXPECT_EQ(AdvertisedEndpoint("tcp://10.1.2.3:6301"), "tcp://10.1.2.3:6301");
+  unsetenv("ORRERY_ADVERTISE_HOST");
+  EXPECT_EQ(AdvertisedHost("tcp://*:6301"), LocalHostName());
+  EXPECT_NE(LocalHostName(), "");
+  if (saved != nullptr) setenv("ORRERY_ADVERTISE_HOST", kept.c_str(), 1);
 }
 
 // The launcher's fleet records are what the dashboard reads (docs/dashboard.md): under each
@@ -456,6 +604,10 @@ TEST(FleetPlan, AssignsEndpointsAndCommandLines) {
   EXPECT_EQ(argv[1], "actor");
   EXPECT_EQ(argv[2], "echo");
   EXPECT_NE(std::find(argv.begin(), argv.end(), "tcp://127.0.0.1:7000"), argv.end());
+  // Every actor watches its own progress with the fleet's timeout.
+  auto timeout_flag = std::find(argv.begin(), argv.end(), "--progress-timeout-ms");
+  ASSERT_NE(timeout_flag, argv.end());
+  EXPECT_EQ(*(timeout_flag + 1), "120000");
   EXPECT_NE(FormatFleetPlan(*plan).find("echo:2"), std::string::npos);
   // A tcp fleet passes its CURVE key directory (default: under run.dir) to every actor.
   EXPECT_EQ(plan->curve_key_dir, "/tmp/r/curve");

@@ -1,0 +1,30 @@
+// Where other machines reach an actor: the address it advertises to the coordinator (its
+// mailbox endpoint) and the one its other listeners bind (the learner ranks' Gloo sockets).
+//
+// An actor is given the endpoint its mailbox binds (`orrery actor --endpoint`):
+//   - tcp://HOST:PORT (a local tcp fleet: HOST is fleet.host): HOST;
+//   - tcp://*:PORT (a wildcard bind, what `--emit slurm` and `--emit k8s` give): the
+//     ORRERY_ADVERTISE_HOST environment variable when set (the k8s manifests set it to the pod
+//     IP), else this machine's host name (a Slurm node's name; it must resolve to an address
+//     the other nodes reach, not to loopback as Debian's /etc/hosts default 127.0.1.1 does);
+//   - ipc:// or inproc:// (one machine): 127.0.0.1.
+#pragma once
+
+#include <string>
+
+namespace orrery {
+
+// This machine's host name (gethostname); "localhost" when it has none.
+std::string LocalHostName();
+
+// The host part of what other machines connect to (see above); IPv6 brackets removed.
+std::string AdvertisedHost(const std::string& endpoint);
+
+// The endpoint registered with the coordinator: a wildcard tcp bind with its host filled in
+// (AdvertisedHost), every other endpoint as it is.
+std::string AdvertisedEndpoint(const std::string& endpoint);
+
+// True for a tcp endpoint that binds every interface (tcp://*:PORT).
+bool IsWildcardTcp(const std::string& endpoint);
+
+}  // namespace orrery
