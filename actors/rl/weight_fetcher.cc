@@ -12,6 +12,7 @@
 #include "actors/schema/weights.capnp.h"
 #include "core/crc32c.h"
 #include "core/logging.h"
+#include "core/unique_fd.h"
 #include "learner/rl/weight_store.h"
 
 namespace orrery::rl_actors {
@@ -20,20 +21,6 @@ namespace {
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 Status WriteAll(int fd, const uint8_t* p, size_t n, const std::string& what) {
   while (n > 0) {
@@ -78,7 +65,7 @@ Status FromServer(const Status& s, const std::string& method, const std::string&
 }
 
 Status SyncDirectory(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoError("weights: cannot open " + dir, errno);
   if (::fsync(fd.get()) != 0) return ErrnoError("weights: cannot sync " + dir, errno);
   return Status::OK();
@@ -147,7 +134,7 @@ StatusOr<FetchStats> WeightFetcher::FetchOnce(int64_t newer_than, const Cancella
       std::filesystem::remove(p, ec);
     }
   }
-  Fd fd(::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (fd.get() < 0) return ErrnoError("weights: cannot open " + part, errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoError("weights: cannot stat " + part, errno);

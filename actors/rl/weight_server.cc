@@ -10,27 +10,13 @@
 #include "actors/schema/weights.capnp.h"
 #include "core/crc32c.h"
 #include "core/message_limits.h"
+#include "core/unique_fd.h"
 #include "learner/rl/weight_store.h"
 
 namespace orrery::rl_actors {
 namespace {
 
 constexpr int kSumsKept = 4;
-
-// An open file, closed on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Opens `version`'s file: NotFound when it is not (or no longer) published.
 StatusOr<int> OpenVersion(const rl::WeightStore& store, int64_t version) {
@@ -77,7 +63,7 @@ StatusOr<WeightServer::FileSum> WeightServer::Sum(int64_t version) {
   if (auto it = sums_.find(version); it != sums_.end()) return it->second;
   rl::WeightStore store(dir_);
   ORRERY_ASSIGN_OR_RETURN(int raw, OpenVersion(store, version));
-  Fd fd(raw);
+  UniqueFd fd(raw);
   const std::string what = store.PathOf(version);
   FileSum sum;
   ORRERY_ASSIGN_OR_RETURN(sum.bytes, SizeOf(fd.get(), what));
@@ -117,7 +103,7 @@ void WeightServer::Register(Actor& actor) {
                       length = req.getLength();
         rl::WeightStore store(dir_);
         ORRERY_ASSIGN_OR_RETURN(int raw, OpenVersion(store, version));
-        Fd fd(raw);
+        UniqueFd fd(raw);
         const std::string what = store.PathOf(version);
         ORRERY_ASSIGN_OR_RETURN(const int64_t size, SizeOf(fd.get(), what));
         if (length < 1 || length > max_chunk_bytes() || offset < 0 || offset >= size) {
