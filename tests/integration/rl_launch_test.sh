@@ -22,17 +22,9 @@ fail() {
   exit 1
 }
 
-# --- data: calculator transcripts (difficulty 1) and a little plain text.
-"$orrery" env synth --env calc --count 300 --seed 1 --difficulty 1 --out "$tmp/calc.jsonl" >/dev/null
-for i in $(seq 1 40); do echo "in the beginning was the word and the word was with the light."; done \
-  >"$tmp/text.txt"
-"$orrery" tokenizer train --input "$tmp/text.txt" "$tmp/calc.jsonl" --vocab-size 320 \
-  --out "$tmp/tokenizer.json" >/dev/null
-"$orrery" data prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/text.txt" "$tmp/calc.jsonl" \
-  --out "$tmp/data" --heldout-fraction 0.1 --seed 3 >/dev/null
-
-sed "s/^max_seq_len = .*/max_seq_len = 512/" "$(dirname "$0")/../fixtures/small_hybrid_model.toml" \
-  >"$tmp/model.toml"
+# --- data: calculator transcripts (difficulty 1), a little plain text, the tiny model.
+source "$(dirname "$0")/rl_corpus.sh"
+make_rl_corpus "$orrery" "$tmp" 300 512
 
 # write_config FILE RUN_DIR STEPS [remote]: with "remote", the rollouts' environment calls go to
 # two env workers of the fleet ([rl.rollout] env = "remote") and their weights come from learner

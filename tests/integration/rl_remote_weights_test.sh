@@ -28,15 +28,8 @@ wait_for() {  # wait_for SECONDS COMMAND...: a bound, not a timing
   until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.2; done
 }
 
-"$orrery" env synth --env calc --count 200 --seed 1 --difficulty 1 --out "$tmp/calc.jsonl" >/dev/null
-for i in $(seq 1 40); do echo "in the beginning was the word and the word was with the light."; done \
-  >"$tmp/text.txt"
-"$orrery" tokenizer train --input "$tmp/text.txt" "$tmp/calc.jsonl" --vocab-size 320 \
-  --out "$tmp/tokenizer.json" >/dev/null
-"$orrery" data prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/text.txt" "$tmp/calc.jsonl" \
-  --out "$tmp/data" --heldout-fraction 0.1 --seed 3 >/dev/null
-sed "s/^max_seq_len = .*/max_seq_len = 512/" "$(dirname "$0")/../fixtures/small_hybrid_model.toml" \
-  >"$tmp/model.toml"
+source "$(dirname "$0")/rl_corpus.sh"
+make_rl_corpus "$orrery" "$tmp" 200 512 || fail "no corpus"
 
 # rl_sections RUN_DIR: what both hosts' configs share.
 rl_sections() {

@@ -137,14 +137,8 @@ pid_of() { pgrep -f -- "actor $1 --index $2 .*--config $3 " | head -1; }
 gone() { ! pgrep -f -- "$1" >/dev/null; }
 
 # --- 1. a tiny RL run; its rollout actor killed once, within the budget ------------------------
-"$orrery" env synth --env calc --count 200 --seed 1 --difficulty 1 --out "$tmp/calc.jsonl" >/dev/null
-for i in $(seq 1 30); do echo "in the beginning was the word and the word was with the light."; done \
-  >"$tmp/text.txt"
-"$orrery" tokenizer train --input "$tmp/text.txt" "$tmp/calc.jsonl" --vocab-size 320 \
-  --out "$tmp/tokenizer.json" >/dev/null || fail "tokenizer train"
-"$orrery" data prepare --tokenizer "$tmp/tokenizer.json" --input "$tmp/text.txt" "$tmp/calc.jsonl" \
-  --out "$tmp/data" --heldout-fraction 0.1 --seed 3 >/dev/null || fail "data prepare"
-cp "$(dirname "$0")/../fixtures/small_hybrid_model.toml" "$tmp/model.toml"
+source "$(dirname "$0")/rl_corpus.sh"
+make_rl_corpus "$orrery" "$tmp" 200 256 || fail "no corpus"
 base="$(free_ports 4)" || fail "no free ports for the RL fleet"
 cat >"$tmp/rl.toml" <<EOF
 [run]
