@@ -7,6 +7,7 @@
 #include <zmq.hpp>
 
 #include "actors/metrics/metrics_publisher.h"
+#include "actors/runtime/fleet_curve.h"
 #include "tests/unit/metrics/test_dir.h"
 
 namespace orrery {
@@ -82,6 +83,57 @@ TEST(MetricsHubTest, StoresPublishedRecordsDurablyAndWritesTheFile) {
   ASSERT_TRUE(q.ok());
   ASSERT_EQ(q->size(), 1u);
   EXPECT_EQ((*q)[0].points.size(), stored);
+}
+
+// On tcp with the fleet's keys (every fleet process has them), the hub takes records from members
+// only: a stranger's PUB, plain or with a keypair of its own, never reaches the store, so nobody
+// outside the fleet can write a series into the dashboard (issue 28).
+TEST(MetricsHubTest, WithTheFleetsKeysOnlyMembersPublish) {
+  TestDir dir;
+  StatusOr<CurveKeyPair> fleet = GenerateCurveKeyPair();
+  ASSERT_TRUE(fleet.ok());
+  SetFleetCurveKeys(*fleet);
+  MetricsHubOptions options;
+  options.store_dir = dir / "metrics_db";
+  options.listen = {"tcp://127.0.0.1:*"};
+  auto hub = MetricsHub::Start(options);
+  ASSERT_TRUE(hub.ok()) << hub.status().ToString();
+  const std::string endpoint = (*hub)->bound_endpoints()[0];
+
+  // Strangers first, for long enough that a plain peer's records would have been stored.
+  MetricRecord injected;
+  injected.time = 5000;
+  injected.source = "stranger:0";
+  injected.scalars["stranger/injected"] = 1.0;
+  const std::string line = injected.ToJson();
+  zmq::context_t ctx(1);
+  zmq::socket_t plain(ctx, zmq::socket_type::pub);
+  plain.set(zmq::sockopt::linger, 0);
+  plain.connect(endpoint);
+  zmq::socket_t own_keys(ctx, zmq::socket_type::pub);
+  own_keys.set(zmq::sockopt::linger, 0);
+  const CurveKeyPair stranger = GenerateCurveKeyPair().value();
+  own_keys.set(zmq::sockopt::curve_serverkey, fleet->public_key);
+  own_keys.set(zmq::sockopt::curve_publickey, stranger.public_key);
+  own_keys.set(zmq::sockopt::curve_secretkey, stranger.secret_key);
+  own_keys.connect(endpoint);
+  for (int i = 0; i < 75; ++i) {
+    plain.send(zmq::buffer(line), zmq::send_flags::dontwait);
+    own_keys.send(zmq::buffer(line), zmq::send_flags::dontwait);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // A member (a CURVE client with the fleet's keys, as MetricsPublisher is in a fleet process).
+  MetricsPublisherOptions pub_options;
+  pub_options.endpoint = endpoint;
+  auto pub = MetricsPublisher::Open(pub_options);
+  ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+  ASSERT_TRUE(PublishUntilStored(**pub, **hub, 3)) << "the member's records did not arrive";
+  (*hub)->Stop();
+  auto q = (*hub)->store().Query("stranger/injected");
+  ASSERT_TRUE(q.ok());
+  EXPECT_TRUE(q->empty()) << "a stranger's record was stored";
+  EXPECT_EQ((*hub)->counters().rejected.load(), 0u) << "a stranger's message reached the hub";
+  SetFleetCurveKeys(std::nullopt);
 }
 
 TEST(MetricsHubTest, BadEndpointIsAClearError) {
