@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/rl/learner_comm.h"
+#include "tests/unit/forked_ranks.h"
 
 namespace orrery::rl_actors {
 namespace {
@@ -79,48 +80,36 @@ std::vector<int> RunTwoRanks(const std::string& endpoint, const std::string& wan
        ("orrery-learner-comm-" + std::to_string(getpid()) + "-" +
         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())))
           .string();
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < 2; ++rank) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      alarm(60);  // a hung rendezvous kills the child instead of the test run
-      const std::set<std::string> before = TcpSockets();
-      LearnerCommOptions o;
-      o.rank = rank;
-      o.world_size = 2;
-      o.gloo_dir = dir;
-      o.generation = "1";
-      o.timeout_ms = 20000;
-      o.endpoint = endpoint;
-      auto comm = CreateLearnerCommunicator(o);
-      if (!comm.ok()) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().ToString().c_str());
-        _exit(10);
-      }
-      // Gloo's sockets: pairs connected from the address to the address (the ranks' only route
-      // to each other), and listeners on it where Gloo keeps them (this one closes them once the
-      // mesh is up).
-      std::set<std::string> now = TcpSockets();
-      for (const std::string& a : before) now.erase(a);
-      if (now.empty()) _exit(11);
-      for (const std::string& socket : now) {
-        if (socket != want + " -> " + want && socket != want + " -> 0.0.0.0") {
-          std::fprintf(stderr, "rank %d: socket %s\n", rank, socket.c_str());
-          _exit(12);
-        }
-      }
-      std::vector<float> x = {static_cast<float>(rank + 1)};
-      if (!(*comm)->AllReduceSum(std::span<float>(x)).ok() || x[0] != 3.0f) _exit(13);
-      _exit(0);
+  std::vector<int> codes = RunForkedRanks(2, [&](int rank) -> int {
+    const std::set<std::string> before = TcpSockets();
+    LearnerCommOptions o;
+    o.rank = rank;
+    o.world_size = 2;
+    o.gloo_dir = dir;
+    o.generation = "1";
+    o.timeout_ms = 20000;
+    o.endpoint = endpoint;
+    auto comm = CreateLearnerCommunicator(o);
+    if (!comm.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().ToString().c_str());
+      return 10;
     }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
+    // Gloo's sockets: pairs connected from the address to the address (the ranks' only route
+    // to each other), and listeners on it where Gloo keeps them (this one closes them once the
+    // mesh is up).
+    std::set<std::string> now = TcpSockets();
+    for (const std::string& a : before) now.erase(a);
+    if (now.empty()) return 11;
+    for (const std::string& socket : now) {
+      if (socket != want + " -> " + want && socket != want + " -> 0.0.0.0") {
+        std::fprintf(stderr, "rank %d: socket %s\n", rank, socket.c_str());
+        return 12;
+      }
+    }
+    std::vector<float> x = {static_cast<float>(rank + 1)};
+    if (!(*comm)->AllReduceSum(std::span<float>(x)).ok() || x[0] != 3.0f) return 13;
+    return 0;
+  });
   std::filesystem::remove_all(dir);
   return codes;
 }

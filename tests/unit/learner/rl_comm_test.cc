@@ -12,6 +12,7 @@
 
 #include "learner/comm/communicator.h"
 #include "learner/comm/gloo_communicator.h"
+#include "tests/unit/forked_ranks.h"
 
 namespace orrery::comm {
 namespace {
@@ -22,26 +23,6 @@ std::string TempDir(const std::string& name) {
               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
   std::filesystem::create_directories(dir);
   return dir.string();
-}
-
-// Runs body(rank) in `world` forked processes; returns each child's exit code (0 = passed).
-std::vector<int> RunRanks(int world, const std::function<int(int)>& body) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      alarm(60);  // a hung collective kills the child instead of the test run
-      _exit(body(r));
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  return codes;
 }
 
 TEST(RlComm, LocalIsIdentity) {
@@ -57,7 +38,7 @@ TEST(RlComm, LocalIsIdentity) {
 
 TEST(RlComm, GlooTwoProcessesAllReduceBroadcastBarrier) {
   const std::string dir = TempDir("orrery-gloo");
-  auto codes = RunRanks(2, [&](int rank) -> int {
+  auto codes = RunForkedRanks(2, [&](int rank) -> int {
     GlooOptions o;
     o.rank = rank;
     o.world_size = 2;
@@ -97,7 +78,7 @@ TEST(RlComm, GlooTwoProcessesAllReduceBroadcastBarrier) {
 
 TEST(RlComm, GlooPeerDeathIsAnErrorNotAHang) {
   const std::string dir = TempDir("orrery-gloo-dead");
-  auto codes = RunRanks(2, [&](int rank) -> int {
+  auto codes = RunForkedRanks(2, [&](int rank) -> int {
     GlooOptions o;
     o.rank = rank;
     o.world_size = 2;
@@ -126,7 +107,7 @@ void NoteSigpipe(int) {}
 // process installed itself.
 TEST(RlComm, GlooIgnoresSigpipeButKeepsTheProcessHandler) {
   const std::string dir = TempDir("orrery-gloo-sigpipe");
-  auto codes = RunRanks(2, [&](int child) -> int {
+  auto codes = RunForkedRanks(2, [&](int child) -> int {
     if (child == 1) signal(SIGPIPE, NoteSigpipe);
     GlooOptions o;
     o.store_dir = dir;
