@@ -1,7 +1,12 @@
 #include "core/crc32c.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace orrery {
 namespace {
@@ -54,6 +59,23 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
   if (HasSse42()) return Crc32cSse42(crc, static_cast<const uint8_t*>(data), n);
 #endif
   return Crc32cPortable(crc, data, n);
+}
+
+StatusOr<uint32_t> Crc32cOfFile(int fd, int64_t bytes, const std::string& what) {
+  std::vector<uint8_t> buffer(8 << 20);
+  uint32_t crc = 0;
+  for (int64_t at = 0; at < bytes;) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(buffer.size(), bytes - at));
+    const ssize_t got = ::pread(fd, buffer.data(), want, static_cast<off_t>(at));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(what + ": read failed", errno);
+    }
+    if (got == 0) return DataLossError(what + ": the file ended early");
+    crc = Crc32c(crc, buffer.data(), static_cast<size_t>(got));
+    at += got;
+  }
+  return crc;
 }
 
 }  // namespace orrery

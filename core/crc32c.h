@@ -11,10 +11,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+
+#include "core/status.h"
 
 namespace orrery {
 
 uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
+
+// The CRC-32C of the first `bytes` of the open file `fd` (read with pread in 8 MiB pieces; the
+// offset of `fd` is unchanged). A file shorter than `bytes` is DataLoss; errors name `what`.
+StatusOr<uint32_t> Crc32cOfFile(int fd, int64_t bytes, const std::string& what);
 
 // The portable table implementation (what Crc32c uses without SSE4.2; tests compare the two).
 uint32_t Crc32cPortable(uint32_t crc, const void* data, size_t n);

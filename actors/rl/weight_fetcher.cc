@@ -35,25 +35,6 @@ Status WriteAll(int fd, const uint8_t* p, size_t n, const std::string& what) {
   return Status::OK();
 }
 
-// The CRC-32C of the first `bytes` of an open file.
-StatusOr<uint32_t> CrcOfPrefix(int fd, int64_t bytes, const std::string& what) {
-  std::vector<uint8_t> buffer(8 << 20);
-  uint32_t crc = 0;
-  for (int64_t at = 0; at < bytes;) {
-    const ssize_t got = ::pread(fd, buffer.data(),
-                                static_cast<size_t>(std::min<int64_t>(buffer.size(), bytes - at)),
-                                static_cast<off_t>(at));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(what + ": read failed", errno);
-    }
-    if (got == 0) return DataLossError(what + ": shorter than it was");
-    crc = Crc32c(crc, buffer.data(), static_cast<size_t>(got));
-    at += got;
-  }
-  return crc;
-}
-
 // A call's error: the transport's errors already name the method and endpoint; the server's own
 // (its handler's status) do not.
 Status FromServer(const Status& s, const std::string& method, const std::string& endpoint) {
@@ -82,27 +63,23 @@ StatusOr<FetchStats> WeightFetcher::FetchNewest(int64_t newer_than, const Cancel
   // A version pruned mid-fetch: the newest one has moved on; a whole-file mismatch: once more.
   bool restarted = false;
   for (int attempt = 0; attempt < 8; ++attempt) {
-    bool pruned = false;
-    StatusOr<FetchStats> got = FetchOnce(newer_than, cancel, &pruned);
-    if (pruned) continue;
-    if (got.ok()) {
-      got->restarted = restarted;
-      return got;
-    }
-    if (got.status().code() == StatusCode::kDataLoss && !restarted &&
-        got.status().message().find("whole file") != std::string::npos) {
+    Retry retry = Retry::kNo;
+    StatusOr<FetchStats> got = FetchOnce(newer_than, cancel, &retry);
+    if (retry == Retry::kPruned) continue;
+    if (retry == Retry::kDamaged && !restarted) {
       ORRERY_LOG(WARN) << got.status().message() << ": fetching it again";
       restarted = true;
       continue;
     }
-    return got.status();
+    if (got.ok()) got->restarted = restarted;
+    return got;
   }
   return UnavailableError(
       "weights: every version the learner offered was pruned before it arrived");
 }
 
 StatusOr<FetchStats> WeightFetcher::FetchOnce(int64_t newer_than, const Cancellation* cancel,
-                                              bool* pruned) {
+                                              Retry* retry) {
   const double start = Now();
   const CallOptions call{options_.call_timeout, cancel};
   FetchStats stats;
@@ -143,7 +120,7 @@ StatusOr<FetchStats> WeightFetcher::FetchOnce(int64_t newer_than, const Cancella
     if (::ftruncate(fd.get(), 0) != 0) return ErrnoError("weights: cannot truncate " + part, errno);
     have = 0;
   }
-  ORRERY_ASSIGN_OR_RETURN(uint32_t crc, CrcOfPrefix(fd.get(), have, part));
+  ORRERY_ASSIGN_OR_RETURN(uint32_t crc, Crc32cOfFile(fd.get(), have, part));
   stats.resumed_at = have;
   if (::lseek(fd.get(), have, SEEK_SET) < 0)
     return ErrnoError("weights: cannot seek " + part, errno);
@@ -163,7 +140,7 @@ StatusOr<FetchStats> WeightFetcher::FetchOnce(int64_t newer_than, const Cancella
       if (!read.ok()) {
         if (read.status().code() == StatusCode::kNotFound) {
           std::filesystem::remove(part, ec);
-          *pruned = true;
+          *retry = Retry::kPruned;
           return read.status();
         }
         return FromServer(read.status(), "weights.Read", client_.endpoint());
@@ -188,6 +165,7 @@ StatusOr<FetchStats> WeightFetcher::FetchOnce(int64_t newer_than, const Cancella
   }
   if (crc != want_crc) {
     std::filesystem::remove(part, ec);
+    *retry = Retry::kDamaged;
     return DataLossError("weights: version " + std::to_string(version) + " from " +
                          client_.endpoint() + ": the whole file's CRC-32C does not match");
   }

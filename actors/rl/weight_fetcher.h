@@ -56,7 +56,9 @@ class WeightFetcher {
   StatusOr<FetchStats> FetchNewest(int64_t newer_than, const Cancellation* cancel);
 
  private:
-  StatusOr<FetchStats> FetchOnce(int64_t newer_than, const Cancellation* cancel, bool* pruned);
+  // Why a FetchOnce that failed may be tried again at once.
+  enum class Retry { kNo, kPruned, kDamaged };
+  StatusOr<FetchStats> FetchOnce(int64_t newer_than, const Cancellation* cancel, Retry* retry);
 
   ActorClient client_;
   WeightFetchOptions options_;

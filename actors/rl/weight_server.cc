@@ -5,11 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <vector>
 
 #include "actors/schema/weights.capnp.h"
 #include "core/crc32c.h"
-#include "core/message_limits.h"
 #include "core/unique_fd.h"
 #include "learner/rl/weight_store.h"
 
@@ -67,21 +65,10 @@ StatusOr<WeightServer::FileSum> WeightServer::Sum(int64_t version) {
   const std::string what = store.PathOf(version);
   FileSum sum;
   ORRERY_ASSIGN_OR_RETURN(sum.bytes, SizeOf(fd.get(), what));
-  std::vector<uint8_t> buffer(8 << 20);
-  for (int64_t at = 0; at < sum.bytes;) {
-    const size_t n = static_cast<size_t>(std::min<int64_t>(buffer.size(), sum.bytes - at));
-    ORRERY_RETURN_IF_ERROR(ReadAt(fd.get(), at, n, buffer.data(), what));
-    sum.crc32 = Crc32c(sum.crc32, buffer.data(), n);
-    at += static_cast<int64_t>(n);
-  }
+  ORRERY_ASSIGN_OR_RETURN(sum.crc32, Crc32cOfFile(fd.get(), sum.bytes, what));
   sums_[version] = sum;
   while (static_cast<int>(sums_.size()) > kSumsKept) sums_.erase(sums_.begin());
   return sum;
-}
-
-int64_t WeightServer::max_chunk_bytes() const {
-  // A chunk must fit in one message of this process, with room for its envelope.
-  return std::max<int64_t>(1, std::min(max_chunk_bytes_, MaxMessageBytes() / 2));
 }
 
 void WeightServer::Register(Actor& actor) {
@@ -93,7 +80,7 @@ void WeightServer::Register(Actor& actor) {
         rep.setVersion(latest);
         rep.setBytes(sum.bytes);
         rep.setCrc32(sum.crc32);
-        rep.setMaxChunkBytes(max_chunk_bytes());
+        rep.setMaxChunkBytes(max_chunk_bytes_);
         return Status::OK();
       });
   actor.Handle<schema::WeightsReadRequest, schema::WeightsReadReply>(
@@ -106,11 +93,11 @@ void WeightServer::Register(Actor& actor) {
         UniqueFd fd(raw);
         const std::string what = store.PathOf(version);
         ORRERY_ASSIGN_OR_RETURN(const int64_t size, SizeOf(fd.get(), what));
-        if (length < 1 || length > max_chunk_bytes() || offset < 0 || offset >= size) {
+        if (length < 1 || length > max_chunk_bytes_ || offset < 0 || offset >= size) {
           return InvalidArgumentError(
               "weights.Read: range " + std::to_string(offset) + "+" + std::to_string(length) +
               " of version " + std::to_string(version) + " (" + std::to_string(size) +
-              " bytes, chunks of at most " + std::to_string(max_chunk_bytes()) + ")");
+              " bytes, chunks of at most " + std::to_string(max_chunk_bytes_) + ")");
         }
         const size_t n = static_cast<size_t>(std::min(length, size - offset));
         capnp::Data::Builder data = rep.initData(static_cast<unsigned>(n));

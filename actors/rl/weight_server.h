@@ -13,8 +13,8 @@
 // file the server sees is whole) and prunes old versions; a Read of a pruned version is NotFound.
 // Checksums are computed once per version (on its first Info) and kept for the newest few.
 // Requests are validated against the file: a version is a number (never a path), a range must
-// lie inside the file and be at most max_chunk_bytes long (and half the process's message
-// limit).
+// lie inside the file and be at most max_chunk_bytes long. (What fits in one message is the
+// receiver's limit: WeightFetcher asks for chunks within its own.)
 #pragma once
 
 #include <cstdint>
@@ -40,8 +40,6 @@ class WeightServer {
     int64_t bytes = 0;
     uint32_t crc32 = 0;
   };
-  // max_chunk_bytes_, within the process's message limit (core/message_limits.h).
-  int64_t max_chunk_bytes() const;
   // The size and CRC-32C of `version`'s file (cached).
   StatusOr<FileSum> Sum(int64_t version);
 
