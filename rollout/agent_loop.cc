@@ -234,13 +234,19 @@ Status AgentLoop::OnReset(Episode& e, EnvCall& call) {
   e.messages = e.env_episode->initial_messages();
   ORRERY_ASSIGN_OR_RETURN(RenderedChat prompt, format_->RenderPrompt(e.messages));
   e.pending_start = t.size();
-  // A prompt that leaves no room for one model token can never be trained on: every episode of
-  // such a configuration would end empty, and a fleet would spin without an update.
+  // A prompt that leaves no room for one model token can never be trained on. It is the task's
+  // (an environment, maybe a plug-in, chose it), so it ends this episode as a counted, logged
+  // environment fault (masked, not trained as reward 0) rather than the actor: a configuration
+  // where every prompt is too long shows as one such line per episode and in the fault counters.
   if (static_cast<int64_t>(prompt.ids.size()) >= options_.max_episode_tokens) {
-    return InvalidArgumentError(
-        "max_episode_tokens = " + std::to_string(options_.max_episode_tokens) +
-        " leaves no room to generate: the prompt of task " + t.task_id + " is " +
-        std::to_string(prompt.ids.size()) + " tokens (expected max_episode_tokens above it)");
+    FailEpisode(
+        e,
+        InvalidArgumentError("max_episode_tokens = " + std::to_string(options_.max_episode_tokens) +
+                             " leaves no room to generate: the prompt of task " + t.task_id +
+                             " is " + std::to_string(prompt.ids.size()) +
+                             " tokens (expected max_episode_tokens above it)"),
+        "prompt");
+    return Status::OK();
   }
   AppendTokens(e, prompt.ids, TokenRole::kPrompt);
   e.pending = prompt.ids;

@@ -105,14 +105,7 @@ class RolloutActor {
       }
       const auto step_start = std::chrono::steady_clock::now();
       const int64_t generated_before = loop_->stats().tokens_generated;
-      StatusOr<std::vector<rollout::TrajectoryGroup>> stepped = loop_->Step();
-      if (!stepped.ok()) {
-        // The loop's InvalidArgument is about its options: the [rl.rollout] keys.
-        return stepped.status().code() == StatusCode::kInvalidArgument
-                   ? stepped.status().WithContext("rl.rollout")
-                   : stepped.status();
-      }
-      std::vector<rollout::TrajectoryGroup> done = std::move(stepped).value();
+      ORRERY_ASSIGN_OR_RETURN(std::vector<rollout::TrajectoryGroup> done, loop_->Step());
       generation_seconds_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
       generated_tokens_ += loop_->stats().tokens_generated - generated_before;
