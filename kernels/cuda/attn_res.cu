@@ -166,6 +166,7 @@ __global__ void AttnResMixGradKernel(const __grid_constant__ SourcePtrs src,
       const int64_t c = s % d;
       const float uc = ToF(gamma[c]) * ToF(w[c]);
       float acc = 0.0f;
+#pragma unroll 2
       for (int li = group; li < round_rows && base + li < rows; li += groups) {
         const int64_t r = base + li;
         const float g = ToF(dh[r * d + c]);

@@ -33,7 +33,7 @@ __global__ void GatherKernel(const T* __restrict__ table, const int32_t* __restr
        r += static_cast<int64_t>(gridDim.x) * kWarps) {
     const int32_t id = ids[r];
     if (id < 0 || id >= vocab) {
-      if (lane == 0) atomicMin(bad, static_cast<int>(r));
+      if (lane == 0) atomicMin(bad, static_cast<int>(r));  // an exact minimum: order-free
       continue;
     }
     const T* src = table + static_cast<int64_t>(id) * d;
@@ -50,7 +50,7 @@ __global__ void ScatterKeysKernel(const int32_t* __restrict__ ids, int64_t n, in
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int32_t id = ids[r];
     const bool in = id >= 0 && id < vocab;
-    if (!in) atomicMin(bad, static_cast<int>(r));
+    if (!in) atomicMin(bad, static_cast<int>(r));  // an exact minimum: order-free
     keys[r] = in ? id : static_cast<int32_t>(vocab);
     positions[r] = static_cast<int32_t>(r);
   }

@@ -52,8 +52,9 @@ __global__ void RmsNormForwardKernel(const T* __restrict__ x, const T* __restric
 }
 
 // dx = rstd (w dy - xhat mean(xhat w dy)); dw's partial of this block += sum_rows dy xhat.
-// dw_parts: [gridDim.x, d], or null (no dw). Shared memory: mean [round rows], then, when
-// dw_shared, the block's [groups][d] slots (else groups == 1 and the slots are its dw_parts row).
+// dw_parts: [gridDim.x, d], or null (no dw). Shared memory: mean and rstd [2][round rows], then,
+// when dw_shared, the block's [groups][d] slots (else groups == 1 and the slots are its dw_parts
+// row).
 template <typename T>
 __global__ void RmsNormBackwardKernel(const T* __restrict__ x, const T* __restrict__ w,
                                       const float* __restrict__ rstd, const T* __restrict__ dy,
@@ -63,8 +64,9 @@ __global__ void RmsNormBackwardKernel(const T* __restrict__ x, const T* __restri
   extern __shared__ float smem[];
   const int round_rows = kWarps * rows_per_warp;
   float* mean = smem;
+  float* rs_round = smem + round_rows;
   float* slot = dw_parts == nullptr ? nullptr
-                : dw_shared         ? smem + round_rows
+                : dw_shared         ? smem + 2 * round_rows
                                     : dw_parts + static_cast<int64_t>(blockIdx.x) * d;
   const int64_t slots = groups * d;
   if (slot != nullptr) {
@@ -88,7 +90,10 @@ __global__ void RmsNormBackwardKernel(const T* __restrict__ x, const T* __restri
         }
       }
       dot = WarpSum(dot);
-      if (lane == 0) mean[li] = dot / static_cast<float>(d);
+      if (lane == 0) {
+        mean[li] = dot / static_cast<float>(d);
+        rs_round[li] = r < rows ? rstd[r] : 0.0f;
+      }
     }
     __syncthreads();
     // Pass 2: the block by (group, column) slots.
@@ -97,9 +102,10 @@ __global__ void RmsNormBackwardKernel(const T* __restrict__ x, const T* __restri
       const int64_t c = i % d;
       const float g = w != nullptr ? ToF(w[c]) : 1.0f;
       float acc = 0.0f;
+#pragma unroll 4
       for (int li = group; li < round_rows && base + li < rows; li += groups) {
         const int64_t r = base + li;
-        const float rs = rstd[r];
+        const float rs = rs_round[li];
         const float xhat = ToF(x[r * d + c]) * rs;
         const float gy = ToF(dy[r * d + c]);
         dx[r * d + c] = FromF<T>(rs * (g * gy - xhat * mean[li]));
@@ -146,7 +152,7 @@ Status Backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tens
   if (dw->defined()) {
     ORRERY_ASSIGN_OR_RETURN(parts, Tensor::Allocate({grid, d}, DType::kF32, x.device()));
   }
-  const size_t mean_bytes = sizeof(float) * round_rows;
+  const size_t mean_bytes = sizeof(float) * 2 * round_rows;
   const size_t slot_bytes = sizeof(float) * static_cast<size_t>(groups * d);
   // Rows too wide for the slots in shared memory (d > ~12K) take their block's row of the
   // scratch as the slots (groups is 1 there).
