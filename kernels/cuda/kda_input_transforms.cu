@@ -335,13 +335,15 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
 }  // namespace
 
 Status AllocateGateParamGrads(const KdaInputs& raw, Device dev, KdaGrads* grads) {
+  // Zeroed on the stream the fixed-order sums that add into them are queued on.
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(dev.index));
   for (const auto& [param, grad] :
        {std::pair<const Tensor*, Tensor*>{&raw.a_log, &grads->da_log},
         std::pair<const Tensor*, Tensor*>{&raw.dt_bias, &grads->ddt_bias}}) {
     if (!param->defined()) continue;
     ORRERY_ASSIGN_OR_RETURN(*grad, Tensor::Allocate(param->shape(), DType::kF32, dev));
-    ORRERY_RETURN_IF_ERROR(
-        CudaCheck(cudaMemset(grad->raw_data(), 0, grad->nbytes()), "cudaMemset"));
+    ORRERY_RETURN_IF_ERROR(CudaCheck(
+        cudaMemsetAsync(grad->raw_data(), 0, grad->nbytes(), ctx->stream()), "cudaMemsetAsync"));
   }
   return Status::OK();
 }
