@@ -95,6 +95,7 @@ __device__ double SelectAscending(const double* col, int64_t m, int64_t rank) {
     const unsigned long long prefix = prefix_s;
     for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
       const unsigned long long key = KeyOf(col[i]);
+      // An exact integer count: the same whatever order the threads add in.
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
     }
     __syncthreads();

@@ -52,7 +52,7 @@ Status GluForwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u
 Status GluBackwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u, const Tensor& dh,
                        Tensor* da, Tensor* du);
 
-// sumsq (f64 [1], zeroed here) = sum over tensors of sum x^2 (f32 tensors).
+// sumsq (f64 [1], overwritten) = sum over tensors of sum x^2 (f32 tensors), in a fixed order.
 Status SquaredNormCuda(const std::vector<Tensor>& xs, Tensor* sumsq);
 // factor (f32 [1]) = max_norm / (norm + 1e-12) when norm > max_norm > 0, else 1.
 Status ClipFactorCuda(const Tensor& sumsq, double max_norm, Tensor* factor);
@@ -140,5 +140,9 @@ Status RowBiasGradCuda(const Tensor& dy, Tensor* db);
 Status PagedLatentWriteCuda(const Tensor& latents, const Tensor& slot_mapping, Tensor* pages);
 Status MlaDecodePagedCuda(const Tensor& q, const PagedLatentCache& cache, int64_t dv, float scale,
                           int splits, Tensor* o, Tensor* lse);
+
+// The ops' fixed-order cross-block reduction (column_sums.h) on tensors, for tests: parts
+// [rows, cols] and out [cols], both f32 or both f64 on one device.
+Status ColumnSumsCuda(const Tensor& parts, bool accumulate, Tensor* out);
 
 }  // namespace orrery::kernels::cuda
