@@ -42,7 +42,7 @@ struct GpuInferenceState::Impl {
   std::vector<int32_t> refs;                // per page: slots holding it
   std::vector<int32_t> free_pages;          // a stack
 
-  // The MHA-form prefill of the slots being fed now (ExtendMha), or null: per MLA layer their
+  // The MHA-form prefill of the slots being fed now (Extend), or null: per MLA layer their
   // keys and values, and per slot the row of its position 0.
   struct MhaScratch {
     std::vector<gpu::MlaContextKv> layers;
@@ -180,10 +180,12 @@ StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
     (mha_form ? mha_group : absorbed_group).push_back(i);
     if (mha_form) mha_rows += length[static_cast<size_t>(slots[i])] + m;
   }
-  if (!mha_group.empty() && device.is_cuda() &&
-      mha_rows * MhaBytesPerToken() + options.mha_prefill_reserve_bytes >
-          DeviceBytesAvailable(device)) {
-    mha_group.clear();  // does not fit: every slot absorbed
+  if (!mha_group.empty() && device.is_cuda()) {
+    const int64_t available = DeviceBytesAvailable(device);  // 0: unknown (the allocation decides)
+    if (available > 0 &&
+        mha_rows * MhaBytesPerToken() + options.mha_prefill_reserve_bytes > available) {
+      mha_group.clear();  // does not fit: every slot absorbed
+    }
   }
   if (mha_group.empty()) return Chunks(slots, feeds);
   auto part = [&](const std::vector<size_t>& which, std::vector<int64_t>* s,
@@ -266,8 +268,9 @@ StatusOr<GpuInferenceState::Impl::MhaScratch> GpuInferenceState::Impl::MakeMhaSc
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (const gpu::GpuMla* a = model->mla_layer(l)) mla.push_back(a);
   }
-  if (mla.size() != pools.size())
+  if (mla.size() != pools.size()) {
     return InternalError("gpu inference: MLA layers and pools differ");
+  }
   const int64_t ps = options.page_size;
   for (int64_t s : slots) {
     const int64_t len = length[static_cast<size_t>(s)],
@@ -549,9 +552,9 @@ StatusOr<std::unique_ptr<GpuInferenceState>> GpuInferenceState::Create(
     const int64_t page_bytes = c.num_mla_layers() * o.page_size *
                                (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) *
                                static_cast<int64_t>(DTypeSize(model->compute_dtype()));
-    if (model->device().is_cuda() && page_bytes > 0) {
-      o.num_pages = std::max<int64_t>(
-          1, std::min(o.num_pages, DeviceBytesAvailable(model->device()) / 2 / page_bytes));
+    const int64_t available = DeviceBytesAvailable(model->device());  // 0: unknown
+    if (model->device().is_cuda() && page_bytes > 0 && available > 0) {
+      o.num_pages = std::max<int64_t>(1, std::min(o.num_pages, available / 2 / page_bytes));
     }
   }
   if (o.num_pages * o.page_size > (int64_t{1} << 31) - 1) {

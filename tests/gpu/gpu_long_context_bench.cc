@@ -3,7 +3,7 @@
 // for a model config with random weights (default configs/model/small-1m.toml, bf16).
 //
 //   gpu_long_context_bench [--config PATH] [--lengths 8192,131072,1048576] [--chunk 8192]
-//                          [--absorbed-budget-s 120] [--no-kernels] [--no-crossover]
+//                          [--absorbed-budget-s 30] [--no-kernels] [--no-crossover]
 //
 // 1. Kernels (op level, CUDA events, median of 5 after 1 warm-up): a chunk of 8192 queries at the
 //    end of a context of 8K, 64K and 1M keys, the model's MLA heads, as prefix-causal attention
@@ -77,7 +77,7 @@ double Pairs(int64_t n, int64_t len) {
 struct Options {
   std::string config = "configs/model/small-1m.toml";
   std::vector<int64_t> lengths = {8192, 131072, 1048576};
-  double absorbed_budget_s = 120;
+  double absorbed_budget_s = 30;
   bool kernels = true, crossover = true;
 };
 
