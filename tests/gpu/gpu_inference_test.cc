@@ -1,9 +1,11 @@
 // The GPU inference engine (model/gpu/gpu_inference.h) on CUDA against the host model's inference
 // path (tests/gpu/gpu_inference_check.h: three slots over small pages with chunked and multi-turn
 // prefill and batched decode, a forked prompt with copy-on-write, page accounting over many
-// episodes, pool exhaustion), in the f32 debug mode and in bf16; then prefill + decode of a
-// sequence of a few thousand tokens against the host's full forward of the same tokens, and the
-// GPU PolicyBackend against the CPU one (LoadWeights keeps the caches). Skipped without a GPU.
+// episodes, pool exhaustion), in the f32 debug mode and in bf16, with the absorbed form and with
+// the MHA-form prefill for longer feeds; then prefill + decode of a sequence of a few thousand
+// tokens, and a 14.5K-token one in both MLA forms (chunks, a second turn), against the host's
+// full forward of the same tokens, and the GPU PolicyBackend against the CPU one (LoadWeights
+// keeps the caches). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
