@@ -1,5 +1,5 @@
-// CausalAttention / CausalAttentionGrad / PrefixCausalAttention: checks, then the CPU templates
-// (kernels/mla_attention.h) or CUDA.
+// CausalAttention / CausalAttentionGrad: checks, then the CPU templates (kernels/mla_attention.h)
+// or CUDA.
 #include <string>
 #include <utility>
 #include <vector>

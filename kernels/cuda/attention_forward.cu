@@ -141,13 +141,12 @@ Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Rows& ro
   return LastLaunchStatus("AttentionForwardKernel");
 }
 
-template <class Rows>
-Status ForwardTyped(const Tensor& q, const Tensor& k, const Tensor& v, const Rows& rows,
-                    double scale, Tensor* o, Tensor* lse, cudaStream_t stream) {
-  if (q.dtype() == DType::kBF16) {
-    return Forward<__nv_bfloat16>(q, k, v, rows, scale, o, lse, stream);
-  }
-  return Forward<float>(q, k, v, rows, scale, o, lse, stream);
+// CausalAttention's: the row map of cu_seqlens.
+template <typename T>
+Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu, double scale,
+               Tensor* o, Tensor* lse, cudaStream_t stream) {
+  const attention_tc::CausalRows rows{cu.data<int64_t>(), cu.numel(), q.dim(0)};
+  return Forward<T>(q, k, v, rows, scale, o, lse, stream);
 }
 
 }  // namespace
@@ -160,20 +159,25 @@ Status CausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor
   if (kernels == AttentionKernels::kFastest && AttentionTcSupported(q, v)) {
     return AttentionForwardTc(q, k, v, cu_seqlens, scale, o, lse, ctx->stream());
   }
-  const attention_tc::CausalRows rows{cu_seqlens.data<int64_t>(), cu_seqlens.numel(), q.dim(0)};
-  return attention::ForwardTyped(q, k, v, rows, scale, o, lse, ctx->stream());
+  if (q.dtype() == DType::kBF16) {
+    return attention::Forward<__nv_bfloat16>(q, k, v, cu_seqlens, scale, o, lse, ctx->stream());
+  }
+  return attention::Forward<float>(q, k, v, cu_seqlens, scale, o, lse, ctx->stream());
 }
 
 Status PrefixCausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& cu_q, const Tensor& cu_k, double scale,
                                         Tensor* o, Tensor* lse, AttentionKernels kernels) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
-  if (kernels == AttentionKernels::kFastest && AttentionTcSupported(q, v)) {
+  if (kernels != AttentionKernels::kSimt && AttentionTcSupported(q, v)) {
     return PrefixAttentionForwardTc(q, k, v, cu_q, cu_k, scale, o, lse, ctx->stream());
   }
   const attention_tc::PrefixRows rows{cu_q.data<int64_t>(), cu_k.data<int64_t>(), cu_q.numel(),
                                       q.dim(0)};
-  return attention::ForwardTyped(q, k, v, rows, scale, o, lse, ctx->stream());
+  if (q.dtype() == DType::kBF16) {
+    return attention::Forward<__nv_bfloat16>(q, k, v, rows, scale, o, lse, ctx->stream());
+  }
+  return attention::Forward<float>(q, k, v, rows, scale, o, lse, ctx->stream());
 }
 
 }  // namespace orrery::kernels::cuda
