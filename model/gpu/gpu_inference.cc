@@ -96,9 +96,10 @@ struct GpuInferenceState::Impl {
                const std::vector<std::vector<int32_t>>& feeds) const;
   StatusOr<StepOutput> Extend(const std::vector<int64_t>& slots,
                               const std::vector<std::vector<int32_t>>& feeds);
-  // Extend's work after the checks: the feeds in chunks of at most prefill_chunk tokens.
-  StatusOr<StepOutput> Chunks(const std::vector<int64_t>& slots,
-                              const std::vector<std::vector<int32_t>>& feeds);
+  // GpuInferenceState::Prefill: the MLA form per slot (the rule, gpu_inference.h), then Extend
+  // once per form.
+  StatusOr<StepOutput> Prefill(const std::vector<int64_t>& slots,
+                               const std::vector<std::vector<int32_t>>& feeds);
   // The MHA form's scratch for feeding `slots`: allocated (ResourceExhausted when it does not
   // fit) and the slots' contexts decompressed into it.
   StatusOr<MhaScratch> MakeMhaScratch(const std::vector<int64_t>& slots,
@@ -166,7 +167,7 @@ Status GpuInferenceState::Impl::Check(const std::vector<int64_t>& slots,
   return Status::OK();
 }
 
-StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
+StatusOr<StepOutput> GpuInferenceState::Impl::Prefill(
     const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& feeds) {
   ORRERY_RETURN_IF_ERROR(Check(slots, feeds));
   // The rule (gpu_inference.h): feeds of at least mha_prefill_min_tokens take the MHA form when
@@ -187,7 +188,7 @@ StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
       mha_group.clear();  // does not fit: every slot absorbed
     }
   }
-  if (mha_group.empty()) return Chunks(slots, feeds);
+  if (mha_group.empty()) return Extend(slots, feeds);
   auto part = [&](const std::vector<size_t>& which, std::vector<int64_t>* s,
                   std::vector<std::vector<int32_t>>* f) {
     for (size_t i : which) {
@@ -201,17 +202,17 @@ StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
   part(absorbed_group, &other_slots, &other_feeds);
   StatusOr<MhaScratch> scratch = MakeMhaScratch(mha_slots, mha_feeds);
   if (!scratch.ok() && scratch.status().code() == StatusCode::kResourceExhausted) {
-    return Chunks(slots, feeds);  // the scratch did not fit after all: nothing was fed yet
+    return Extend(slots, feeds);  // the scratch did not fit after all: nothing was fed yet
   }
   ORRERY_RETURN_IF_ERROR(scratch.status());
   mha = &*scratch;
-  StatusOr<StepOutput> mha_out = Chunks(mha_slots, mha_feeds);
+  StatusOr<StepOutput> mha_out = Extend(mha_slots, mha_feeds);
   mha = nullptr;
   ORRERY_RETURN_IF_ERROR(mha_out.status());
   for (const auto& f : mha_feeds) mha_tokens += static_cast<int64_t>(f.size());
   *scratch = MhaScratch();  // freed before the absorbed group runs
   if (absorbed_group.empty()) return mha_out;
-  ORRERY_ASSIGN_OR_RETURN(StepOutput other, Chunks(other_slots, other_feeds));
+  ORRERY_ASSIGN_OR_RETURN(StepOutput other, Extend(other_slots, other_feeds));
   // Both groups' rows back in call order.
   const int64_t k = c.moe.top_k, nmoe = c.num_moe_layers();
   std::vector<int64_t> base(slots.size() + 1, 0);
@@ -297,8 +298,9 @@ StatusOr<GpuInferenceState::Impl::MhaScratch> GpuInferenceState::Impl::MakeMhaSc
   return scratch;
 }
 
-StatusOr<StepOutput> GpuInferenceState::Impl::Chunks(
+StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
     const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& feeds) {
+  ORRERY_RETURN_IF_ERROR(Check(slots, feeds));
   const int64_t chunk = options.prefill_chunk;
   bool fits = true;
   for (const auto& f : feeds) fits = fits && static_cast<int64_t>(f.size()) <= chunk;
@@ -704,7 +706,7 @@ int64_t GpuInferenceState::bytes() const {
 
 StatusOr<StepOutput> GpuInferenceState::Prefill(const std::vector<int64_t>& slots,
                                                 const std::vector<std::vector<int32_t>>& tokens) {
-  return impl_->Extend(slots, tokens);
+  return impl_->Prefill(slots, tokens);
 }
 
 StatusOr<StepOutput> GpuInferenceState::DecodeStep(const std::vector<int64_t>& slots,

@@ -152,6 +152,46 @@ Status GpuMla::Infer(const Tensor& x, const InferenceSegments& s, const MlaPaged
   return Output(x, o2, &c, y);
 }
 
+Status GpuMla::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {
+  kernels::PhaseScope scope("bwd.mla");
+  const int64_t n = s.n;
+  ORRERY_ASSIGN_OR_RETURN(Tensor o2, c.o.Reshape({n, h_ * dv_}));
+  Tensor dattn;
+  if (c_->mla.output_gate) {
+    Tensor dog, dgl;
+    ORRERY_RETURN_IF_ERROR(LinearGradChain(c.og, wo_, dy, &dog));
+    ORRERY_RETURN_IF_ERROR(kernels::SigmoidGateGrad(o2, c.gl, dog, &dattn, &dgl));
+    ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wg_, dgl, dx));
+  } else {
+    ORRERY_RETURN_IF_ERROR(LinearGradChain(o2, wo_, dy, &dattn));
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor d_o, dattn.Reshape({n, h_, dv_}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor q3, c.q.Reshape({n, h_, dqk_}));
+  Tensor dq, dk, dv;
+  {
+    kernels::PhaseScope attn("bwd.mla.attention");
+    ORRERY_RETURN_IF_ERROR(kernels::CausalAttentionGrad(q3, c.k, c.v, c.o, c.lse, d_o, s.cu_device,
+                                                        scale_, &dq, &dk, &dv));
+  }
+  Tensor dkv, dkr;
+  ORRERY_RETURN_IF_ERROR(kernels::MlaKeysValuesGrad(dk, dv, dn_, &dkv, &dkr));
+  ORRERY_ASSIGN_OR_RETURN(dkv, dkv.Reshape({n, h_ * (dn_ + dv_)}));
+  Tensor dchat, dcl;
+  ORRERY_RETURN_IF_ERROR(LinearGradChain(c.chat, wkvb_, dkv, &dchat));
+  Tensor kvnorm_grad = kvnorm_.grad;
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNormGrad(c.cl, kvnorm_.compute, c.c_rstd, dchat, &dcl, &kvnorm_grad));
+  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wc_, dcl, dx));
+  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wr_, dkr, dx));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dq2, dq.Reshape({n, h_ * dqk_}));
+  if (c_->mla.q_lora_rank == 0) return LinearGrad(c.x, wq_, dq2, dx);
+  Tensor dqan, dqa, qnorm_grad = qnorm_.grad;
+  ORRERY_RETURN_IF_ERROR(LinearGradChain(c.qan, wqb_, dq2, &dqan));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNormGrad(c.qa, qnorm_.compute, c.qa_rstd, dqan, &dqa, &qnorm_grad));
+  return LinearGrad(c.x, wqa_, dqa, dx);
+}
+
 Status GpuMla::Decompress(const Tensor& latents, Tensor* k, Tensor* v) const {
   const int64_t m = latents.dim(0), dc = c_->mla.kv_lora_rank, dr = c_->mla.qk_rope_head_dim;
   ORRERY_ASSIGN_OR_RETURN(Tensor chat,
@@ -206,46 +246,6 @@ Status GpuMla::InferMha(const Tensor& x, const InferenceSegments& s, const MlaPa
   }
   ORRERY_ASSIGN_OR_RETURN(Tensor o2, o.Reshape({n, h_ * dv_}));
   return Output(x, o2, &c, y);
-}
-
-Status GpuMla::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {
-  kernels::PhaseScope scope("bwd.mla");
-  const int64_t n = s.n;
-  ORRERY_ASSIGN_OR_RETURN(Tensor o2, c.o.Reshape({n, h_ * dv_}));
-  Tensor dattn;
-  if (c_->mla.output_gate) {
-    Tensor dog, dgl;
-    ORRERY_RETURN_IF_ERROR(LinearGradChain(c.og, wo_, dy, &dog));
-    ORRERY_RETURN_IF_ERROR(kernels::SigmoidGateGrad(o2, c.gl, dog, &dattn, &dgl));
-    ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wg_, dgl, dx));
-  } else {
-    ORRERY_RETURN_IF_ERROR(LinearGradChain(o2, wo_, dy, &dattn));
-  }
-  ORRERY_ASSIGN_OR_RETURN(Tensor d_o, dattn.Reshape({n, h_, dv_}));
-  ORRERY_ASSIGN_OR_RETURN(Tensor q3, c.q.Reshape({n, h_, dqk_}));
-  Tensor dq, dk, dv;
-  {
-    kernels::PhaseScope attn("bwd.mla.attention");
-    ORRERY_RETURN_IF_ERROR(kernels::CausalAttentionGrad(q3, c.k, c.v, c.o, c.lse, d_o, s.cu_device,
-                                                        scale_, &dq, &dk, &dv));
-  }
-  Tensor dkv, dkr;
-  ORRERY_RETURN_IF_ERROR(kernels::MlaKeysValuesGrad(dk, dv, dn_, &dkv, &dkr));
-  ORRERY_ASSIGN_OR_RETURN(dkv, dkv.Reshape({n, h_ * (dn_ + dv_)}));
-  Tensor dchat, dcl;
-  ORRERY_RETURN_IF_ERROR(LinearGradChain(c.chat, wkvb_, dkv, &dchat));
-  Tensor kvnorm_grad = kvnorm_.grad;
-  ORRERY_RETURN_IF_ERROR(
-      kernels::RmsNormGrad(c.cl, kvnorm_.compute, c.c_rstd, dchat, &dcl, &kvnorm_grad));
-  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wc_, dcl, dx));
-  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x, wr_, dkr, dx));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dq2, dq.Reshape({n, h_ * dqk_}));
-  if (c_->mla.q_lora_rank == 0) return LinearGrad(c.x, wq_, dq2, dx);
-  Tensor dqan, dqa, qnorm_grad = qnorm_.grad;
-  ORRERY_RETURN_IF_ERROR(LinearGradChain(c.qan, wqb_, dq2, &dqan));
-  ORRERY_RETURN_IF_ERROR(
-      kernels::RmsNormGrad(c.qa, qnorm_.compute, c.qa_rstd, dqan, &dqa, &qnorm_grad));
-  return LinearGrad(c.x, wqa_, dqa, dx);
 }
 
 }  // namespace orrery::model::gpu
