@@ -19,11 +19,12 @@
 // next-token logits, here f32, and the R3 expert ids) for the GpuModel's weights as they are at
 // the call. Feeds longer than prefill_chunk tokens run as successive chunks.
 //
-// MLA attention takes one of two forms per slot and call (the rule): a feed of at least
+// MLA attention takes one of two forms per slot and call (the rule): a Prefill feed of at least
 // mha_prefill_min_tokens tokens takes the MHA form, when its memory fits, and every other feed
-// (decode steps, short turns) the absorbed form over the pages (kernels/mla_decode.h). The MHA
-// form decompresses the slot's cached context from its latent pages once at the start of the
-// call into per-head keys [k_nope | k^R] and values (W_kvb, spec §3.1), appends each chunk's
+// (decode steps, short turns) the absorbed form over the pages (kernels/mla_decode.h); a call
+// with both runs as one call per form (a failure in the second leaves the first's slots fed).
+// The MHA form decompresses the slot's cached context from its latent pages once at the start of
+// the call into per-head keys [k_nope | k^R] and values (W_kvb, spec §3.1), appends each chunk's
 // new keys and values and runs the training form's attention over them
 // (kernels::PrefixCausalAttention): 640 FLOPs per (query, key) pair and head against 2176 in the
 // absorbed form at K3's dims, on the tensor-core flash-attention kernel, and no per-chunk
