@@ -131,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(All, PrefixAttentionGpuTest, ::testing::ValuesIn(Cases(
 // 1e-6 relative (f32 lse, and o in f32) and 1e-4 (o in bf16): the two instantiations are compiled
 // apart, and a different FMA contraction could move an f32 last bit and flip a bf16 rounding
 // (2^-8 on one element of ~200K), while a wrong key range moves o by >= 1e-1.
-TEST(PrefixAttentionGpuTest, EqualsCausalAttention) {
+TEST(PrefixAttentionGpuOpTest, EqualsCausalAttention) {
   SKIP_WITHOUT_GPU();
   const Tensor cu = ToGpu(Offsets({1, 63, 64, 65, 200, 1, 130, 17}));
   const int64_t n = 541, heads = 3;
@@ -156,7 +156,7 @@ TEST(PrefixAttentionGpuTest, EqualsCausalAttention) {
   }
 }
 
-TEST(PrefixAttentionGpuTest, RejectsBadArguments) {
+TEST(PrefixAttentionGpuOpTest, RejectsBadArguments) {
   SKIP_WITHOUT_GPU();
   const Tensor q = Poisoned({5, 2, 16}, DType::kBF16), k = Poisoned({9, 2, 16}, DType::kBF16);
   const Tensor v = Poisoned({9, 2, 16}, DType::kBF16);
