@@ -17,8 +17,9 @@
 //    clock as callers see it (the logits on the host): seconds, tokens/s, the peak device memory
 //    of the caching allocator during the prefill (the model included) and the state's bytes; then
 //    2 decode steps and 64 timed ones at that context: ms/token. The absorbed form runs at L only
-//    when its time at the previous length times (L / L_prev)^2 (attention dominates) fits the
-//    budget, else it prints the estimate.
+//    when its estimate fits the budget, else it prints the estimate: the MHA form's time at L
+//    (the rest of the model is the same) plus the forms' difference at the last length both ran,
+//    times (L / L_prev)^2 (the attention's share).
 // 3. Crossover (the rule's threshold): one Prefill of m = 256 .. 8192 tokens onto a slot holding
 //    C = 0 or 65536 tokens (a copy of a prefilled slot: pages shared, so each m starts from the
 //    same context), in each form; ms per call, and the smallest m from which the MHA form is
@@ -278,23 +279,25 @@ int Run(int argc, char** argv) {
       static_cast<long long>(prefill_chunk), Gb(GetCachingAllocatorStats(0).bytes_in_use),
       Seconds(t_up));
   PhiloxGenerator gen(5, 0);
-  double absorbed_s = -1;
-  int64_t absorbed_len = 0;
+  double extra_s = -1;  // absorbed minus MHA prefill seconds at the last length both ran
+  int64_t both_len = 0;
   for (int64_t len : opt->lengths) {
     len = std::min(len, config->max_seq_len - kDecodeWarmup - kDecodeSteps);
-    StatusOr<double> s = PrefillAndDecode(gpu->get(), len, true, gen);
-    if (!s.ok()) return Fail(s.status());
+    StatusOr<double> mha_s = PrefillAndDecode(gpu->get(), len, true, gen);
+    if (!mha_s.ok()) return Fail(mha_s.status());
     const double estimate =
-        absorbed_s < 0 ? 0 : absorbed_s * std::pow(static_cast<double>(len) / absorbed_len, 2.0);
+        extra_s < 0
+            ? 0
+            : *mha_s + std::max(0.0, extra_s) * std::pow(static_cast<double>(len) / both_len, 2.0);
     if (estimate > opt->absorbed_budget_s) {
       std::printf("  absorbed prefill %8lld tokens: skipped (estimated %.0f s from %lld tokens)\n",
-                  static_cast<long long>(len), estimate, static_cast<long long>(absorbed_len));
+                  static_cast<long long>(len), estimate, static_cast<long long>(both_len));
       continue;
     }
-    s = PrefillAndDecode(gpu->get(), len, false, gen);
-    if (!s.ok()) return Fail(s.status());
-    absorbed_s = *s;
-    absorbed_len = len;
+    StatusOr<double> absorbed_s = PrefillAndDecode(gpu->get(), len, false, gen);
+    if (!absorbed_s.ok()) return Fail(absorbed_s.status());
+    extra_s = *absorbed_s - *mha_s;
+    both_len = len;
   }
   if (opt->crossover) {
     const std::vector<int64_t> sizes = {256, 512, 1024, 2048, 4096, 8192};
