@@ -46,6 +46,13 @@ Status CausalAttentionBackwardCuda(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& cu_seqlens, double scale, Tensor* dq, Tensor* dk,
                                    Tensor* dv,
                                    AttentionKernels kernels = AttentionKernels::kFastest);
+// Prefix-causal attention (kernels/attention.h PrefixCausalAttention): q [Nq, H, dqk], k
+// [Nk, H, dqk], v [Nk, H, dv], cu_q and cu_k i64 [docs + 1] on the device; o [Nq, H, dv] like v,
+// lse [Nq, H] f32. The same kernels as the causal forward, with their PrefixRows row map.
+Status PrefixCausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& cu_q, const Tensor& cu_k, double scale,
+                                        Tensor* o, Tensor* lse,
+                                        AttentionKernels kernels = AttentionKernels::kFastest);
 
 // Gated activations (kernels/situ.h) element-wise over tensors of one dtype (bf16 or f32).
 Status GluForwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u, Tensor* h);
