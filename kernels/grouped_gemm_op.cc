@@ -1,8 +1,10 @@
 // GroupedGemmForward, GroupedGemmInputGrad, GroupedGemmWeightGrad (kernels/grouped_gemm.h): the
-// argument checks, then the CPU twin here (f64 sums, the offsets read on the host) or the CUDA
-// kernels (kernels/cuda/grouped_gemm.cu).
+// argument checks, then the CPU twin here (f64 sums, the offsets read on the host) or a CUDA
+// kernel: the wgmma one (kernels/cuda/grouped_gemm_wgmma.cu) or the mma.sync one
+// (kernels/cuda/grouped_gemm.cu), as ORRERY_GROUPED_GEMM and the device choose.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -190,6 +192,30 @@ void WeightGradCpu(const Tensor& dy, const Tensor& x, const std::vector<int64_t>
   }
 }
 
+#if defined(ORRERY_KERNELS_CUDA)
+// Whether a cuda call runs the wgmma kernel (else the mma.sync one): ORRERY_GROUPED_GEMM unset,
+// empty or "auto": where the device and the sizes allow it; "mma" or "wgmma" force one (wgmma where
+// it cannot run is an error, not a silent fallback).
+StatusOr<bool> UseWgmma(const char* op, const Dims& d) {
+  const char* env = std::getenv("ORRERY_GROUPED_GEMM");
+  const std::string v = env == nullptr ? "" : env;
+  if (v == "mma") return false;
+  const bool ok = cuda::GroupedGemmWgmmaAvailable(d.device.index) &&
+                  cuda::GroupedGemmWgmmaSupports(d.m, d.n, d.k);
+  if (v.empty() || v == "auto") return ok;
+  if (v != "wgmma") {
+    return Bad(op, "ORRERY_GROUPED_GEMM '" + v + "', expected mma, wgmma or auto");
+  }
+  if (!ok) {
+    return Bad(op, "ORRERY_GROUPED_GEMM=wgmma on " + d.device.ToString() + " with M " +
+                       std::to_string(d.m) +
+                       ": the wgmma kernel needs a compute capability 9.0 device and M, N, K < "
+                       "2^31");
+  }
+  return true;
+}
+#endif
+
 }  // namespace
 
 bool GroupedGemmSupports(int64_t n, int64_t k) {
@@ -212,7 +238,11 @@ Status GroupedGemmForward(const Tensor& x, const Tensor& w, const Tensor& offset
       CheckOutput(kOp, "y", *y, {d.m, d.n}, x.dtype(), {DType::kBF16, DType::kF32}, d.device));
   if (d.m == 0) return Status::OK();
 #if defined(ORRERY_KERNELS_CUDA)
-  if (!d.device.is_cpu()) return cuda::GroupedGemmForwardCuda(x, w, offsets, y);
+  if (!d.device.is_cpu()) {
+    ORRERY_ASSIGN_OR_RETURN(const bool wgmma, UseWgmma(kOp, d));
+    return wgmma ? cuda::GroupedGemmForwardWgmma(x, w, offsets, y)
+                 : cuda::GroupedGemmForwardMma(x, w, offsets, y);
+  }
 #endif
   const std::vector<int64_t> o = HostRows(offsets);
   if (x.dtype() == DType::kF32) {
@@ -242,7 +272,11 @@ Status GroupedGemmInputGrad(const Tensor& dy, const Tensor& w, const Tensor& off
       CheckOutput(kOp, "dx", *dx, {d.m, d.k}, dy.dtype(), {DType::kF32, DType::kBF16}, d.device));
   if (d.m == 0) return Status::OK();
 #if defined(ORRERY_KERNELS_CUDA)
-  if (!d.device.is_cpu()) return cuda::GroupedGemmInputGradCuda(dy, w, offsets, accumulate, dx);
+  if (!d.device.is_cpu()) {
+    ORRERY_ASSIGN_OR_RETURN(const bool wgmma, UseWgmma(kOp, d));
+    return wgmma ? cuda::GroupedGemmInputGradWgmma(dy, w, offsets, accumulate, dx)
+                 : cuda::GroupedGemmInputGradMma(dy, w, offsets, accumulate, dx);
+  }
 #endif
   const std::vector<int64_t> o = HostRows(offsets);
   if (dy.dtype() == DType::kF32) {
@@ -275,7 +309,11 @@ Status GroupedGemmWeightGrad(const Tensor& dy, const Tensor& x, const Tensor& of
   ORRERY_RETURN_IF_ERROR(CheckOutput(kOp, "dw", *dw, {d.e, d.n, d.k}, g, {DType::kF32}, d.device));
   if (d.m == 0) return Status::OK();
 #if defined(ORRERY_KERNELS_CUDA)
-  if (!d.device.is_cpu()) return cuda::GroupedGemmWeightGradCuda(dy, x, offsets, dw);
+  if (!d.device.is_cpu()) {
+    ORRERY_ASSIGN_OR_RETURN(const bool wgmma, UseWgmma(kOp, d));
+    return wgmma ? cuda::GroupedGemmWeightGradWgmma(dy, x, offsets, dw)
+                 : cuda::GroupedGemmWeightGradMma(dy, x, offsets, dw);
+  }
 #endif
   const std::vector<int64_t> o = HostRows(offsets);
   if (dy.dtype() == DType::kF32) {

@@ -1,5 +1,8 @@
 // The grouped GEMMs (kernels/grouped_gemm.h) on the GPU against their CPU twin on fresh random
-// inputs with ragged expert counts; skipped without a GPU.
+// inputs with ragged expert counts (empty experts, counts at the 128-row tile edges, or one expert
+// with all rows); every case on both kernels, forced by ORRERY_GROUPED_GEMM: the test suites
+// Mma/... (mma.sync, any device) and Wgmma/... (wgmma + TMA, skipped where the device is not
+// compute capability 9.0). Skipped without a GPU.
 //
 // The twin runs in f64 on the very values the GPU sees (bf16-rounded inputs, exact in f64), so an
 // error measures the kernel's f32 accumulation and its output rounding only. Tolerances (relative
@@ -21,6 +24,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "core/philox.h"
+#include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/grouped_gemm.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/kernels/kda_test_util.h"
@@ -48,17 +53,44 @@ constexpr double kWorstFactor = 10;
 constexpr int64_t kPad = 5;  // NaN rows before the first and after the last expert's rows
 
 // Ragged counts for E experts: the edge counts 0, 1, 127, 128, 129 (tile boundaries), thousands
-// and random small ones, in a seeded order.
-std::vector<int64_t> RaggedCounts(int64_t e, int64_t big, PhiloxGenerator& rng) {
+// and random small ones, in a seeded order; or (all_in_one) every row in one expert, the others
+// empty.
+std::vector<int64_t> RaggedCounts(int64_t e, int64_t big, bool all_in_one, PhiloxGenerator& rng) {
   const std::vector<int64_t> edges = {0, 1, 127, 128, 129, big};
   std::vector<int64_t> c(static_cast<size_t>(e));
   for (int64_t i = 0; i < e; ++i) {
-    c[i] = i < static_cast<int64_t>(edges.size()) ? edges[i] : rng.NextU32() % 300;
+    c[i] = all_in_one ? 0 : i < static_cast<int64_t>(edges.size()) ? edges[i] : rng.NextU32() % 300;
   }
+  if (all_in_one) c[rng.NextU32() % e] = big;
   for (int64_t i = e - 1; i > 0; --i) std::swap(c[i], c[rng.NextU32() % (i + 1)]);
   if (e == 1) c[0] = big;
   return c;
 }
+
+// Sets ORRERY_GROUPED_GEMM for the life of the object (the kernel the ops choose at each call).
+class ForceKernel {
+ public:
+  explicit ForceKernel(const char* kernel) {
+    const char* old = std::getenv(kVar);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(kVar, kernel, 1);
+  }
+  ~ForceKernel() {
+    if (had_) {
+      setenv(kVar, old_.c_str(), 1);
+    } else {
+      unsetenv(kVar);
+    }
+  }
+  ForceKernel(const ForceKernel&) = delete;
+  ForceKernel& operator=(const ForceKernel&) = delete;
+
+ private:
+  static constexpr const char* kVar = "ORRERY_GROUPED_GEMM";
+  bool had_ = false;
+  std::string old_;
+};
 
 struct Problem {
   std::vector<int64_t> offsets;  // [E + 1], offsets[0] = kPad
@@ -150,18 +182,26 @@ void ExpectExpertsClose(const Tensor& got_dev, const Tensor& ref, const Tensor& 
               tol);
 }
 
-using Case = std::tuple<int64_t, int64_t, int64_t, bool>;  // E, N, K, i64 offsets
-class GroupedGemmGpuTest : public ::testing::TestWithParam<Case> {};
+// E, N, K, i64 offsets, one expert with all rows.
+using Case = std::tuple<int64_t, int64_t, int64_t, bool, bool>;
+using Param = std::tuple<std::string, Case>;  // the kernel (mma or wgmma), the case
+class GroupedGemmGpuTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   SKIP_WITHOUT_GPU();
-  const auto [e, n, k, i64] = GetParam();
-  PhiloxGenerator rng(1000 + e + n + 3 * k + i64, 0);
+  const std::string kernel = std::get<0>(GetParam());
+  const auto [e, n, k, i64, all_in_one] = std::get<1>(GetParam());
+  if (kernel == "wgmma" && !cuda::GroupedGemmWgmmaAvailable(0)) {
+    GTEST_SKIP() << "the wgmma kernel needs a compute capability 9.0 device";
+  }
+  const ForceKernel force(kernel.c_str());
+  PhiloxGenerator rng(1000 + e + n + 3 * k + i64 + 7 * all_in_one, 0);
   // "Thousands" rows for one expert, fewer for the widest shapes (the f64 twin's time).
   const int64_t big = n * k >= 512 * 1024 ? 1500 : 4500;
-  const Problem p = MakeProblem(RaggedCounts(e, big, rng), i64);
-  std::printf("E %lld N %lld K %lld, %lld rows, %s offsets\n", static_cast<long long>(e),
-              static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(p.m),
+  const Problem p = MakeProblem(RaggedCounts(e, big, all_in_one, rng), i64);
+  std::printf("%s: E %lld N %lld K %lld, %lld rows%s, %s offsets\n", kernel.c_str(),
+              static_cast<long long>(e), static_cast<long long>(n), static_cast<long long>(k),
+              static_cast<long long>(p.m), all_in_one ? " all in one expert" : "",
               i64 ? "i64" : "i32");
   const Tensor x = RowsInput(p, k, rng), dy = RowsInput(p, n, rng);
   const Tensor w =
@@ -223,17 +263,28 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, GroupedGemmGpuTest,
-                         ::testing::Values(Case{1, 64, 64, false}, Case{8, 64, 512, true},
-                                           Case{8, 512, 64, false}, Case{8, 1024, 1024, true},
-                                           Case{32, 512, 512, false}, Case{64, 1024, 512, true},
-                                           Case{64, 512, 1024, false}, Case{32, 72, 136, true}),
-                         [](const auto& info) {
-                           return "E" + std::to_string(std::get<0>(info.param)) + "_N" +
-                                  std::to_string(std::get<1>(info.param)) + "_K" +
-                                  std::to_string(std::get<2>(info.param)) +
-                                  (std::get<3>(info.param) ? "_i64" : "_i32");
-                         });
+// Cases: ragged counts over shapes whose N and K are multiples of the tiles or only of 8 (72 x 136,
+// 264 x 200: a last column tile of 8 columns, partial reduction stages), one expert with all rows.
+const auto kCases = ::testing::Values(
+    Case{1, 64, 64, false, false}, Case{8, 64, 512, true, false}, Case{8, 512, 64, false, false},
+    Case{8, 1024, 1024, true, false}, Case{32, 512, 512, false, false},
+    Case{64, 1024, 512, true, false}, Case{64, 512, 1024, false, false},
+    Case{32, 72, 136, true, false}, Case{8, 264, 200, false, false}, Case{6, 256, 384, true, true},
+    Case{40, 136, 264, false, true});
+
+std::string CaseName(const ::testing::TestParamInfo<Param>& info) {
+  const auto [e, n, k, i64, all_in_one] = std::get<1>(info.param);
+  return "E" + std::to_string(e) + "_N" + std::to_string(n) + "_K" + std::to_string(k) +
+         (i64 ? "_i64" : "_i32") + (all_in_one ? "_all_in_one" : "");
+}
+
+// The mma.sync kernel's suite first: a failing wgmma launch cannot hide its results.
+INSTANTIATE_TEST_SUITE_P(Mma, GroupedGemmGpuTest,
+                         ::testing::Combine(::testing::Values(std::string("mma")), kCases),
+                         CaseName);
+INSTANTIATE_TEST_SUITE_P(Wgmma, GroupedGemmGpuTest,
+                         ::testing::Combine(::testing::Values(std::string("wgmma")), kCases),
+                         CaseName);
 
 // Bad calls: one InvalidArgument line each.
 TEST(GroupedGemmGpuErrors, BadCallsAreOneClearLine) {
@@ -259,6 +310,9 @@ TEST(GroupedGemmGpuErrors, BadCallsAreOneClearLine) {
          "grouped_gemm_input_grad: dx is undefined but accumulate is set");
   Tensor dw = Poisoned({2, 64, 64}, DType::kBF16);
   expect(GroupedGemmWeightGrad(x, x, off, &dw), "grouped_gemm_weight_grad: dw bf16[2, 64, 64]");
+  const ForceKernel bogus("fast");
+  expect(GroupedGemmForward(x, w_ok, off, &y),
+         "grouped_gemm_forward: ORRERY_GROUPED_GEMM 'fast', expected mma, wgmma or auto");
 }
 
 }  // namespace
