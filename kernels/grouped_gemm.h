@@ -32,6 +32,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/situ.h"
 
 namespace orrery::kernels {
 
@@ -49,5 +50,21 @@ Status GroupedGemmInputGrad(const Tensor& dy, const Tensor& w, const Tensor& off
                             bool accumulate, Tensor* dx);
 
 Status GroupedGemmWeightGrad(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor* dw);
+
+// The experts' gate/up product with the gated activation (kernels/situ.h, spec §5.3) fused in
+// its epilogue: for the rows r of expert e,
+//   a[r] = X[r] W1_e^T,  u[r] = X[r] W3_e^T,  h[r] = act(a[r], u[r])
+//   X [M, K], W1 and W3 [E, F, K] -> h [M, F]; a, u [M, F] when asked for (both or neither: the
+//   pre-activations GluGrad needs).
+// cpu: the twin (f64 sums rounded to the operands' dtype, then GluForward). cuda: the fused wgmma
+// kernel only, where GroupedGemmGluFused says so (a compute capability 9.0 device, not forced to
+// mma); elsewhere InvalidArgument, and callers compose GroupedGemmForward and Glu instead. h, a,
+// u: one dtype (on cuda bf16 or f32), allocated when undefined; rows outside the experts' are not
+// written.
+Status GroupedGemmGlu(const GluActivation& act, const Tensor& x, const Tensor& w1, const Tensor& w3,
+                      const Tensor& offsets, Tensor* h, Tensor* a = nullptr, Tensor* u = nullptr);
+
+// Whether GroupedGemmGlu runs on `device` (cpu: always; cuda: see above).
+bool GroupedGemmGluFused(Device device);
 
 }  // namespace orrery::kernels

@@ -324,4 +324,81 @@ Status GroupedGemmWeightGrad(const Tensor& dy, const Tensor& x, const Tensor& of
   return Status::OK();
 }
 
+bool GroupedGemmGluFused(Device device) {
+  if (device.is_cpu()) return true;
+#if defined(ORRERY_KERNELS_CUDA)
+  const char* env = std::getenv("ORRERY_GROUPED_GEMM");
+  if (env != nullptr && std::string(env) == "mma") return false;
+  return cuda::GroupedGemmWgmmaAvailable(device.index);
+#else
+  return false;
+#endif
+}
+
+Status GroupedGemmGlu(const GluActivation& act, const Tensor& x, const Tensor& w1, const Tensor& w3,
+                      const Tensor& offsets, Tensor* h, Tensor* a, Tensor* u) {
+  PhaseScope phase("op.grouped_gemm");
+  constexpr const char* kOp = "grouped_gemm_glu";
+  ORRERY_RETURN_IF_ERROR(CheckStacked(kOp, "w1", w1));
+  Dims d;
+  ORRERY_RETURN_IF_ERROR(CheckCommon(kOp, x, "x", offsets, w1.dim(0), w1.dim(1), w1.dim(2), &d));
+  ORRERY_RETURN_IF_ERROR(CheckOperand(kOp, "x", x, {d.m, d.k}, x.dtype(), d.device));
+  ORRERY_RETURN_IF_ERROR(CheckOperand(kOp, "w1", w1, w1.shape(), x.dtype(), d.device));
+  ORRERY_RETURN_IF_ERROR(CheckOperand(kOp, "w3", w3, w1.shape(), x.dtype(), d.device));
+  if (h == nullptr) return Bad(kOp, "h is required");
+  if ((a == nullptr) != (u == nullptr)) return Bad(kOp, "a and u: both or neither");
+  const DType out = h->defined() ? h->dtype() : (d.device.is_cpu() ? x.dtype() : DType::kBF16);
+  for (Tensor* t : {h, a, u}) {
+    if (t == nullptr) continue;
+    if (!t->defined()) {
+      ORRERY_ASSIGN_OR_RETURN(*t, Tensor::Allocate({d.m, d.n}, out, d.device));
+    }
+    ORRERY_RETURN_IF_ERROR(CheckOutput(kOp, t == h ? "h" : (t == a ? "a" : "u"), *t, {d.m, d.n},
+                                       x.dtype(), {out == DType::kF32 ? DType::kF32 : DType::kBF16},
+                                       d.device));
+  }
+  if (d.m == 0) return Status::OK();
+#if defined(ORRERY_KERNELS_CUDA)
+  if (!d.device.is_cpu()) {
+    if (!GroupedGemmGluFused(d.device) || !cuda::GroupedGemmWgmmaSupports(d.m, d.n, d.k)) {
+      return Bad(kOp,
+                 "the fused kernel needs a compute capability 9.0 device, M, F, K < 2^31 "
+                 "and ORRERY_GROUPED_GEMM other than mma; compose GroupedGemmForward and Glu");
+    }
+    return cuda::GroupedGemmGluWgmma(act, x, w1, w3, offsets, h, a, u);
+  }
+#endif
+  // The twin: a and u (the outputs, or scratch), then the activation on each expert's rows.
+  Tensor sa, su;
+  Tensor* pa = a;
+  Tensor* pu = u;
+  if (pa == nullptr) {
+    ORRERY_ASSIGN_OR_RETURN(sa, Tensor::Allocate({d.m, d.n}, x.dtype(), d.device));
+    ORRERY_ASSIGN_OR_RETURN(su, Tensor::Allocate({d.m, d.n}, x.dtype(), d.device));
+    pa = &sa;
+    pu = &su;
+  }
+  const std::vector<int64_t> o = HostRows(offsets);
+  if (x.dtype() == DType::kF32) {
+    ForwardCpu<float>(x, w1, o, d, pa);
+    ForwardCpu<float>(x, w3, o, d, pu);
+  } else {
+    ForwardCpu<double>(x, w1, o, d, pa);
+    ForwardCpu<double>(x, w3, o, d, pu);
+  }
+  for (int64_t e = 0; e < d.e; ++e) {
+    int64_t lo, hi;
+    RowsOf(o, e, d.m, &lo, &hi);
+    const int64_t at = lo * d.n, n = (hi - lo) * d.n;
+    if (x.dtype() == DType::kF32) {
+      GluForward<float>(act, pa->data<float>() + at, pu->data<float>() + at, n,
+                        h->data<float>() + at);
+    } else {
+      GluForward<double>(act, pa->data<double>() + at, pu->data<double>() + at, n,
+                         h->data<double>() + at);
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace orrery::kernels

@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/situ.h"
 
 namespace orrery::kernels::cuda {
 
@@ -32,5 +33,9 @@ Status GroupedGemmInputGradWgmma(const Tensor& dy, const Tensor& w, const Tensor
                                  bool accumulate, Tensor* dx);
 Status GroupedGemmWeightGradWgmma(const Tensor& dy, const Tensor& x, const Tensor& offsets,
                                   Tensor* dw);
+// GroupedGemmGlu's fused kernel: h [M, F] bf16 or f32; a, u null or tensors of h's shape and dtype.
+Status GroupedGemmGluWgmma(const GluActivation& act, const Tensor& x, const Tensor& w1,
+                           const Tensor& w3, const Tensor& offsets, Tensor* h, Tensor* a,
+                           Tensor* u);
 
 }  // namespace orrery::kernels::cuda

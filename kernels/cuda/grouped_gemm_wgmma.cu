@@ -1,30 +1,37 @@
 // The grouped GEMMs of kernels/grouped_gemm.h on Hopper's own path: wgmma.mma_async (bf16 x bf16
 // -> f32, both operands from shared memory) fed by TMA (cp.async.bulk.tensor) through an
-// mbarrier pipeline, one persistent kernel for the three operand layouts. sm_90a only; on other
-// devices, or when ORRERY_GROUPED_GEMM=mma, the mma.sync kernel (grouped_gemm.cu) runs instead.
-// Not yet timed.
+// mbarrier pipeline, one persistent kernel for the three operand layouts and for the fused GLU
+// (GroupedGemmGlu). sm_90a only; on other devices, or when ORRERY_GROUPED_GEMM=mma, the mma.sync
+// kernel (grouped_gemm.cu) runs the three products instead. Not yet timed.
 //
 //   product      C rows (i)     C cols (j)   sum (k)      A(i, k)              B(k, j)
 //   forward      expert row r   n < N        K            X[r][k]   K-major    W_e[j][k]  K-major
 //   input grad   expert row r   k' < K       n < N        dY[r][n]  K-major    W_e[n][k'] MN-major
 //   weight grad  n < N          k' < K       expert row   dY[r][i]  MN-major   X[r][j]    MN-major
+//   GLU          expert row r   f < F (x2)   K            X[r][k]   K-major    W1_e, W3_e K-major
 //
 // wgmma's transpose bits (bf16 has them): imm-trans-a = 1 for the MN-major A (weight grad only),
 // imm-trans-b = 1 for the MN-major B (input and weight grad). The shared layouts, descriptors,
 // accumulator map and tile schedule are grouped_gemm_wgmma_layout.h's (checked there on the host).
 //
 // Tiles: C tiles of kTileM x kTileN = 128 x 256, reduced in stages of kTileK = 64 (16 KB of A +
-// 32 KB of B a stage, kStages = 4 stages: 192 KB of shared memory, one CTA per SM).
-// CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer: its first warp walks the tile
-// schedule and one lane issues each stage's TMA boxes after the stage's `empty` barrier, with the
-// stage's byte count on its `full` barrier (setmaxnreg.dec to 40 registers). Warpgroups 1 and 2
-// are the consumers (setmaxnreg.inc to 232): each waits on `full`, issues 4 wgmma m64n256k16 for
-// its 64 C rows, commits, and after wgmma.wait_group 1 (the previous stage's group done) its warps
-// arrive on that stage's `empty` barrier; 128 f32 accumulators a thread. Persistent: the grid is
-// one CTA per SM (fewer when there are fewer tiles); CTA b takes tiles b, b + grid, ...; each warp
-// finds a tile's expert itself (a warp prefix sum over 32 experts' tile counts, resumed from the
-// last tile's position: the offsets stay on the device), so the producer runs up to 4 stages into
-// the next tile while the consumers store the last one.
+// 32 KB of B a stage, kStages = 4 stages: 192 KB of shared memory, one CTA per SM). The GLU's
+// tile is 128 x 128 of h: its B stage holds 128 rows of W1_e and the same 128 rows of W3_e, so a
+// thread's accumulator r (r < 64) is a's and r + 64 is u's at the same (row, column), and the
+// epilogue writes h = act(a, u) (glu_value.cuh, the element-wise kernel's formula), and a and u
+// when asked for.
+// CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer (setmaxnreg.dec to 56 registers:
+// with 40 its 64-bit schedule arithmetic spilled): its first warp walks the tile schedule and one
+// lane issues each stage's TMA boxes after the stage's `empty` barrier, with the stage's byte
+// count on its `full` barrier. Warpgroups 1 and 2 are the consumers (setmaxnreg.inc to 224): each
+// waits on `full`, issues 4 wgmma m64n256k16 for its 64 C rows, commits, and after
+// wgmma.wait_group 1 (the previous stage's group done) its warps arrive on that stage's `empty`
+// barrier; 128 f32 accumulators a thread. Persistent: the grid is one CTA per SM (fewer when there
+// are fewer tiles); CTA b takes tiles b, b + grid, ...; each warp finds a tile's expert itself (a
+// warp prefix sum over 32 experts' tile counts, resumed from the last tile's position: the
+// offsets stay on the device), so the producer runs up to 4 stages into the next tile while the
+// consumers store the last one. A broken pipeline traps (the producer's timed waits) rather than
+// hanging.
 //
 // Ragged experts. The row products load an A tile of 128 rows from the expert's first row with
 // one tensor map over all M rows: rows past the expert's end come from the next expert (or are
@@ -48,6 +55,7 @@
 #include <string>
 
 #include "kernels/cuda/device_context.h"
+#include "kernels/cuda/glu_value.cuh"
 #include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/cuda/grouped_gemm_store.cuh"
 #include "kernels/cuda/grouped_gemm_wgmma_layout.h"
@@ -57,13 +65,14 @@ namespace {
 
 using namespace grouped_gemm_wgmma;  // NOLINT: the layout's constants and index maps
 
-enum class Product { kForward, kInputGrad, kWeightGrad };
+// kGlu: the forward of two stacked weights (gate W1 and up W3) with the GLU in the epilogue.
+enum class Product { kForward, kInputGrad, kWeightGrad, kGlu };
 
 constexpr int kStages = 4;
 constexpr int kConsumers = 2;  // consumer warpgroups, 64 C rows each
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kConsumerThreads = 128 * kConsumers;
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 64K registers
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 x 56 + 256 x 224 <= 64K registers
 constexpr int kSmemBytes = kStages * kStageBytes + kSwizzleAtomBytes;  // + alignment slack
 constexpr int kZeroBarrier = 1;  // named barrier of the consumers (0 is __syncthreads')
 static_assert(kTileM == 64 * kConsumers, "a consumer warpgroup's m64 per 64 rows of the tile");
@@ -79,23 +88,23 @@ __device__ __forceinline__ void BarrierInit(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count));
 }
 
-// Waits until the barrier's phase of this parity has completed. A wait longer than kWaitLimitNs
-// (no stage of a working pipeline waits a millisecond) traps, so that a broken pipeline fails the
-// launch with an error instead of hanging the device.
-constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;
+// Waits until the barrier's phase of this parity has completed. kTimed (the producer's waits): a
+// wait longer than 2^31 ns (2.1 s; no stage of a working pipeline waits a millisecond) traps, so
+// that a broken pipeline fails the launch with an error instead of hanging the device. The clock
+// is %globaltimer_lo (32 bits of ns, wrapping every 4.3 s: the modular difference is exact while
+// the checks, every 1024 polls, come more often than that). The consumers' waits are plain (the
+// timer's registers would spill beside their accumulators): the producer waits for every stage's
+// release before it exits, so a consumer stuck on a stage stalls a timed wait of the producer.
+template <bool kTimed>
 __device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = SmemAddr(bar);
-  uint32_t done = 0;
-  uint64_t start = 0;
+  uint32_t done = 0, start = 0;
   for (uint32_t polls = 1; !done; ++polls) {
-    if (polls % 1024 == 0) {
-      uint64_t now;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-      if (start == 0) {
-        start = now;
-      } else if (now - start > kWaitLimitNs) {
-        __trap();
-      }
+    if (kTimed && polls % 1024 == 0) {
+      uint32_t now;
+      asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(now));
+      if (polls == 1024) start = now;
+      if (now - start > 0x80000000u) __trap();
     }
     asm volatile(
         "{\n"
@@ -251,14 +260,26 @@ __device__ __forceinline__ bool FindTile(const Off* __restrict__ offsets, const 
 
 // ---- the kernel ----
 
+// The fused GLU's extra outputs: the pre-activations a, u (both null or both set) and the
+// activation.
+template <typename OutT>
+struct GluOut {
+  OutT* a;
+  OutT* u;
+  GluParams act;
+};
+
+// map_b2 (kGlu only): the up weight W3, loaded beside the gate weight W1 of map_b.
 template <Product kProduct, typename Off, typename OutT>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaKernel(const __grid_constant__ CUtensorMap map_a,
-                const __grid_constant__ CUtensorMap map_b, const Off* __restrict__ offsets, Shape s,
-                OutT* __restrict__ c, bool add) {
+                const __grid_constant__ CUtensorMap map_b,
+                const __grid_constant__ CUtensorMap map_b2, const Off* __restrict__ offsets,
+                Shape s, OutT* __restrict__ c, bool add, GluOut<OutT> glu) {
   constexpr bool kWeightGrad = kProduct == Product::kWeightGrad;
+  constexpr int kColTile = kProduct == Product::kGlu ? kTileN / 2 : kTileN;
   constexpr bool kAMnMajor = kWeightGrad;
-  constexpr bool kBMnMajor = kProduct != Product::kForward;
+  constexpr bool kBMnMajor = kProduct == Product::kInputGrad || kWeightGrad;
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
   // Stages at the first 1024-byte boundary of the shared window (the swizzle's period).
@@ -288,9 +309,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int64_t idx = blockIdx.x;; idx += gridDim.x) {
       Tile t;
       if (!FindTile<kWeightGrad>(offsets, s, idx, &cur, &t)) break;
-      const TilePlace p = PlaceTile(kWeightGrad, t.local, t.lo, t.hi, s.tiles_n, s.k_tiles);
+      const TilePlace p =
+          PlaceTile(kWeightGrad, t.local, t.lo, t.hi, s.tiles_n, s.k_tiles, kColTile);
       for (int64_t kt = 0; kt < p.k_tiles; ++kt) {
-        BarrierWait(&empty[stage], phase ^ 1);  // a fresh barrier passes parity 1 at once
+        BarrierWait<true>(&empty[stage], phase ^ 1);  // a fresh barrier passes parity 1 at once
         if (lane == 0) {
           unsigned char* sa = smem + stage * kStageBytes;
           unsigned char* sb = sa + kStageABytes;
@@ -299,6 +321,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             BarrierArriveExpectTx(&full[stage], kStageBytes);
             TmaLoad2d(sa, &map_a, &full[stage], k0, static_cast<int>(p.c_row0));
             TmaLoad3d(sb, &map_b, &full[stage], k0, static_cast<int>(p.c_col0), t.expert);
+          } else if constexpr (kProduct == Product::kGlu) {
+            // B's rows 0-127: W1_e rows c_col0..; rows 128-255: W3_e's same rows.
+            BarrierArriveExpectTx(&full[stage], kStageBytes);
+            TmaLoad2d(sa, &map_a, &full[stage], k0, static_cast<int>(p.c_row0));
+            TmaLoad3d(sb, &map_b, &full[stage], k0, static_cast<int>(p.c_col0), t.expert);
+            TmaLoad3d(sb + kStageBBytes / 2, &map_b2, &full[stage], k0, static_cast<int>(p.c_col0),
+                      t.expert);
           } else if constexpr (kProduct == Product::kInputGrad) {
             // B: W_e rows k0.. (the sum over N), a box per 64 of dX's columns inside K.
             const int blocks = BoxesInside(s.n_out, p.c_col0, kTileN);
@@ -331,6 +360,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    // Every stage's last fill released by the consumers (timed: see BarrierWait).
+    for (int i = 0; i < kStages; ++i) {
+      BarrierWait<true>(&empty[stage], phase ^ 1);
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
     return;
   }
 
@@ -346,13 +383,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t idx = blockIdx.x;; idx += gridDim.x) {
     Tile t;
     if (!FindTile<kWeightGrad>(offsets, s, idx, &cur, &t)) break;
-    const TilePlace p = PlaceTile(kWeightGrad, t.local, t.lo, t.hi, s.tiles_n, s.k_tiles);
+    const TilePlace p = PlaceTile(kWeightGrad, t.local, t.lo, t.hi, s.tiles_n, s.k_tiles, kColTile);
     float acc[kAccRegs];
 #pragma unroll
     for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.0f;
     int prev = -1;
     for (int64_t kt = 0; kt < p.k_tiles; ++kt) {
-      BarrierWait(&full[stage], phase);
+      BarrierWait<false>(&full[stage], phase);
       if constexpr (kWeightGrad) {
         // The expert's last stage: rows past its end (the next expert's, or TMA's zeros past M)
         // become zeros in both operands before wgmma reads them.
@@ -397,13 +434,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- epilogue: this warpgroup's 64 x 256 of C ----
     const int64_t row_base = p.c_row0 + 64 * w;
     const int64_t row_end = kWeightGrad ? s.c_rows : t.hi;
-    OutT* ct = kWeightGrad ? c + static_cast<int64_t>(t.expert) * s.c_rows * s.n_out : c;
+    if constexpr (kProduct == Product::kGlu) {
+      // Columns j < 128 of the result are a's (registers r < 64), 128 + j are u's (r + 64).
 #pragma unroll
-    for (int r = 0; r < kAccRegs; r += 2) {
-      const int64_t row = row_base + AccRow(tid, r);
-      const int64_t col = p.c_col0 + AccCol(tid, r);
-      if (row < row_end && col < s.n_out) {
-        Store2(ct + row * s.n_out + col, acc[r], acc[r + 1], kWeightGrad || add);
+      for (int r = 0; r < kAccRegs / 2; r += 2) {
+        const int64_t row = row_base + AccRow(tid, r);
+        const int64_t col = p.c_col0 + AccCol(tid, r);
+        if (row < row_end && col < s.n_out) {
+          const int64_t at = row * s.n_out + col;
+          Store2(c + at, GluValue(glu.act, acc[r], acc[r + 64]),
+                 GluValue(glu.act, acc[r + 1], acc[r + 65]), false);
+          if (glu.a != nullptr) {
+            Store2(glu.a + at, acc[r], acc[r + 1], false);
+            Store2(glu.u + at, acc[r + 64], acc[r + 65], false);
+          }
+        }
+      }
+    } else {
+      OutT* ct = kWeightGrad ? c + static_cast<int64_t>(t.expert) * s.c_rows * s.n_out : c;
+#pragma unroll
+      for (int r = 0; r < kAccRegs; r += 2) {
+        const int64_t row = row_base + AccRow(tid, r);
+        const int64_t col = p.c_col0 + AccCol(tid, r);
+        if (row < row_end && col < s.n_out) {
+          Store2(ct + row * s.n_out + col, acc[r], acc[r + 1], kWeightGrad || add);
+        }
       }
     }
   }
@@ -473,9 +528,14 @@ StatusOr<int> SmCount(int device) {
   return n;
 }
 
+// The operands' tensor maps (map_b2: the fused GLU's W3; a copy of map_b otherwise).
+struct Maps {
+  CUtensorMap a, b, b2;
+};
+
 template <Product kProduct, typename Off, typename OutT>
-Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const Tensor& offsets,
-              const Shape& s, int64_t tile_bound, int device, OutT* c, bool add) {
+Status Launch(const Maps& maps, const Tensor& offsets, const Shape& s, int64_t tile_bound,
+              int device, OutT* c, bool add, GluOut<OutT> glu) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(device));
   ORRERY_ASSIGN_OR_RETURN(const int sms, SmCount(device));
   const int64_t grid = std::min<int64_t>(tile_bound, sms);
@@ -485,45 +545,69 @@ Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const Tensor& 
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
       "grouped_gemm wgmma shared memory"));
   kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, ctx->stream()>>>(
-      map_a, map_b, static_cast<const Off*>(offsets.raw_data()), s, c, add);
+      maps.a, maps.b, maps.b2, static_cast<const Off*>(offsets.raw_data()), s, c, add, glu);
   return LastLaunchStatus("grouped_gemm WgmmaKernel");
 }
 
 template <Product kProduct, typename OutT>
-Status LaunchOffsets(const CUtensorMap& map_a, const CUtensorMap& map_b, const Tensor& offsets,
-                     const Shape& s, int64_t tile_bound, int device, OutT* c, bool add) {
+Status LaunchOffsets(const Maps& maps, const Tensor& offsets, const Shape& s, int64_t tile_bound,
+                     int device, OutT* c, bool add, GluOut<OutT> glu = {}) {
   return offsets.dtype() == DType::kI64
-             ? Launch<kProduct, int64_t, OutT>(map_a, map_b, offsets, s, tile_bound, device, c, add)
-             : Launch<kProduct, int32_t, OutT>(map_a, map_b, offsets, s, tile_bound, device, c,
-                                               add);
+             ? Launch<kProduct, int64_t, OutT>(maps, offsets, s, tile_bound, device, c, add, glu)
+             : Launch<kProduct, int32_t, OutT>(maps, offsets, s, tile_bound, device, c, add, glu);
 }
+
+// The shape of a row product: C [m, n_out] tiled by col_tile columns, summed over k_sum.
+Shape RowShape(int64_t m, int64_t e, int64_t n_out, int64_t k_sum, int col_tile) {
+  Shape s;
+  s.num_experts = static_cast<int>(e);
+  s.m = m;
+  s.tiles_m = 0;
+  s.tiles_n = CeilDiv(n_out, col_tile);
+  s.k_tiles = CeilDiv(k_sum, kTileK);
+  s.n_out = n_out;
+  s.c_rows = m;
+  return s;
+}
+
+// An upper bound of a row product's tiles: sum_e ceil(rows_e / kTileM) <= ceil(M / kTileM) + E.
+int64_t RowTileBound(const Shape& s) { return (CeilDiv(s.m, kTileM) + s.num_experts) * s.tiles_n; }
 
 // The row products: C [M, n_out] over A [M, k_sum] and W.
 template <Product kProduct>
 Status RowProduct(const Tensor& a, const Tensor& w, const Tensor& offsets, int64_t n_out,
                   int64_t k_sum, bool add, Tensor* c) {
-  CUtensorMap map_a, map_b;
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&map_a, a, kTileK, kTileM, "the row operand"));
+  Maps maps;
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, a, kTileK, kTileM, "the row operand"));
   if constexpr (kProduct == Product::kForward) {
-    ORRERY_RETURN_IF_ERROR(StackedMap(&map_b, w, kTileK, kTileN));
+    ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w, kTileK, kTileN));
   } else {
-    ORRERY_RETURN_IF_ERROR(StackedMap(&map_b, w, kMnBlock, kTileK));
+    ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w, kMnBlock, kTileK));
   }
-  Shape s;
-  s.num_experts = static_cast<int>(w.dim(0));
-  s.m = a.dim(0);
-  s.tiles_m = 0;
-  s.tiles_n = CeilDiv(n_out, kTileN);
-  s.k_tiles = CeilDiv(k_sum, kTileK);
-  s.n_out = n_out;
-  s.c_rows = s.m;
-  const int64_t bound = (CeilDiv(s.m, kTileM) + s.num_experts) * s.tiles_n;
+  maps.b2 = maps.b;
+  const Shape s = RowShape(a.dim(0), w.dim(0), n_out, k_sum, kTileN);
   const int device = a.device().index;
   return c->dtype() == DType::kF32
-             ? LaunchOffsets<kProduct>(map_a, map_b, offsets, s, bound, device,
+             ? LaunchOffsets<kProduct>(maps, offsets, s, RowTileBound(s), device,
                                        static_cast<float*>(c->raw_data()), add)
-             : LaunchOffsets<kProduct>(map_a, map_b, offsets, s, bound, device,
+             : LaunchOffsets<kProduct>(maps, offsets, s, RowTileBound(s), device,
                                        static_cast<__nv_bfloat16*>(c->raw_data()), add);
+}
+
+template <typename OutT>
+Status GluProduct(const GluActivation& act, const Tensor& x, const Tensor& w1, const Tensor& w3,
+                  const Tensor& offsets, Tensor* h, Tensor* a, Tensor* u) {
+  Maps maps;
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, x, kTileK, kTileM, "x"));
+  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w1, kTileK, kTileN / 2));
+  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b2, w3, kTileK, kTileN / 2));
+  const Shape s = RowShape(x.dim(0), w1.dim(0), w1.dim(1), w1.dim(2), kTileN / 2);
+  GluOut<OutT> glu;
+  glu.a = a == nullptr ? nullptr : static_cast<OutT*>(a->raw_data());
+  glu.u = u == nullptr ? nullptr : static_cast<OutT*>(u->raw_data());
+  glu.act = {act.situ, static_cast<float>(act.beta), static_cast<float>(act.beta_lin)};
+  return LaunchOffsets<Product::kGlu>(maps, offsets, s, RowTileBound(s), x.device().index,
+                                      static_cast<OutT*>(h->raw_data()), false, glu);
 }
 
 }  // namespace
@@ -553,9 +637,10 @@ Status GroupedGemmInputGradWgmma(const Tensor& dy, const Tensor& w, const Tensor
 
 Status GroupedGemmWeightGradWgmma(const Tensor& dy, const Tensor& x, const Tensor& offsets,
                                   Tensor* dw) {
-  CUtensorMap map_a, map_b;
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&map_a, dy, kMnBlock, kTileK, "dy"));
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&map_b, x, kMnBlock, kTileK, "x"));
+  Maps maps;
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, dy, kMnBlock, kTileK, "dy"));
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.b, x, kMnBlock, kTileK, "x"));
+  maps.b2 = maps.b;
   Shape s;
   s.num_experts = static_cast<int>(dw->dim(0));
   s.m = dy.dim(0);
@@ -565,8 +650,15 @@ Status GroupedGemmWeightGradWgmma(const Tensor& dy, const Tensor& x, const Tenso
   s.n_out = dw->dim(2);
   s.c_rows = dw->dim(1);
   const int64_t bound = s.num_experts * s.tiles_m * s.tiles_n;
-  return LaunchOffsets<Product::kWeightGrad>(map_a, map_b, offsets, s, bound, dy.device().index,
+  return LaunchOffsets<Product::kWeightGrad>(maps, offsets, s, bound, dy.device().index,
                                              static_cast<float*>(dw->raw_data()), true);
+}
+
+Status GroupedGemmGluWgmma(const GluActivation& act, const Tensor& x, const Tensor& w1,
+                           const Tensor& w3, const Tensor& offsets, Tensor* h, Tensor* a,
+                           Tensor* u) {
+  return h->dtype() == DType::kF32 ? GluProduct<float>(act, x, w1, w3, offsets, h, a, u)
+                                   : GluProduct<__nv_bfloat16>(act, x, w1, w3, offsets, h, a, u);
 }
 
 }  // namespace orrery::kernels::cuda

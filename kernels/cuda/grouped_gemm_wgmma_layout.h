@@ -121,17 +121,19 @@ ORRERY_GG_LAYOUT int64_t ExpertTiles(bool weight_grad, int64_t rows, int64_t til
 }
 
 // Where tile `local` of an expert with rows [lo, hi) lies: its C rows from c_row0 (row products:
-// global rows, masked at hi; weight grad: rows of dW_e), C columns from c_col0, and its stages
-// (row products: row_k_tiles, the same for every tile; weight grad: the expert's rows / kTileK).
+// global rows, masked at hi; weight grad: rows of dW_e), C columns from c_col0 (tiles of col_tile
+// columns: kTileN, or half of it for the fused GLU, whose B holds the gate's and the up's rows),
+// and its stages (row products: row_k_tiles, the same for every tile; weight grad: the expert's
+// rows / kTileK).
 struct TilePlace {
   int64_t c_row0, c_col0, k_tiles;
 };
 ORRERY_GG_LAYOUT TilePlace PlaceTile(bool weight_grad, int64_t local, int64_t lo, int64_t hi,
-                                     int64_t tiles_n, int64_t row_k_tiles) {
-  return weight_grad
-             ? TilePlace{(local / tiles_n) * kTileM, (local % tiles_n) * kTileN,
-                         CeilDiv(hi - lo, kTileK)}
-             : TilePlace{lo + (local / tiles_n) * kTileM, (local % tiles_n) * kTileN, row_k_tiles};
+                                     int64_t tiles_n, int64_t row_k_tiles, int col_tile) {
+  return weight_grad ? TilePlace{(local / tiles_n) * kTileM, (local % tiles_n) * col_tile,
+                                 CeilDiv(hi - lo, kTileK)}
+                     : TilePlace{lo + (local / tiles_n) * kTileM, (local % tiles_n) * col_tile,
+                                 row_k_tiles};
 }
 
 // The MN-major boxes of 64 a tile loads from mn0 on: those that start inside the extent, at most

@@ -15,6 +15,7 @@
 //             128 of 768 x 768 and 64 of 3584 x 3072 (K3's expert).
 // One line per (shape, product): each kernel's ms and TFLOP/s, the loop's, and the speed-ups of
 // wgmma over mma and over the loop. dX is f32 and dW f32 accumulated (torch's anchor writes bf16).
+// The fused gate/up GLU (GroupedGemmGlu) against its unfused composition, where it runs.
 // ORRERY_BENCH_QUICK=1 times only the anchors' forward (a shorter device call).
 #include <cuda_runtime.h>
 
@@ -29,6 +30,7 @@
 #include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/grouped_gemm.h"
 #include "kernels/matmul.h"
+#include "kernels/situ.h"
 #include "tests/gpu/gpu_bench_util.h"
 
 namespace orrery::kernels {
@@ -128,6 +130,36 @@ void Bench(const std::string& name, int64_t m, int64_t e, int64_t n, int64_t k, 
   }
 }
 
+// The fused gate/up product (GroupedGemmGlu, SiTU-GLU in the epilogue, h bf16) against its unfused
+// composition (GroupedGemmForward for a and for u into bf16, then Glu), both on the default
+// kernel: M rows of E experts, W1 and W3 [E, F, L].
+void BenchGlu(const std::string& name, int64_t m, int64_t e, int64_t f, int64_t l) {
+  const std::vector<int64_t> off = Offsets(m, e);
+  const Tensor off_dev = Tensor::FromVector<int64_t>({e + 1}, off).To(Device::Cuda(0)).value();
+  const Tensor x = RandomOnGpu({m, l}, DType::kBF16, 11);
+  const Tensor w1 = RandomOnGpu({e, f, l}, DType::kBF16, 12);
+  const Tensor w3 = RandomOnGpu({e, f, l}, DType::kBF16, 13);
+  Tensor h = RandomOnGpu({m, f}, DType::kBF16, 14), a = RandomOnGpu({m, f}, DType::kBF16, 15);
+  Tensor u = RandomOnGpu({m, f}, DType::kBF16, 16);
+  const GluActivation act;
+  const double fused = TimeMs([&] { return GroupedGemmGlu(act, x, w1, w3, off_dev, &h); });
+  const double fused_au =
+      TimeMs([&] { return GroupedGemmGlu(act, x, w1, w3, off_dev, &h, &a, &u); });
+  const double unfused = TimeMs([&]() -> Status {
+    ORRERY_RETURN_IF_ERROR(GroupedGemmForward(x, w1, off_dev, &a));
+    ORRERY_RETURN_IF_ERROR(GroupedGemmForward(x, w3, off_dev, &u));
+    return Glu(act, a, u, &h);
+  });
+  const double flops = 2.0 * 2.0 * m * f * l;
+  auto tf = [&](double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
+  std::printf(
+      "%-26s %-21s M %7lld E %4lld F %5lld L %5lld  fused %8.3f ms %6.1f TF  fused+a,u %8.3f ms "
+      "%6.1f TF  unfused %8.3f ms %6.1f TF  fused/unfused x%.2f\n",
+      name.c_str(), "h = situ(X W1^T, X W3^T)", static_cast<long long>(m),
+      static_cast<long long>(e), static_cast<long long>(f), static_cast<long long>(l), fused,
+      tf(fused), fused_au, tf(fused_au), unfused, tf(unfused), fused > 0 ? unfused / fused : 0.0);
+}
+
 int Run() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is measured
   if (CudaDeviceCount() == 0) {
@@ -142,6 +174,10 @@ int Run() {
     Bench("small", 131072, 32, 512, 512, false, wgmma);
     Bench("bench-1b gate/up [F, L]", 131072, 64, 512, 768, false, wgmma);
     Bench("bench-1b down [L, F]", 131072, 64, 768, 512, false, wgmma);
+  }
+  if (!quick && GroupedGemmGluFused(Device::Cuda(0))) {
+    BenchGlu("bench-1b gate/up", 131072, 64, 512, 768);
+    BenchGlu("fine-grained 128 x 384", 131072, 128, 384, 768);
   }
   struct Anchor {
     int64_t e, n, k;

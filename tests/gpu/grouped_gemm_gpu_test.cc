@@ -34,6 +34,7 @@
 #include "core/philox.h"
 #include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/grouped_gemm.h"
+#include "kernels/situ.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
@@ -286,6 +287,81 @@ INSTANTIATE_TEST_SUITE_P(Wgmma, GroupedGemmGpuTest,
                          ::testing::Combine(::testing::Values(std::string("wgmma")), kCases),
                          CaseName);
 
+// The fused gate/up product (GroupedGemmGlu: SiTU-GLU or SiLU-GLU in the wgmma kernel's epilogue)
+// against its CPU twin in f64 (the same tolerances as above: h is a smooth function of a and u,
+// |dh/da|, |dh/du| = O(1) at these magnitudes, so their f32 errors carry over at their size) and
+// against the unfused composition on the GPU (GroupedGemmForward into f32 a and u, then Glu in
+// f32; the fused kernel computes the same f32 sums and the same formula, glu_value.cuh). h in
+// f32 and bf16, with and without the pre-activations a, u; ragged experts, F not a multiple of
+// the 128-column tile. Skipped where the fused kernel does not run.
+using GluCase = std::tuple<int64_t, int64_t, int64_t, bool>;  // E, F, K, SiTU (else SiLU)
+class GroupedGemmGluGpuTest : public ::testing::TestWithParam<GluCase> {};
+
+TEST_P(GroupedGemmGluGpuTest, FusedMatchesTwinAndComposition) {
+  SKIP_WITHOUT_GPU();
+  if (!GroupedGemmGluFused(Device::Cuda(0))) {
+    GTEST_SKIP() << "the fused GLU needs the wgmma kernel (a compute capability 9.0 device)";
+  }
+  const auto [e, f, k, situ] = GetParam();
+  PhiloxGenerator rng(2000 + e + f + 3 * k + situ, 0);
+  const Problem p = MakeProblem(RaggedCounts(e, 1500, false, rng), false);
+  std::printf("glu %s: E %lld F %lld K %lld, %lld rows\n", situ ? "situ" : "silu",
+              static_cast<long long>(e), static_cast<long long>(f), static_cast<long long>(k),
+              static_cast<long long>(p.m));
+  // a, u ~ N(0, 4): the caps below bend them (tanh(a / 2), tanh(u / 3) far from linear).
+  GluActivation act;
+  act.situ = situ;
+  act.beta = 2.0;
+  act.beta_lin = 3.0;
+  const Tensor x = RowsInput(p, k, rng);
+  const Tensor w1 =
+      Round(RandomNormal({e, f, k}, DType::kF64, rng, 2.0 / std::sqrt(k)), DType::kBF16);
+  const Tensor w3 =
+      Round(RandomNormal({e, f, k}, DType::kF64, rng, 2.0 / std::sqrt(k)), DType::kBF16);
+  const Tensor xg = ToGpu(x, DType::kBF16), w1g = ToGpu(w1, DType::kBF16);
+  const Tensor w3g = ToGpu(w3, DType::kBF16);
+  Tensor h_ref, a_ref, u_ref;
+  ASSERT_TRUE(GroupedGemmGlu(act, x, w1, w3, p.offsets_cpu, &h_ref, &a_ref, &u_ref).ok());
+
+  // The unfused composition on the GPU, in f32.
+  Tensor a32 = Poisoned({p.m, f}, DType::kF32), u32 = Poisoned({p.m, f}, DType::kF32), h32;
+  ASSERT_TRUE(GroupedGemmForward(xg, w1g, p.offsets_gpu, &a32).ok());
+  ASSERT_TRUE(GroupedGemmForward(xg, w3g, p.offsets_gpu, &u32).ok());
+  ASSERT_TRUE(Glu(act, a32, u32, &h32).ok());
+  const Tensor h_unfused = ToHostF64(h32);
+
+  for (const DType out : {DType::kF32, DType::kBF16}) {
+    for (const bool pre : {false, true}) {
+      const Tensor poison = Poisoned({p.m, f}, out);
+      Tensor h = poison.Clone(), a = poison.Clone(), u = poison.Clone();
+      const Status st = GroupedGemmGlu(act, xg, w1g, w3g, p.offsets_gpu, &h, pre ? &a : nullptr,
+                                       pre ? &u : nullptr);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      const double tol = out == DType::kF32 ? kF32Tol : kBf16Tol;
+      const std::string what =
+          std::string("glu h ") + std::string(DTypeName(out)) + (pre ? " (with a, u)" : "");
+      ExpectExpertsClose(h, h_ref, poison, p, false, tol, what);
+      if (out == DType::kF32) {
+        ExpectExpertsClose(h, h_unfused, poison, p, false, tol, what + " vs unfused");
+      }
+      if (pre) {
+        ExpectExpertsClose(a, a_ref, poison, p, false, tol, what + ": a");
+        ExpectExpertsClose(u, u_ref, poison, p, false, tol, what + ": u");
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Wgmma, GroupedGemmGluGpuTest,
+                         ::testing::Values(GluCase{8, 512, 768, true}, GluCase{8, 392, 136, false},
+                                           GluCase{40, 136, 264, true}),
+                         [](const auto& info) {
+                           return "E" + std::to_string(std::get<0>(info.param)) + "_F" +
+                                  std::to_string(std::get<1>(info.param)) + "_K" +
+                                  std::to_string(std::get<2>(info.param)) +
+                                  (std::get<3>(info.param) ? "_situ" : "_silu");
+                         });
+
 // Bad calls: one InvalidArgument line each.
 TEST(GroupedGemmGpuErrors, BadCallsAreOneClearLine) {
   SKIP_WITHOUT_GPU();
@@ -310,6 +386,16 @@ TEST(GroupedGemmGpuErrors, BadCallsAreOneClearLine) {
          "grouped_gemm_input_grad: dx is undefined but accumulate is set");
   Tensor dw = Poisoned({2, 64, 64}, DType::kBF16);
   expect(GroupedGemmWeightGrad(x, x, off, &dw), "grouped_gemm_weight_grad: dw bf16[2, 64, 64]");
+  Tensor h, a;
+  expect(GroupedGemmGlu(GluActivation(), x, w_ok, w_ok, off, &h, &a, nullptr),
+         "grouped_gemm_glu: a and u: both or neither");
+  expect(GroupedGemmGlu(GluActivation(), x, w_ok, w, off, &h),
+         "grouped_gemm_glu: w3 bf16[2, 60, 64]");
+  {
+    const ForceKernel mma("mma");
+    expect(GroupedGemmGlu(GluActivation(), x, w_ok, w_ok, off, &h),
+           "grouped_gemm_glu: the fused kernel needs");
+  }
   const ForceKernel bogus("fast");
   expect(GroupedGemmForward(x, w_ok, off, &y),
          "grouped_gemm_forward: ORRERY_GROUPED_GEMM 'fast', expected mma, wgmma or auto");

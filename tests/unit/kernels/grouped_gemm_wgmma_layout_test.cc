@@ -165,11 +165,13 @@ bool FindTileHost(const std::vector<int64_t>& off, int64_t m, bool wgrad, int64_
 }
 
 // Runs the schedule of every CTA of a grid and counts, per C element, the tiles that write it.
+// col_tile: kTileN, or kTileN / 2 for the fused GLU.
 void CheckSchedule(const std::vector<int64_t>& off, int64_t m, bool wgrad, int64_t n_rows,
-                   int64_t n_out, int64_t k_sum, int64_t grid, const std::string& what) {
+                   int64_t n_out, int64_t k_sum, int64_t grid, int col_tile,
+                   const std::string& what) {
   const int64_t e_count = static_cast<int64_t>(off.size()) - 1;
   const int64_t tiles_m = wgrad ? CeilDiv(n_rows, kTileM) : 0;
-  const int64_t tiles_n = CeilDiv(n_out, kTileN);
+  const int64_t tiles_n = CeilDiv(n_out, col_tile);
   const int64_t row_k_tiles = CeilDiv(k_sum, kTileK);
   // Row products: C is [m, n_out]; weight grad: E stacked [n_rows, n_out].
   const int64_t c_rows = wgrad ? e_count * n_rows : m;
@@ -187,7 +189,7 @@ void CheckSchedule(const std::vector<int64_t>& off, int64_t m, bool wgrad, int64
       ASSERT_EQ(g.expert, f.expert) << what;
       ASSERT_EQ(g.local, f.local) << what;
       ++tiles_done;
-      const TilePlace p = PlaceTile(wgrad, f.local, f.lo, f.hi, tiles_n, row_k_tiles);
+      const TilePlace p = PlaceTile(wgrad, f.local, f.lo, f.hi, tiles_n, row_k_tiles, col_tile);
       ASSERT_EQ(p.k_tiles, wgrad ? CeilDiv(f.hi - f.lo, kTileK) : row_k_tiles) << what;
       ASSERT_GT(p.k_tiles, 0) << what << ": a tile with nothing to reduce";
       const int64_t row_end = wgrad ? n_rows : f.hi;
@@ -202,7 +204,7 @@ void CheckSchedule(const std::vector<int64_t>& off, int64_t m, bool wgrad, int64
         ASSERT_GE(p.c_row0 + boxes_m * kMnBlock, std::min(n_rows, p.c_row0 + kTileM)) << what;
       }
       for (int64_t i = p.c_row0; i < std::min(p.c_row0 + kTileM, row_end); ++i) {
-        for (int64_t j = p.c_col0; j < std::min(p.c_col0 + kTileN, n_out); ++j) {
+        for (int64_t j = p.c_col0; j < std::min<int64_t>(p.c_col0 + col_tile, n_out); ++j) {
           const int64_t r = wgrad ? f.expert * n_rows + i : i;
           ++hits[static_cast<size_t>(r * n_out + j)];
         }
@@ -252,11 +254,13 @@ TEST(GroupedGemmWgmmaLayout, ScheduleCoversEveryExpertTileOnce) {
     for (const int64_t grid : {int64_t{1}, int64_t{7}, int64_t{132}}) {
       const std::string g = c.name + ", grid " + std::to_string(grid);
       // Row products: N (forward) or K (input grad) columns, partial column tiles included.
-      CheckSchedule(off, m, false, 0, 72, 136, grid, g + ", row product 72 cols");
-      CheckSchedule(off, m, false, 0, 520, 64, grid, g + ", row product 520 cols");
+      CheckSchedule(off, m, false, 0, 72, 136, grid, kTileN, g + ", row product 72 cols");
+      CheckSchedule(off, m, false, 0, 520, 64, grid, kTileN, g + ", row product 520 cols");
+      // The fused GLU: h tiles of 128 columns.
+      CheckSchedule(off, m, false, 0, 392, 64, grid, kTileN / 2, g + ", glu 392 cols");
       // Weight grad: dW_e [N, K] tiles of 128 x 256.
-      CheckSchedule(off, m, true, 136, 72, 0, grid, g + ", weight grad 136 x 72");
-      CheckSchedule(off, m, true, 264, 600, 0, grid, g + ", weight grad 264 x 600");
+      CheckSchedule(off, m, true, 136, 72, 0, grid, kTileN, g + ", weight grad 136 x 72");
+      CheckSchedule(off, m, true, 264, 600, 0, grid, kTileN, g + ", weight grad 264 x 600");
     }
   }
 }
