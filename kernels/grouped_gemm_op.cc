@@ -133,11 +133,19 @@ void ForwardCpu(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o,
     const T* we = wp + e * d.n * d.k;
     for (int64_t r = lo; r < hi; ++r) {
       for (int64_t j = 0; j < d.n; ++j) {
-        double s = 0;
-        for (int64_t c = 0; c < d.k; ++c) {
-          s += static_cast<double>(xp[r * d.k + c]) * static_cast<double>(we[j * d.k + c]);
+        // Four interleaved f64 sums (independent add chains; the GPU tests' twin runs on
+        // thousands of rows), added at the end.
+        double s[4] = {0, 0, 0, 0};
+        const T* xr = xp + r * d.k;
+        const T* wj = we + j * d.k;
+        int64_t c = 0;
+        for (; c + 4 <= d.k; c += 4) {
+          for (int q = 0; q < 4; ++q) {
+            s[q] += static_cast<double>(xr[c + q]) * static_cast<double>(wj[c + q]);
+          }
         }
-        yp[r * d.n + j] = static_cast<T>(s);
+        for (; c < d.k; ++c) s[0] += static_cast<double>(xr[c]) * static_cast<double>(wj[c]);
+        yp[r * d.n + j] = static_cast<T>((s[0] + s[1]) + (s[2] + s[3]));
       }
     }
   }

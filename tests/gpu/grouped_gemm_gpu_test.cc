@@ -27,6 +27,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -188,6 +190,44 @@ using Case = std::tuple<int64_t, int64_t, int64_t, bool, bool>;
 using Param = std::tuple<std::string, Case>;  // the kernel (mma or wgmma), the case
 class GroupedGemmGpuTest : public ::testing::TestWithParam<Param> {};
 
+// A case's inputs (host f64 and device bf16), the twin's results and the accumulation starts,
+// made once and shared by the two kernels' tests (the f64 twin is the slow part).
+struct CaseData {
+  Problem p;
+  Tensor x, dy, w, xg, dyg, wg;
+  Tensor y_ref, dx_ref, dw_ref;
+  Tensor dx_start[2];  // rounded to f32, bf16
+  Tensor dw0;
+};
+
+const CaseData& DataOf(const Case& c) {
+  static std::map<Case, std::unique_ptr<CaseData>> cache;
+  std::unique_ptr<CaseData>& slot = cache[c];
+  if (slot != nullptr) return *slot;
+  const auto [e, n, k, i64, all_in_one] = c;
+  slot = std::make_unique<CaseData>();
+  CaseData& d = *slot;
+  PhiloxGenerator rng(1000 + e + n + 3 * k + i64 + 7 * all_in_one, 0);
+  // "Thousands" rows for one expert, fewer for the widest shapes (the f64 twin's time).
+  const int64_t big = n * k >= 512 * 1024 ? 1500 : 4500;
+  d.p = MakeProblem(RaggedCounts(e, big, all_in_one, rng), i64);
+  d.x = RowsInput(d.p, k, rng);
+  d.dy = RowsInput(d.p, n, rng);
+  d.w = Round(RandomNormal({e, n, k}, DType::kF64, rng, 1.0 / std::sqrt(k)), DType::kBF16);
+  d.xg = ToGpu(d.x, DType::kBF16);
+  d.dyg = ToGpu(d.dy, DType::kBF16);
+  d.wg = ToGpu(d.w, DType::kBF16);
+  EXPECT_TRUE(GroupedGemmForward(d.x, d.w, d.p.offsets_cpu, &d.y_ref).ok());
+  EXPECT_TRUE(GroupedGemmInputGrad(d.dy, d.w, d.p.offsets_cpu, false, &d.dx_ref).ok());
+  d.dw_ref = Tensor::Empty({e, n, k}, DType::kF64);
+  std::memset(d.dw_ref.raw_data(), 0, d.dw_ref.nbytes());
+  EXPECT_TRUE(GroupedGemmWeightGrad(d.dy, d.x, d.p.offsets_cpu, &d.dw_ref).ok());
+  d.dx_start[0] = Round(RandomNormal({d.p.m, k}, DType::kF64, rng), DType::kF32);
+  d.dx_start[1] = Round(RandomNormal({d.p.m, k}, DType::kF64, rng), DType::kBF16);
+  d.dw0 = Round(RandomNormal({e, n, k}, DType::kF64, rng), DType::kF32);
+  return d;
+}
+
 TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   SKIP_WITHOUT_GPU();
   const std::string kernel = std::get<0>(GetParam());
@@ -196,23 +236,16 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
     GTEST_SKIP() << "the wgmma kernel needs a compute capability 9.0 device";
   }
   const ForceKernel force(kernel.c_str());
-  PhiloxGenerator rng(1000 + e + n + 3 * k + i64 + 7 * all_in_one, 0);
-  // "Thousands" rows for one expert, fewer for the widest shapes (the f64 twin's time).
-  const int64_t big = n * k >= 512 * 1024 ? 1500 : 4500;
-  const Problem p = MakeProblem(RaggedCounts(e, big, all_in_one, rng), i64);
+  const CaseData& d = DataOf(std::get<1>(GetParam()));
+  const Problem& p = d.p;
   std::printf("%s: E %lld N %lld K %lld, %lld rows%s, %s offsets\n", kernel.c_str(),
               static_cast<long long>(e), static_cast<long long>(n), static_cast<long long>(k),
               static_cast<long long>(p.m), all_in_one ? " all in one expert" : "",
               i64 ? "i64" : "i32");
-  const Tensor x = RowsInput(p, k, rng), dy = RowsInput(p, n, rng);
-  const Tensor w =
-      Round(RandomNormal({e, n, k}, DType::kF64, rng, 1.0 / std::sqrt(k)), DType::kBF16);
-  const Tensor xg = ToGpu(x, DType::kBF16), dyg = ToGpu(dy, DType::kBF16);
-  const Tensor wg = ToGpu(w, DType::kBF16);
+  const Tensor &xg = d.xg, &dyg = d.dyg, &wg = d.wg;
+  const Tensor &y_ref = d.y_ref, &dx_ref = d.dx_ref, &dw_ref = d.dw_ref;
 
   // Forward, into f32 and bf16.
-  Tensor y_ref;
-  ASSERT_TRUE(GroupedGemmForward(x, w, p.offsets_cpu, &y_ref).ok());
   for (const DType out : {DType::kF32, DType::kBF16}) {
     const Tensor poison = Poisoned({p.m, n}, out);
     Tensor y = poison.Clone();
@@ -223,11 +256,9 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   }
 
   // Input grad: overwritten (f32, bf16) and accumulated (f32, bf16) onto random starts.
-  Tensor dx_ref;
-  ASSERT_TRUE(GroupedGemmInputGrad(dy, w, p.offsets_cpu, false, &dx_ref).ok());
   for (const DType out : {DType::kF32, DType::kBF16}) {
     for (const bool acc : {false, true}) {
-      const Tensor start64 = Round(RandomNormal({p.m, k}, DType::kF64, rng), out);
+      const Tensor& start64 = d.dx_start[out == DType::kF32 ? 0 : 1];
       const Tensor start = acc ? ToGpu(start64, out) : Poisoned({p.m, k}, out);
       Tensor dx = start.Clone();
       const Status st = GroupedGemmInputGrad(dyg, wg, p.offsets_gpu, acc, &dx);
@@ -245,10 +276,7 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   }
 
   // Weight grad: accumulated onto a random f32 start; the delta is compared.
-  const Tensor dw0 = Round(RandomNormal({e, n, k}, DType::kF64, rng), DType::kF32);
-  Tensor dw_ref = Tensor::Empty({e, n, k}, DType::kF64);
-  std::memset(dw_ref.raw_data(), 0, dw_ref.nbytes());
-  ASSERT_TRUE(GroupedGemmWeightGrad(dy, x, p.offsets_cpu, &dw_ref).ok());
+  const Tensor& dw0 = d.dw0;
   Tensor dw = ToGpu(dw0, DType::kF32);
   const Status st = GroupedGemmWeightGrad(dyg, xg, p.offsets_gpu, &dw);
   ASSERT_TRUE(st.ok()) << st.ToString();

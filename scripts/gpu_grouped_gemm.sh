@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The grouped expert GEMMs on a GPU machine (issue 24): the wgmma kernel's machine code (HGMMA,
+# UTMALDG), grouped_gemm_gpu_tests (the mma.sync suite first, then the wgmma suite in its own
+# process, so that a failing wgmma launch cannot hide the other's results), moe_gpu_tests when
+# BIN_DIR has it (the MoE layer on the default kernel, now wgmma), grouped_gemm_gpu_bench (both
+# kernels and the cuBLASLt loop) and its torch._grouped_mm anchor (scripts/gpu_grouped_gemm_torch.py)
+# in the same call. Logs under $OUT (or ./gpu-grouped-gemm-out): sass.txt, tests.log, moe.log,
+# bench.log, torch.log.
+#
+#   scripts/gpu_grouped_gemm.sh BIN_DIR [quick]
+#
+# BIN_DIR holds grouped_gemm_gpu_tests and grouped_gemm_gpu_bench (optionally moe_gpu_tests),
+# built elsewhere with CUDA (e.g. build/tests), with the libraries the GPU machine lacks in
+# BIN_DIR/lib, or all of that packed by scripts/gpu_bundle.sh as BIN_DIR/bundle.tar.xz. `quick`
+# times the anchors' forward only (bench and torch). Time limits per part: GG_TEST_TIMEOUT (240 s
+# each suite), GG_BENCH_TIMEOUT (240 s each of bench and torch).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-grouped-gemm-out}"
+mkdir -p "$out"
+bin="${1:?usage: scripts/gpu_grouped_gemm.sh BIN_DIR [quick]}"
+quick="${2:-}"
+if [[ -f "$bin/bundle.tar.xz" ]]; then
+  unpacked="$(mktemp -d)"
+  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
+  bin="$unpacked"
+fi
+bin="$(cd "$bin" && pwd)"
+source scripts/env.sh
+export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+if ldd "$bin/grouped_gemm_gpu_tests" | grep -q 'not found'; then
+  pylibs="$(python3 -c 'import glob, site; print(":".join(d for p in site.getsitepackages()
+    for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$pylibs"
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$out/gpu.txt"
+status=0
+tlimit="${GG_TEST_TIMEOUT:-240}"
+blimit="${GG_BENCH_TIMEOUT:-240}"
+
+# The wgmma kernels' machine code: each WgmmaKernel instantiation should hold HGMMA (wgmma) and
+# UTMALDG (TMA loads) instructions; the mma.sync kernels HMMA.
+if command -v cuobjdump >/dev/null; then
+  cuobjdump --dump-sass "$bin/grouped_gemm_gpu_tests" 2>/dev/null | awk '
+    /Function :/ { fn = $3; wg = (fn ~ /WgmmaKernel/); mm = (fn ~ /RowTilesKernel|WeightGradKernel/) }
+    wg && /HGMMA/ { h[fn]++ } wg && /UTMALDG/ { t[fn]++ } wg && /STL|LDL/ { l[fn]++ }
+    mm && /HMMA/ { m++ }
+    END {
+      n = 0
+      for (f in h) { n++; printf "%s HGMMA %d UTMALDG %d local-memory %d\n", f, h[f], t[f], l[f] }
+      printf "WgmmaKernel instantiations with HGMMA: %d; mma.sync kernels HMMA instructions: %d\n", n, m
+    }' | tee "$out/sass.txt" || true
+fi
+
+timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" --gtest_filter='GroupedGemmGpuErrors.*:Mma/*' \
+  >"$out/tests.log" 2>&1 &&
+  echo "mma suite: ok" || { echo "mma suite: FAILED"; status=1; }
+timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" --gtest_filter='Wgmma/*' >>"$out/tests.log" 2>&1 &&
+  echo "wgmma suite: ok" || { echo "wgmma suite: FAILED (rc $?)"; status=1; }
+grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$out/tests.log" || true
+if [[ -x "$bin/moe_gpu_tests" ]]; then
+  timeout "$tlimit" "$bin/moe_gpu_tests" >"$out/moe.log" 2>&1 && echo "moe_gpu_tests: ok" ||
+    { echo "moe_gpu_tests: FAILED"; status=1; }
+  grep -E '^\[  (PASSED|FAILED) ' "$out/moe.log" || true
+fi
+bench_env=()
+torch_args=()
+if [[ "$quick" == quick ]]; then
+  bench_env=(ORRERY_BENCH_QUICK=1)
+  torch_args=(--quick)
+fi
+timeout "$blimit" env "${bench_env[@]}" "$bin/grouped_gemm_gpu_bench" 2>&1 | tee "$out/bench.log" ||
+  status=1
+timeout "$blimit" python3 scripts/gpu_grouped_gemm_torch.py "${torch_args[@]}" 2>&1 |
+  tee "$out/torch.log" || status=1
+exit $status
