@@ -65,9 +65,6 @@ namespace {
 
 using namespace grouped_gemm_wgmma;  // NOLINT: the layout's constants and index maps
 
-// kGlu: the forward of two stacked weights (gate W1 and up W3) with the GLU in the epilogue.
-enum class Product { kForward, kInputGrad, kWeightGrad, kGlu };
-
 constexpr int kStages = 4;
 constexpr int kConsumers = 2;  // consumer warpgroups, 64 C rows each
 constexpr int kThreads = 128 * (1 + kConsumers);
@@ -212,19 +209,9 @@ struct Tile {
   int64_t lo, hi;  // the expert's rows (clamped)
 };
 
-struct Shape {
-  int num_experts;
-  int64_t m;        // rows of the row-major operands
-  int64_t tiles_m;  // weight grad: C row tiles (over N)
-  int64_t tiles_n;  // C column tiles
-  int64_t k_tiles;  // row products: stages of a tile (the weight grad's depend on the expert)
-  int64_t n_out;    // C columns (N forward; K input and weight grad)
-  int64_t c_rows;   // weight grad: C rows (N)
-};
-
 // Finds tile `idx` (the same on every lane of the calling warp); false past the last tile.
 template <bool kWeightGrad, typename Off>
-__device__ __forceinline__ bool FindTile(const Off* __restrict__ offsets, const Shape& s,
+__device__ __forceinline__ bool FindTile(const Off* __restrict__ offsets, const GemmShape& s,
                                          int64_t idx, TileCursor* cur, Tile* t) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   while (cur->e_base < s.num_experts) {
@@ -275,11 +262,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     WgmmaKernel(const __grid_constant__ CUtensorMap map_a,
                 const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_b2, const Off* __restrict__ offsets,
-                Shape s, OutT* __restrict__ c, bool add, GluOut<OutT> glu) {
+                GemmShape s, OutT* __restrict__ c, bool add, GluOut<OutT> glu) {
   constexpr bool kWeightGrad = kProduct == Product::kWeightGrad;
-  constexpr int kColTile = kProduct == Product::kGlu ? kTileN / 2 : kTileN;
-  constexpr bool kAMnMajor = kWeightGrad;
-  constexpr bool kBMnMajor = kProduct == Product::kInputGrad || kWeightGrad;
+  constexpr int kColTile = ColTile(kProduct);
+  constexpr bool kAMnMajor = AMnMajor(kProduct);
+  constexpr bool kBMnMajor = BMnMajor(kProduct);
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
   // Stages at the first 1024-byte boundary of the shared window (the swizzle's period).
@@ -314,42 +301,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int64_t kt = 0; kt < p.k_tiles; ++kt) {
         BarrierWait<true>(&empty[stage], phase ^ 1);  // a fresh barrier passes parity 1 at once
         if (lane == 0) {
-          unsigned char* sa = smem + stage * kStageBytes;
-          unsigned char* sb = sa + kStageABytes;
-          const int k0 = static_cast<int>(kt * kTileK);
-          if constexpr (kProduct == Product::kForward) {
-            BarrierArriveExpectTx(&full[stage], kStageBytes);
-            TmaLoad2d(sa, &map_a, &full[stage], k0, static_cast<int>(p.c_row0));
-            TmaLoad3d(sb, &map_b, &full[stage], k0, static_cast<int>(p.c_col0), t.expert);
-          } else if constexpr (kProduct == Product::kGlu) {
-            // B's rows 0-127: W1_e rows c_col0..; rows 128-255: W3_e's same rows.
-            BarrierArriveExpectTx(&full[stage], kStageBytes);
-            TmaLoad2d(sa, &map_a, &full[stage], k0, static_cast<int>(p.c_row0));
-            TmaLoad3d(sb, &map_b, &full[stage], k0, static_cast<int>(p.c_col0), t.expert);
-            TmaLoad3d(sb + kStageBBytes / 2, &map_b2, &full[stage], k0, static_cast<int>(p.c_col0),
-                      t.expert);
-          } else if constexpr (kProduct == Product::kInputGrad) {
-            // B: W_e rows k0.. (the sum over N), a box per 64 of dX's columns inside K.
-            const int blocks = BoxesInside(s.n_out, p.c_col0, kTileN);
-            BarrierArriveExpectTx(&full[stage], kStageABytes + blocks * kMnBlockBytes);
-            TmaLoad2d(sa, &map_a, &full[stage], k0, static_cast<int>(p.c_row0));
-            for (int b = 0; b < blocks; ++b) {
-              TmaLoad3d(sb + b * kMnBlockBytes, &map_b, &full[stage],
-                        static_cast<int>(p.c_col0) + b * kMnBlock, k0, t.expert);
-            }
-          } else {
-            // A: dY rows of the expert, a box per 64 of dW's rows inside N; B: X alike over K.
-            const int row = static_cast<int>(t.lo) + k0;
-            const int blocks_a = BoxesInside(s.c_rows, p.c_row0, kTileM);
-            const int blocks_b = BoxesInside(s.n_out, p.c_col0, kTileN);
-            BarrierArriveExpectTx(&full[stage], (blocks_a + blocks_b) * kMnBlockBytes);
-            for (int b = 0; b < blocks_a; ++b) {
-              TmaLoad2d(sa + b * kMnBlockBytes, &map_a, &full[stage],
-                        static_cast<int>(p.c_row0) + b * kMnBlock, row);
-            }
-            for (int b = 0; b < blocks_b; ++b) {
-              TmaLoad2d(sb + b * kMnBlockBytes, &map_b, &full[stage],
-                        static_cast<int>(p.c_col0) + b * kMnBlock, row);
+          unsigned char* st = smem + stage * kStageBytes;
+          BarrierArriveExpectTx(&full[stage], StageBytes(kProduct, s, p));
+          const int boxes = BoxCount(kProduct, s, p);
+#pragma unroll
+          for (int i = 0; i < 6; ++i) {  // at most 6 boxes (the weight grad's 2 + 4)
+            if (i < boxes) {
+              const Box b = BoxAt(kProduct, s, t.expert, t.lo, p, kt, i);
+              const CUtensorMap* map =
+                  b.map == kMapA ? &map_a : (b.map == kMapB ? &map_b : &map_b2);
+              if (MapIs3d(kProduct, b.map)) {
+                TmaLoad3d(st + b.smem, map, &full[stage], b.c0, b.c1, b.c2);
+              } else {
+                TmaLoad2d(st + b.smem, map, &full[stage], b.c0, b.c1);
+              }
             }
           }
         }
@@ -399,8 +364,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           constexpr int kChunks = kStageBytes / 16;  // 16-byte chunks: 6 boxes x 64 rows x 8
 #pragma unroll 4
           for (int i = ctid; i < kChunks; i += kConsumerThreads) {
-            const int row = (i / (kSwizzleRowBytes / 16)) % kTileK;
-            if (row >= valid) *reinterpret_cast<uint4*>(st + 16 * i) = make_uint4(0, 0, 0, 0);
+            if (ChunkPastRows(i, valid)) {
+              *reinterpret_cast<uint4*>(st + 16 * i) = make_uint4(0, 0, 0, 0);
+            }
           }
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
           asm volatile("bar.sync %0, %1;" ::"n"(kZeroBarrier), "n"(kConsumerThreads) : "memory");
@@ -502,22 +468,23 @@ Status EncodeMap(CUtensorMap* map, const void* base, int rank, const cuuint64_t*
   return Status::OK();
 }
 
-// A row-major bf16 matrix [rows, cols] as a 2-D map, box [box_rows][box_cols].
-Status MatrixMap(CUtensorMap* map, const Tensor& t, uint32_t box_cols, uint32_t box_rows,
-                 const char* what) {
+// A row-major bf16 matrix [rows, cols] as a 2-D map, box [outer rows][inner cols].
+Status MatrixMap(CUtensorMap* map, const Tensor& t, BoxExtent box_extent, const char* what) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(t.dim(1)), static_cast<cuuint64_t>(t.dim(0))};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(t.dim(1)) * 2};
-  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_extent.inner),
+                             static_cast<cuuint32_t>(box_extent.outer)};
   return EncodeMap(map, t.raw_data(), 2, dims, strides, box, what);
 }
 
-// The stacked W [E, N, K] as a 3-D map, box [1][box_rows of N][box_cols of K].
-Status StackedMap(CUtensorMap* map, const Tensor& w, uint32_t box_cols, uint32_t box_rows) {
+// The stacked W [E, N, K] as a 3-D map, box [1][outer rows of N][inner cols of K].
+Status StackedMap(CUtensorMap* map, const Tensor& w, BoxExtent box_extent) {
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(w.dim(2)), static_cast<cuuint64_t>(w.dim(1)),
                               static_cast<cuuint64_t>(w.dim(0))};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(w.dim(2)) * 2,
                                  static_cast<cuuint64_t>(w.dim(1) * w.dim(2)) * 2};
-  const cuuint32_t box[3] = {box_cols, box_rows, 1};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_extent.inner),
+                             static_cast<cuuint32_t>(box_extent.outer), 1};
   return EncodeMap(map, w.raw_data(), 3, dims, strides, box, "w");
 }
 
@@ -534,7 +501,7 @@ struct Maps {
 };
 
 template <Product kProduct, typename Off, typename OutT>
-Status Launch(const Maps& maps, const Tensor& offsets, const Shape& s, int64_t tile_bound,
+Status Launch(const Maps& maps, const Tensor& offsets, const GemmShape& s, int64_t tile_bound,
               int device, OutT* c, bool add, GluOut<OutT> glu) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(device));
   ORRERY_ASSIGN_OR_RETURN(const int sms, SmCount(device));
@@ -550,16 +517,16 @@ Status Launch(const Maps& maps, const Tensor& offsets, const Shape& s, int64_t t
 }
 
 template <Product kProduct, typename OutT>
-Status LaunchOffsets(const Maps& maps, const Tensor& offsets, const Shape& s, int64_t tile_bound,
-                     int device, OutT* c, bool add, GluOut<OutT> glu = {}) {
+Status LaunchOffsets(const Maps& maps, const Tensor& offsets, const GemmShape& s,
+                     int64_t tile_bound, int device, OutT* c, bool add, GluOut<OutT> glu = {}) {
   return offsets.dtype() == DType::kI64
              ? Launch<kProduct, int64_t, OutT>(maps, offsets, s, tile_bound, device, c, add, glu)
              : Launch<kProduct, int32_t, OutT>(maps, offsets, s, tile_bound, device, c, add, glu);
 }
 
 // The shape of a row product: C [m, n_out] tiled by col_tile columns, summed over k_sum.
-Shape RowShape(int64_t m, int64_t e, int64_t n_out, int64_t k_sum, int col_tile) {
-  Shape s;
+GemmShape RowShape(int64_t m, int64_t e, int64_t n_out, int64_t k_sum, int col_tile) {
+  GemmShape s;
   s.num_experts = static_cast<int>(e);
   s.m = m;
   s.tiles_m = 0;
@@ -571,21 +538,19 @@ Shape RowShape(int64_t m, int64_t e, int64_t n_out, int64_t k_sum, int col_tile)
 }
 
 // An upper bound of a row product's tiles: sum_e ceil(rows_e / kTileM) <= ceil(M / kTileM) + E.
-int64_t RowTileBound(const Shape& s) { return (CeilDiv(s.m, kTileM) + s.num_experts) * s.tiles_n; }
+int64_t RowTileBound(const GemmShape& s) {
+  return (CeilDiv(s.m, kTileM) + s.num_experts) * s.tiles_n;
+}
 
 // The row products: C [M, n_out] over A [M, k_sum] and W.
 template <Product kProduct>
 Status RowProduct(const Tensor& a, const Tensor& w, const Tensor& offsets, int64_t n_out,
                   int64_t k_sum, bool add, Tensor* c) {
   Maps maps;
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, a, kTileK, kTileM, "the row operand"));
-  if constexpr (kProduct == Product::kForward) {
-    ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w, kTileK, kTileN));
-  } else {
-    ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w, kMnBlock, kTileK));
-  }
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, a, MapBox(kProduct, kMapA), "the row operand"));
+  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w, MapBox(kProduct, kMapB)));
   maps.b2 = maps.b;
-  const Shape s = RowShape(a.dim(0), w.dim(0), n_out, k_sum, kTileN);
+  const GemmShape s = RowShape(a.dim(0), w.dim(0), n_out, k_sum, kTileN);
   const int device = a.device().index;
   return c->dtype() == DType::kF32
              ? LaunchOffsets<kProduct>(maps, offsets, s, RowTileBound(s), device,
@@ -598,10 +563,10 @@ template <typename OutT>
 Status GluProduct(const GluActivation& act, const Tensor& x, const Tensor& w1, const Tensor& w3,
                   const Tensor& offsets, Tensor* h, Tensor* a, Tensor* u) {
   Maps maps;
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, x, kTileK, kTileM, "x"));
-  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w1, kTileK, kTileN / 2));
-  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b2, w3, kTileK, kTileN / 2));
-  const Shape s = RowShape(x.dim(0), w1.dim(0), w1.dim(1), w1.dim(2), kTileN / 2);
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, x, MapBox(Product::kGlu, kMapA), "x"));
+  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w1, MapBox(Product::kGlu, kMapB)));
+  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b2, w3, MapBox(Product::kGlu, kMapB2)));
+  const GemmShape s = RowShape(x.dim(0), w1.dim(0), w1.dim(1), w1.dim(2), kTileN / 2);
   GluOut<OutT> glu;
   glu.a = a == nullptr ? nullptr : static_cast<OutT*>(a->raw_data());
   glu.u = u == nullptr ? nullptr : static_cast<OutT*>(u->raw_data());
@@ -638,10 +603,10 @@ Status GroupedGemmInputGradWgmma(const Tensor& dy, const Tensor& w, const Tensor
 Status GroupedGemmWeightGradWgmma(const Tensor& dy, const Tensor& x, const Tensor& offsets,
                                   Tensor* dw) {
   Maps maps;
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, dy, kMnBlock, kTileK, "dy"));
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.b, x, kMnBlock, kTileK, "x"));
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, dy, MapBox(Product::kWeightGrad, kMapA), "dy"));
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.b, x, MapBox(Product::kWeightGrad, kMapB), "x"));
   maps.b2 = maps.b;
-  Shape s;
+  GemmShape s;
   s.num_experts = static_cast<int>(dw->dim(0));
   s.m = dy.dim(0);
   s.tiles_m = CeilDiv(dw->dim(1), kTileM);

@@ -136,11 +136,130 @@ ORRERY_GG_LAYOUT TilePlace PlaceTile(bool weight_grad, int64_t local, int64_t lo
                                  row_k_tiles};
 }
 
+// ---- what the producer loads into a stage ----
+
+// The products (kGlu: the forward of the stacked gate W1 and up W3 with the GLU in the epilogue).
+enum class Product { kForward, kInputGrad, kWeightGrad, kGlu };
+
+ORRERY_GG_LAYOUT bool AMnMajor(Product p) { return p == Product::kWeightGrad; }
+ORRERY_GG_LAYOUT bool BMnMajor(Product p) {
+  return p == Product::kInputGrad || p == Product::kWeightGrad;
+}
+// C columns a tile covers: the GLU's B holds 128 rows of W1_e and the same 128 of W3_e.
+ORRERY_GG_LAYOUT int ColTile(Product p) { return p == Product::kGlu ? kTileN / 2 : kTileN; }
+
+// A launch's sizes (the kernel's parameter).
+struct GemmShape {
+  int num_experts;
+  int64_t m;        // rows of the row-major operands
+  int64_t tiles_m;  // weight grad: C row tiles (over N)
+  int64_t tiles_n;  // C column tiles (of ColTile columns)
+  int64_t k_tiles;  // row products: stages of a tile (the weight grad's depend on the expert)
+  int64_t n_out;    // C columns (N forward and GLU (F); K input and weight grad)
+  int64_t c_rows;   // weight grad: C rows (N)
+};
+
+// A product's tensor maps: kMapA (the row operand: X or dY), kMapB (W, or X for the weight grad),
+// kMapB2 (the GLU's W3). Their TMA boxes, [outer][inner] elements with 128-byte inner rows:
+//   A, row products: [kTileM rows][kTileK]     (K-major, 2-D over [M, K or N])
+//   A, weight grad:  [kTileK rows][kMnBlock]   (MN-major, 2-D over dY [M, N])
+//   B, forward:      [kTileN rows of N][kTileK] (K-major, 3-D over W [E, N, K], box depth 1)
+//   B, B2, GLU:      [kTileN / 2 rows of F][kTileK]
+//   B, input grad:   [kTileK rows of N][kMnBlock] (MN-major, 3-D over W)
+//   B, weight grad:  [kTileK rows][kMnBlock]   (MN-major, 2-D over X [M, K])
+inline constexpr int kMapA = 0, kMapB = 1, kMapB2 = 2;
+struct BoxExtent {
+  int inner, outer;
+};
+ORRERY_GG_LAYOUT BoxExtent MapBox(Product p, int map) {
+  if (map == kMapA) {
+    return p == Product::kWeightGrad ? BoxExtent{kMnBlock, kTileK} : BoxExtent{kTileK, kTileM};
+  }
+  if (p == Product::kForward) return BoxExtent{kTileK, kTileN};
+  if (p == Product::kGlu) return BoxExtent{kTileK, kTileN / 2};
+  return BoxExtent{kMnBlock, kTileK};
+}
+ORRERY_GG_LAYOUT bool MapIs3d(Product p, int map) {
+  return map != kMapA && p != Product::kWeightGrad;  // W [E, N, K] (or W1, W3 [E, F, K])
+}
+
+// One TMA box of a stage: which map, where in the stage (bytes), its coordinates innermost first
+// (c2: the expert, for 3-D maps).
+struct Box {
+  int map;
+  uint32_t smem;
+  int c0, c1, c2;
+};
+
 // The MN-major boxes of 64 a tile loads from mn0 on: those that start inside the extent, at most
 // the tile's (a box wholly past the tensor's edge is not loaded: only C past the edge reads it).
 ORRERY_GG_LAYOUT int BoxesInside(int64_t extent, int64_t mn0, int tile) {
   const int64_t n = CeilDiv(extent - mn0, kMnBlock);
   return static_cast<int>(n < tile / kMnBlock ? n : tile / kMnBlock);
+}
+
+// The boxes of stage kt of a tile of `expert` (rows from lo) at place pl: BoxCount of them, box
+// i by BoxAt. Row products: A from the tile's first row; B at the tile's columns (forward, GLU:
+// W rows; input grad: a box per 64 of dX's columns inside K, rows = the stage's 64 of N). Weight
+// grad: a box per 64 of dW's rows inside N (A, dY) and per 64 of its columns inside K (B, X), all
+// at the expert's rows lo + 64 kt.
+ORRERY_GG_LAYOUT int BoxCount(Product p, const GemmShape& s, const TilePlace& pl) {
+  switch (p) {
+    case Product::kForward:
+      return 2;
+    case Product::kGlu:
+      return 3;
+    case Product::kInputGrad:
+      return 1 + BoxesInside(s.n_out, pl.c_col0, kTileN);
+    case Product::kWeightGrad:
+      return BoxesInside(s.c_rows, pl.c_row0, kTileM) + BoxesInside(s.n_out, pl.c_col0, kTileN);
+  }
+  return 0;
+}
+
+ORRERY_GG_LAYOUT Box BoxAt(Product p, const GemmShape& s, int expert, int64_t lo,
+                           const TilePlace& pl, int64_t kt, int i) {
+  const int k0 = static_cast<int>(kt * kTileK);
+  const int row0 = static_cast<int>(pl.c_row0), col0 = static_cast<int>(pl.c_col0);
+  const uint32_t b0 = kStageABytes;  // B's tile in the stage
+  switch (p) {
+    case Product::kForward:
+      return i == 0 ? Box{kMapA, 0, k0, row0, 0} : Box{kMapB, b0, k0, col0, expert};
+    case Product::kGlu:
+      return i == 0   ? Box{kMapA, 0, k0, row0, 0}
+             : i == 1 ? Box{kMapB, b0, k0, col0, expert}
+                      : Box{kMapB2, b0 + kStageBBytes / 2, k0, col0, expert};
+    case Product::kInputGrad:
+      return i == 0 ? Box{kMapA, 0, k0, row0, 0}
+                    : Box{kMapB, b0 + static_cast<uint32_t>((i - 1) * kMnBlockBytes),
+                          col0 + (i - 1) * kMnBlock, k0, expert};
+    case Product::kWeightGrad: {
+      const int row = static_cast<int>(lo) + k0;
+      const int blocks_a = BoxesInside(s.c_rows, pl.c_row0, kTileM);
+      return i < blocks_a
+                 ? Box{kMapA, static_cast<uint32_t>(i * kMnBlockBytes), row0 + i * kMnBlock, row, 0}
+                 : Box{kMapB, b0 + static_cast<uint32_t>((i - blocks_a) * kMnBlockBytes),
+                       col0 + (i - blocks_a) * kMnBlock, row, 0};
+    }
+  }
+  return Box{kMapA, 0, 0, 0, 0};
+}
+
+// The bytes a stage's boxes bring (the `full` barrier's transaction count: TMA counts a box's
+// zero-filled elements past the tensor's edge too).
+ORRERY_GG_LAYOUT uint32_t StageBytes(Product p, const GemmShape& s, const TilePlace& pl) {
+  uint32_t bytes = 0;
+  for (int i = 0; i < BoxCount(p, s, pl); ++i) {
+    const BoxExtent e = MapBox(p, BoxAt(p, s, 0, 0, pl, 0, i).map);
+    bytes += static_cast<uint32_t>(e.inner * e.outer * 2);
+  }
+  return bytes;
+}
+
+// The weight grad's last stage of an expert with `valid` < kTileK rows left: the 16-byte chunk i
+// of the stage (6 MN-major boxes of kTileK rows of 128 bytes) is zeroed when its row is past them.
+ORRERY_GG_LAYOUT bool ChunkPastRows(int i, int64_t valid) {
+  return (i / (kSwizzleRowBytes / 16)) % kTileK >= valid;
 }
 
 // Expert e's rows [lo, hi) from the offsets, clamped into [0, m] as the mma.sync kernel and the
