@@ -12,7 +12,7 @@
 # BIN_DIR holds grouped_gemm_gpu_tests and grouped_gemm_gpu_bench (optionally moe_gpu_tests),
 # built elsewhere with CUDA (e.g. build/tests), with the libraries the GPU machine lacks in
 # BIN_DIR/lib, or all of that packed by scripts/gpu_bundle.sh as BIN_DIR/bundle.tar.xz. `quick`
-# times the anchors' forward only (bench and torch). Time limits per part: GG_TEST_TIMEOUT (240 s
+# times the anchors only (bench and torch). Time limits per part: GG_TEST_TIMEOUT (240 s
 # each suite), GG_BENCH_TIMEOUT (240 s each of bench and torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -7,7 +7,8 @@ The three products as torch._grouped_mm takes them (offs: int32 cumulative row e
   dX = dY W_e:      _grouped_mm(dy [M, N], w [E, N, K], offs)                     -> [M, K]
   dW_e = dY_e^T X_e: _grouped_mm(dy.t() [N, M], x [M, K], offs) (offs along M)    -> [E, N, K]
 Outputs are bf16 (Orrery's bench writes dX in f32 and accumulates dW in f32).
-  python3 scripts/gpu_grouped_gemm_torch.py [--quick]   (--quick: the anchors' forward only)
+The anchors are timed forward only (as the issue's figures), the training shapes in all three.
+  python3 scripts/gpu_grouped_gemm_torch.py [--quick]   (--quick: the anchors only)
 """
 import math
 import sys
@@ -76,7 +77,7 @@ def main():
         bench("bench-1b down [L, F]", 131072, 64, 768, 512, False)
     for e, n, k in [(32, 1024, 1024), (128, 768, 768), (64, 3584, 3072)]:
         for rows in [128, 512, 2048, 8192]:
-            bench(f"anchor {rows} rows/expert", e * rows, e, n, k, quick)
+            bench(f"anchor {rows} rows/expert", e * rows, e, n, k, True)
             torch.cuda.empty_cache()
 
 
