@@ -20,9 +20,10 @@
 //       16-byte aligned (any Allocate'd tensor and its row views at such rows are).
 // Kernels on cuda: the wgmma/TMA kernel (kernels/cuda/grouped_gemm_wgmma.cu) on compute
 // capability 9.0 devices, the mma.sync kernel (kernels/cuda/grouped_gemm.cu) elsewhere; the
-// environment variable ORRERY_GROUPED_GEMM=mma or =wgmma forces one (read at each call, so a
-// benchmark or test can run both in one process; wgmma where it cannot run is an
-// InvalidArgument, and any other value than mma, wgmma, auto or empty too).
+// environment variable ORRERY_GROUPED_GEMM=mma or =wgmma forces one, =wgmma128 or =wgmma256 also
+// the wgmma kernel's tile width (else its choice) (read at each call, so a benchmark or test can
+// run them all in one process; wgmma where it cannot run is an InvalidArgument, and any value
+// other than those, auto or empty too).
 // Outputs: Y is overwritten (allocated when undefined); dX is overwritten, or with accumulate
 // added to (then it must be defined); dW is accumulated (allocated zeroed when undefined). Rows of
 // Y and dX outside [offsets[0], offsets[E]) are not written.

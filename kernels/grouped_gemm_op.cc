@@ -201,26 +201,30 @@ void WeightGradCpu(const Tensor& dy, const Tensor& x, const std::vector<int64_t>
 }
 
 #if defined(ORRERY_KERNELS_CUDA)
-// Whether a cuda call runs the wgmma kernel (else the mma.sync one): ORRERY_GROUPED_GEMM unset,
-// empty or "auto": where the device and the sizes allow it; "mma" or "wgmma" force one (wgmma where
-// it cannot run is an error, not a silent fallback).
-StatusOr<bool> UseWgmma(const char* op, const Dims& d) {
+// The kernel of a cuda call, from ORRERY_GROUPED_GEMM: kMma, or the wgmma kernel's tile width
+// (0: its own choice). Unset, empty or "auto": wgmma where the device and the sizes allow it, else
+// mma; "mma", "wgmma", "wgmma128", "wgmma256" force one (wgmma where it cannot run is an error, not
+// a silent fallback).
+constexpr int kMma = -1;
+StatusOr<int> ChooseKernel(const char* op, const Dims& d) {
   const char* env = std::getenv("ORRERY_GROUPED_GEMM");
   const std::string v = env == nullptr ? "" : env;
-  if (v == "mma") return false;
+  if (v == "mma") return kMma;
   const bool ok = cuda::GroupedGemmWgmmaAvailable(d.device.index) &&
                   cuda::GroupedGemmWgmmaSupports(d.m, d.n, d.k);
-  if (v.empty() || v == "auto") return ok;
-  if (v != "wgmma") {
-    return Bad(op, "ORRERY_GROUPED_GEMM '" + v + "', expected mma, wgmma or auto");
+  if (v.empty() || v == "auto") return ok ? 0 : kMma;
+  const int tile = v == "wgmma" ? 0 : v == "wgmma128" ? 128 : v == "wgmma256" ? 256 : kMma;
+  if (tile == kMma) {
+    return Bad(op,
+               "ORRERY_GROUPED_GEMM '" + v + "', expected mma, wgmma, wgmma128, wgmma256 or auto");
   }
   if (!ok) {
-    return Bad(op, "ORRERY_GROUPED_GEMM=wgmma on " + d.device.ToString() + " with M " +
+    return Bad(op, "ORRERY_GROUPED_GEMM=" + v + " on " + d.device.ToString() + " with M " +
                        std::to_string(d.m) +
                        ": the wgmma kernel needs a compute capability 9.0 device and M, N, K < "
                        "2^31");
   }
-  return true;
+  return tile;
 }
 #endif
 
@@ -247,9 +251,9 @@ Status GroupedGemmForward(const Tensor& x, const Tensor& w, const Tensor& offset
   if (d.m == 0) return Status::OK();
 #if defined(ORRERY_KERNELS_CUDA)
   if (!d.device.is_cpu()) {
-    ORRERY_ASSIGN_OR_RETURN(const bool wgmma, UseWgmma(kOp, d));
-    return wgmma ? cuda::GroupedGemmForwardWgmma(x, w, offsets, y)
-                 : cuda::GroupedGemmForwardMma(x, w, offsets, y);
+    ORRERY_ASSIGN_OR_RETURN(const int kernel, ChooseKernel(kOp, d));
+    return kernel == kMma ? cuda::GroupedGemmForwardMma(x, w, offsets, y)
+                          : cuda::GroupedGemmForwardWgmma(x, w, offsets, kernel, y);
   }
 #endif
   const std::vector<int64_t> o = HostRows(offsets);
@@ -281,9 +285,9 @@ Status GroupedGemmInputGrad(const Tensor& dy, const Tensor& w, const Tensor& off
   if (d.m == 0) return Status::OK();
 #if defined(ORRERY_KERNELS_CUDA)
   if (!d.device.is_cpu()) {
-    ORRERY_ASSIGN_OR_RETURN(const bool wgmma, UseWgmma(kOp, d));
-    return wgmma ? cuda::GroupedGemmInputGradWgmma(dy, w, offsets, accumulate, dx)
-                 : cuda::GroupedGemmInputGradMma(dy, w, offsets, accumulate, dx);
+    ORRERY_ASSIGN_OR_RETURN(const int kernel, ChooseKernel(kOp, d));
+    return kernel == kMma ? cuda::GroupedGemmInputGradMma(dy, w, offsets, accumulate, dx)
+                          : cuda::GroupedGemmInputGradWgmma(dy, w, offsets, accumulate, kernel, dx);
   }
 #endif
   const std::vector<int64_t> o = HostRows(offsets);
@@ -318,9 +322,9 @@ Status GroupedGemmWeightGrad(const Tensor& dy, const Tensor& x, const Tensor& of
   if (d.m == 0) return Status::OK();
 #if defined(ORRERY_KERNELS_CUDA)
   if (!d.device.is_cpu()) {
-    ORRERY_ASSIGN_OR_RETURN(const bool wgmma, UseWgmma(kOp, d));
-    return wgmma ? cuda::GroupedGemmWeightGradWgmma(dy, x, offsets, dw)
-                 : cuda::GroupedGemmWeightGradMma(dy, x, offsets, dw);
+    ORRERY_ASSIGN_OR_RETURN(const int kernel, ChooseKernel(kOp, d));
+    return kernel == kMma ? cuda::GroupedGemmWeightGradMma(dy, x, offsets, dw)
+                          : cuda::GroupedGemmWeightGradWgmma(dy, x, offsets, kernel, dw);
   }
 #endif
   const std::vector<int64_t> o = HostRows(offsets);
@@ -373,7 +377,8 @@ Status GroupedGemmGlu(const GluActivation& act, const Tensor& x, const Tensor& w
                  "the fused kernel needs a compute capability 9.0 device, M, F, K < 2^31 "
                  "and ORRERY_GROUPED_GEMM other than mma; compose GroupedGemmForward and Glu");
     }
-    return cuda::GroupedGemmGluWgmma(act, x, w1, w3, offsets, h, a, u);
+    ORRERY_ASSIGN_OR_RETURN(const int kernel, ChooseKernel(kOp, d));
+    return cuda::GroupedGemmGluWgmma(act, x, w1, w3, offsets, kernel, h, a, u);
   }
 #endif
   // The twin: a and u (the outputs, or scratch), then the activation on each expert's rows.

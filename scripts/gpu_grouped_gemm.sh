@@ -55,7 +55,7 @@ fi
 timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" --gtest_filter='GroupedGemmGpuErrors.*:Mma/*' \
   >"$out/tests.log" 2>&1 &&
   echo "mma suite: ok" || { echo "mma suite: FAILED"; status=1; }
-timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" --gtest_filter='Wgmma/*' >>"$out/tests.log" 2>&1 &&
+timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" --gtest_filter='Wgmma*' >>"$out/tests.log" 2>&1 &&
   echo "wgmma suite: ok" || { echo "wgmma suite: FAILED (rc $?)"; status=1; }
 grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$out/tests.log" || true
 if [[ -x "$bin/moe_gpu_tests" ]]; then

@@ -27,15 +27,18 @@ bool GroupedGemmWgmmaAvailable(int device);
 // Whether the wgmma kernel takes M rows and W's [N, K] (TMA's 32-bit coordinates: each < 2^31).
 bool GroupedGemmWgmmaSupports(int64_t m, int64_t n, int64_t k);
 
-// The same three products on the wgmma kernel, same contracts.
-Status GroupedGemmForwardWgmma(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor* y);
+// The same three products on the wgmma kernel, same contracts. tile_n: the C tile's columns,
+// 256 or 128, or 0 for the kernel's choice by the estimated tile count.
+Status GroupedGemmForwardWgmma(const Tensor& x, const Tensor& w, const Tensor& offsets, int tile_n,
+                               Tensor* y);
 Status GroupedGemmInputGradWgmma(const Tensor& dy, const Tensor& w, const Tensor& offsets,
-                                 bool accumulate, Tensor* dx);
+                                 bool accumulate, int tile_n, Tensor* dx);
 Status GroupedGemmWeightGradWgmma(const Tensor& dy, const Tensor& x, const Tensor& offsets,
-                                  Tensor* dw);
-// GroupedGemmGlu's fused kernel: h [M, F] bf16 or f32; a, u null or tensors of h's shape and dtype.
+                                  int tile_n, Tensor* dw);
+// GroupedGemmGlu's fused kernel: h [M, F] bf16 or f32; a, u null or tensors of h's shape and dtype;
+// tile_n: as above (h's tile is half of it).
 Status GroupedGemmGluWgmma(const GluActivation& act, const Tensor& x, const Tensor& w1,
-                           const Tensor& w3, const Tensor& offsets, Tensor* h, Tensor* a,
-                           Tensor* u);
+                           const Tensor& w3, const Tensor& offsets, int tile_n, Tensor* h,
+                           Tensor* a, Tensor* u);
 
 }  // namespace orrery::kernels::cuda

@@ -14,24 +14,27 @@
 // imm-trans-b = 1 for the MN-major B (input and weight grad). The shared layouts, descriptors,
 // accumulator map and tile schedule are grouped_gemm_wgmma_layout.h's (checked there on the host).
 //
-// Tiles: C tiles of kTileM x kTileN = 128 x 256, reduced in stages of kTileK = 64 (16 KB of A +
-// 32 KB of B a stage, kStages = 4 stages: 192 KB of shared memory, one CTA per SM). The GLU's
-// tile is 128 x 128 of h: its B stage holds 128 rows of W1_e and the same 128 rows of W3_e, so a
-// thread's accumulator r (r < 64) is a's and r + 64 is u's at the same (row, column), and the
-// epilogue writes h = act(a, u) (glu_value.cuh, the element-wise kernel's formula), and a and u
-// when asked for.
+// Tiles: C tiles of kTileM x tile_n = 128 x 256 or 128 x 128, reduced in stages of kTileK = 64
+// (16 KB of A + 32 or 16 KB of B a stage; 4 or 6 stages: 192 KB of shared memory, one CTA per SM).
+// The width is the launch's: 128 where its twice as many tiles fill the last round of the
+// persistent CTAs better (ChooseTileN, from the tile count estimated from M and E: the offsets are
+// on the device), else 256 (ORRERY_GROUPED_GEMM=wgmma128 or wgmma256 forces one). The GLU's tile is
+// 128 x tile_n / 2 of h: its B stage holds tile_n / 2 rows of W1_e and the same rows of W3_e, so a
+// thread's accumulator r (r < tile_n / 4) is a's and r + tile_n / 4 is u's at the same (row,
+// column), and the epilogue writes h = act(a, u) (glu_value.cuh, the element-wise kernel's
+// formula), and a and u when asked for.
+//
 // CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer (setmaxnreg.dec to 56 registers:
 // with 40 its 64-bit schedule arithmetic spilled): its first warp walks the tile schedule and one
-// lane issues each stage's TMA boxes after the stage's `empty` barrier, with the stage's byte
-// count on its `full` barrier. Warpgroups 1 and 2 are the consumers (setmaxnreg.inc to 224): each
-// waits on `full`, issues 4 wgmma m64n256k16 for its 64 C rows, commits, and after
-// wgmma.wait_group 1 (the previous stage's group done) its warps arrive on that stage's `empty`
-// barrier; 128 f32 accumulators a thread. Persistent: the grid is one CTA per SM (fewer when there
-// are fewer tiles); CTA b takes tiles b, b + grid, ...; each warp finds a tile's expert itself (a
-// warp prefix sum over 32 experts' tile counts, resumed from the last tile's position: the
-// offsets stay on the device), so the producer runs up to 4 stages into the next tile while the
-// consumers store the last one. A broken pipeline traps (the producer's timed waits) rather than
-// hanging.
+// lane issues each stage's TMA boxes after the stage's `empty` barrier, with the stage's byte count
+// on its `full` barrier. Warpgroups 1 and 2 are the consumers (setmaxnreg.inc to 224): each waits
+// on `full`, issues 4 wgmma m64n(tile_n)k16 for its 64 C rows, commits, and after wgmma.wait_group
+// 1 (the previous stage's group done) its warps arrive on that stage's `empty` barrier; tile_n / 2
+// f32 accumulators a thread. Persistent: the grid is one CTA per SM (fewer when there are fewer
+// tiles); CTA b takes tiles b, b + grid, ...; each warp finds a tile's expert itself (a warp prefix
+// sum over 32 experts' tile counts, resumed from the last tile's position: the offsets stay on the
+// device), so the producer runs all its stages into the next tile while the consumers store the
+// last one. A broken pipeline traps (the producer's timed waits) rather than hanging.
 //
 // Ragged experts. The row products load an A tile of 128 rows from the expert's first row with
 // one tensor map over all M rows: rows past the expert's end come from the next expert (or are
@@ -50,6 +53,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -65,12 +69,17 @@ namespace {
 
 using namespace grouped_gemm_wgmma;  // NOLINT: the layout's constants and index maps
 
-constexpr int kStages = 4;
+// Stages: as many as fit 192 KB of shared memory (4 of 48 KB for 256-column tiles, 6 of 32 KB for
+// 128-column ones).
+constexpr int kStageBudgetBytes = 192 * 1024;
+constexpr int Stages(int tile_n) { return kStageBudgetBytes / StageBytes(tile_n); }
+constexpr int SmemBytes(int tile_n) {  // + alignment slack
+  return Stages(tile_n) * StageBytes(tile_n) + kSwizzleAtomBytes;
+}
 constexpr int kConsumers = 2;  // consumer warpgroups, 64 C rows each
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kConsumerThreads = 128 * kConsumers;
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 x 56 + 256 x 224 <= 64K registers
-constexpr int kSmemBytes = kStages * kStageBytes + kSwizzleAtomBytes;  // + alignment slack
 constexpr int kZeroBarrier = 1;  // named barrier of the consumers (0 is __syncthreads')
 static_assert(kTileM == 64 * kConsumers, "a consumer warpgroup's m64 per 64 rows of the tile");
 static_assert(kStageABytes == kConsumers * kMnBlockBytes, "MN-major A: a 64-block per consumer");
@@ -156,9 +165,10 @@ __device__ __forceinline__ void WgmmaWait() {
 
 // Ties the accumulators to this point of the volatile-asm order, so that no read or write of
 // them moves across a wgmma wait or fence.
-__device__ __forceinline__ void FenceAcc(float (&d)[kAccRegs]) {
+template <int kRegs>
+__device__ __forceinline__ void FenceAcc(float (&d)[kRegs]) {
 #pragma unroll
-  for (int i = 0; i < kAccRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 #define ORRERY_ACC8(i)                                                                        \
@@ -168,9 +178,7 @@ __device__ __forceinline__ void FenceAcc(float (&d)[kAccRegs]) {
 // d (64 x 256 of this warpgroup, f32) += A (64 x 16) B (16 x 256), both from shared memory
 // (scale-d is always 1: the accumulators start at zero).
 template <int kTransA, int kTransB>
-__device__ __forceinline__ void Wgmma64x256(float (&d)[kAccRegs], uint64_t desc_a,
-                                            uint64_t desc_b) {
-  static_assert(kAccRegs == 128, "m64n256 f32: 128 accumulators a thread");
+__device__ __forceinline__ void Wgmma64x256(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -192,6 +200,37 @@ __device__ __forceinline__ void Wgmma64x256(float (&d)[kAccRegs], uint64_t desc_
         ORRERY_ACC8(120)
       : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransA), "n"(kTransB));
 }
+// The same for 128 columns (m64n128k16: 64 accumulators a thread).
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void Wgmma64x128(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, %67, %68;\n"
+      "}\n"
+      : ORRERY_ACC8(0), ORRERY_ACC8(8), ORRERY_ACC8(16), ORRERY_ACC8(24), ORRERY_ACC8(32),
+        ORRERY_ACC8(40), ORRERY_ACC8(48), ORRERY_ACC8(56)
+      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransA), "n"(kTransB));
+}
+
+// The warpgroup's m64n(kTileN)k16 step.
+template <int kTileN, int kTransA, int kTransB>
+__device__ __forceinline__ void Wgmma(float (&d)[AccRegs(kTileN)], uint64_t desc_a,
+                                      uint64_t desc_b) {
+  if constexpr (kTileN == kWideTileN) {
+    Wgmma64x256<kTransA, kTransB>(d, desc_a, desc_b);
+  } else {
+    static_assert(kTileN == kNarrowTileN, "tiles of 256 or 128 columns");
+    Wgmma64x128<kTransA, kTransB>(d, desc_a, desc_b);
+  }
+}
+
 #undef ORRERY_ACC8
 
 // ---- the tile schedule on the device ----
@@ -257,14 +296,17 @@ struct GluOut {
 };
 
 // map_b2 (kGlu only): the up weight W3, loaded beside the gate weight W1 of map_b.
-template <Product kProduct, typename Off, typename OutT>
+template <Product kProduct, int kTileN, typename Off, typename OutT>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaKernel(const __grid_constant__ CUtensorMap map_a,
                 const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_b2, const Off* __restrict__ offsets,
                 GemmShape s, OutT* __restrict__ c, bool add, GluOut<OutT> glu) {
   constexpr bool kWeightGrad = kProduct == Product::kWeightGrad;
-  constexpr int kColTile = ColTile(kProduct);
+  constexpr int kColTile = ColTile(kProduct, kTileN);
+  constexpr int kStages = Stages(kTileN);
+  constexpr int kStageBytes = StageBytes(kTileN);
+  constexpr int kAccRegs = AccRegs(kTileN);
   constexpr bool kAMnMajor = AMnMajor(kProduct);
   constexpr bool kBMnMajor = BMnMajor(kProduct);
   extern __shared__ unsigned char smem_raw[];
@@ -361,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t valid = t.hi - (t.lo + kt * kTileK);
         if (valid < kTileK) {
           unsigned char* st = smem + stage * kStageBytes;
-          constexpr int kChunks = kStageBytes / 16;  // 16-byte chunks: 6 boxes x 64 rows x 8
+          constexpr int kChunks = kStageBytes / 16;  // 16-byte chunks: boxes x 64 rows x 8
 #pragma unroll 4
           for (int i = ctid; i < kChunks; i += kConsumerThreads) {
             if (ChunkPastRows(i, valid)) {
@@ -382,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                            DescriptorLbo(kAMnMajor), DescriptorSbo());
         const uint64_t db = MakeDescriptor(sb + DescriptorStart(kBMnMajor, 0, kk),
                                            DescriptorLbo(kBMnMajor), DescriptorSbo());
-        Wgmma64x256<kAMnMajor ? 1 : 0, kBMnMajor ? 1 : 0>(acc, da, db);
+        Wgmma<kTileN, kAMnMajor ? 1 : 0, kBMnMajor ? 1 : 0>(acc, da, db);
       }
       WgmmaCommit();
       WgmmaWait<1>();  // the previous stage's group is done: release that stage
@@ -401,18 +443,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t row_base = p.c_row0 + 64 * w;
     const int64_t row_end = kWeightGrad ? s.c_rows : t.hi;
     if constexpr (kProduct == Product::kGlu) {
-      // Columns j < 128 of the result are a's (registers r < 64), 128 + j are u's (r + 64).
+      // Columns j < kColTile of the result are a's (registers r < kAccRegs / 2), kColTile + j are
+      // u's (r + kAccRegs / 2).
+      constexpr int kU = kAccRegs / 2;
 #pragma unroll
-      for (int r = 0; r < kAccRegs / 2; r += 2) {
+      for (int r = 0; r < kU; r += 2) {
         const int64_t row = row_base + AccRow(tid, r);
         const int64_t col = p.c_col0 + AccCol(tid, r);
         if (row < row_end && col < s.n_out) {
           const int64_t at = row * s.n_out + col;
-          Store2(c + at, GluValue(glu.act, acc[r], acc[r + 64]),
-                 GluValue(glu.act, acc[r + 1], acc[r + 65]), false);
+          Store2(c + at, GluValue(glu.act, acc[r], acc[r + kU]),
+                 GluValue(glu.act, acc[r + 1], acc[r + kU + 1]), false);
           if (glu.a != nullptr) {
             Store2(glu.a + at, acc[r], acc[r + 1], false);
-            Store2(glu.u + at, acc[r + 64], acc[r + 65], false);
+            Store2(glu.u + at, acc[r + kU], acc[r + kU + 1], false);
           }
         }
       }
@@ -500,37 +544,67 @@ struct Maps {
   CUtensorMap a, b, b2;
 };
 
-template <Product kProduct, typename Off, typename OutT>
+// The tile width of a launch: `requested` (kWideTileN or kNarrowTileN), or, for 0, the one of the
+// smaller estimated time in rounds of the persistent CTAs (ceil(tiles / SMs); a narrow tile costs
+// half a wide one, taken 10% dearer per FLOP for its smaller wgmma; ties go wide). The tile counts
+// are estimates: the offsets are on the device.
+int ChooseTileN(int requested, double wide_tiles, double narrow_tiles, int sms) {
+  if (requested != 0) return requested;
+  const double wide = std::ceil(wide_tiles / sms);
+  const double narrow = 0.55 * std::ceil(narrow_tiles / sms);
+  return narrow < wide ? kNarrowTileN : kWideTileN;
+}
+
+template <Product kProduct, int kTileN, typename Off, typename OutT>
 Status Launch(const Maps& maps, const Tensor& offsets, const GemmShape& s, int64_t tile_bound,
-              int device, OutT* c, bool add, GluOut<OutT> glu) {
-  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(device));
-  ORRERY_ASSIGN_OR_RETURN(const int sms, SmCount(device));
+              int sms, cudaStream_t stream, OutT* c, bool add, GluOut<OutT> glu) {
   const int64_t grid = std::min<int64_t>(tile_bound, sms);
   if (grid <= 0) return Status::OK();
-  auto kernel = WgmmaKernel<kProduct, Off, OutT>;
-  ORRERY_RETURN_IF_ERROR(CudaStatus(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
-      "grouped_gemm wgmma shared memory"));
-  kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, ctx->stream()>>>(
+  auto kernel = WgmmaKernel<kProduct, kTileN, Off, OutT>;
+  constexpr int kSmem = SmemBytes(kTileN);
+  ORRERY_RETURN_IF_ERROR(
+      CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                 "grouped_gemm wgmma shared memory"));
+  kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(
       maps.a, maps.b, maps.b2, static_cast<const Off*>(offsets.raw_data()), s, c, add, glu);
   return LastLaunchStatus("grouped_gemm WgmmaKernel");
 }
 
+// Launches product kProduct on `device` for s.tile_n and the offsets' dtype; tile_bound: an upper
+// bound of the tiles.
 template <Product kProduct, typename OutT>
-Status LaunchOffsets(const Maps& maps, const Tensor& offsets, const GemmShape& s,
-                     int64_t tile_bound, int device, OutT* c, bool add, GluOut<OutT> glu = {}) {
-  return offsets.dtype() == DType::kI64
-             ? Launch<kProduct, int64_t, OutT>(maps, offsets, s, tile_bound, device, c, add, glu)
-             : Launch<kProduct, int32_t, OutT>(maps, offsets, s, tile_bound, device, c, add, glu);
+Status LaunchOn(int device, const Maps& maps, const Tensor& offsets, const GemmShape& s,
+                int64_t tile_bound, OutT* c, bool add, GluOut<OutT> glu = {}) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(device));
+  ORRERY_ASSIGN_OR_RETURN(const int sms, SmCount(device));
+  const bool i64 = offsets.dtype() == DType::kI64;
+  if (s.tile_n == kWideTileN) {
+    return i64 ? Launch<kProduct, kWideTileN, int64_t>(maps, offsets, s, tile_bound, sms,
+                                                       ctx->stream(), c, add, glu)
+               : Launch<kProduct, kWideTileN, int32_t>(maps, offsets, s, tile_bound, sms,
+                                                       ctx->stream(), c, add, glu);
+  }
+  return i64 ? Launch<kProduct, kNarrowTileN, int64_t>(maps, offsets, s, tile_bound, sms,
+                                                       ctx->stream(), c, add, glu)
+             : Launch<kProduct, kNarrowTileN, int32_t>(maps, offsets, s, tile_bound, sms,
+                                                       ctx->stream(), c, add, glu);
 }
 
-// The shape of a row product: C [m, n_out] tiled by col_tile columns, summed over k_sum.
-GemmShape RowShape(int64_t m, int64_t e, int64_t n_out, int64_t k_sum, int col_tile) {
-  GemmShape s;
+// The shape of a row product (C [m, n_out] summed over k_sum) at tile width tile_n, chosen as
+// ChooseTileN says for `requested`; the row tiles estimated as m / kTileM + E / 2 (an expert's last
+// tile half full on average).
+StatusOr<GemmShape> RowShape(Product p, int device, int requested, int64_t m, int64_t e,
+                             int64_t n_out, int64_t k_sum) {
+  ORRERY_ASSIGN_OR_RETURN(const int sms, SmCount(device));
+  const double row_tiles = static_cast<double>(m) / kTileM + 0.5 * static_cast<double>(e);
+  GemmShape s{};
+  s.tile_n = ChooseTileN(
+      requested, row_tiles * static_cast<double>(CeilDiv(n_out, ColTile(p, kWideTileN))),
+      row_tiles * static_cast<double>(CeilDiv(n_out, ColTile(p, kNarrowTileN))), sms);
   s.num_experts = static_cast<int>(e);
   s.m = m;
   s.tiles_m = 0;
-  s.tiles_n = CeilDiv(n_out, col_tile);
+  s.tiles_n = CeilDiv(n_out, ColTile(p, s.tile_n));
   s.k_tiles = CeilDiv(k_sum, kTileK);
   s.n_out = n_out;
   s.c_rows = m;
@@ -545,34 +619,39 @@ int64_t RowTileBound(const GemmShape& s) {
 // The row products: C [M, n_out] over A [M, k_sum] and W.
 template <Product kProduct>
 Status RowProduct(const Tensor& a, const Tensor& w, const Tensor& offsets, int64_t n_out,
-                  int64_t k_sum, bool add, Tensor* c) {
-  Maps maps;
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, a, MapBox(kProduct, kMapA), "the row operand"));
-  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w, MapBox(kProduct, kMapB)));
-  maps.b2 = maps.b;
-  const GemmShape s = RowShape(a.dim(0), w.dim(0), n_out, k_sum, kTileN);
+                  int64_t k_sum, bool add, int tile_n, Tensor* c) {
   const int device = a.device().index;
+  ORRERY_ASSIGN_OR_RETURN(const GemmShape s,
+                          RowShape(kProduct, device, tile_n, a.dim(0), w.dim(0), n_out, k_sum));
+  Maps maps;
+  ORRERY_RETURN_IF_ERROR(
+      MatrixMap(&maps.a, a, MapBox(kProduct, kMapA, s.tile_n), "the row operand"));
+  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w, MapBox(kProduct, kMapB, s.tile_n)));
+  maps.b2 = maps.b;
   return c->dtype() == DType::kF32
-             ? LaunchOffsets<kProduct>(maps, offsets, s, RowTileBound(s), device,
-                                       static_cast<float*>(c->raw_data()), add)
-             : LaunchOffsets<kProduct>(maps, offsets, s, RowTileBound(s), device,
-                                       static_cast<__nv_bfloat16*>(c->raw_data()), add);
+             ? LaunchOn<kProduct>(device, maps, offsets, s, RowTileBound(s),
+                                  static_cast<float*>(c->raw_data()), add)
+             : LaunchOn<kProduct>(device, maps, offsets, s, RowTileBound(s),
+                                  static_cast<__nv_bfloat16*>(c->raw_data()), add);
 }
 
 template <typename OutT>
 Status GluProduct(const GluActivation& act, const Tensor& x, const Tensor& w1, const Tensor& w3,
-                  const Tensor& offsets, Tensor* h, Tensor* a, Tensor* u) {
+                  const Tensor& offsets, int tile_n, Tensor* h, Tensor* a, Tensor* u) {
+  constexpr Product kGlu = Product::kGlu;
+  const int device = x.device().index;
+  ORRERY_ASSIGN_OR_RETURN(
+      const GemmShape s, RowShape(kGlu, device, tile_n, x.dim(0), w1.dim(0), w1.dim(1), w1.dim(2)));
   Maps maps;
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, x, MapBox(Product::kGlu, kMapA), "x"));
-  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w1, MapBox(Product::kGlu, kMapB)));
-  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b2, w3, MapBox(Product::kGlu, kMapB2)));
-  const GemmShape s = RowShape(x.dim(0), w1.dim(0), w1.dim(1), w1.dim(2), kTileN / 2);
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, x, MapBox(kGlu, kMapA, s.tile_n), "x"));
+  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b, w1, MapBox(kGlu, kMapB, s.tile_n)));
+  ORRERY_RETURN_IF_ERROR(StackedMap(&maps.b2, w3, MapBox(kGlu, kMapB2, s.tile_n)));
   GluOut<OutT> glu;
   glu.a = a == nullptr ? nullptr : static_cast<OutT*>(a->raw_data());
   glu.u = u == nullptr ? nullptr : static_cast<OutT*>(u->raw_data());
   glu.act = {act.situ, static_cast<float>(act.beta), static_cast<float>(act.beta_lin)};
-  return LaunchOffsets<Product::kGlu>(maps, offsets, s, RowTileBound(s), x.device().index,
-                                      static_cast<OutT*>(h->raw_data()), false, glu);
+  return LaunchOn<kGlu>(device, maps, offsets, s, RowTileBound(s),
+                        static_cast<OutT*>(h->raw_data()), false, glu);
 }
 
 }  // namespace
@@ -591,39 +670,48 @@ bool GroupedGemmWgmmaSupports(int64_t m, int64_t n, int64_t k) {
   return m < kMax && n < kMax && k < kMax;
 }
 
-Status GroupedGemmForwardWgmma(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor* y) {
-  return RowProduct<Product::kForward>(x, w, offsets, w.dim(1), w.dim(2), false, y);
+Status GroupedGemmForwardWgmma(const Tensor& x, const Tensor& w, const Tensor& offsets, int tile_n,
+                               Tensor* y) {
+  return RowProduct<Product::kForward>(x, w, offsets, w.dim(1), w.dim(2), false, tile_n, y);
 }
 
 Status GroupedGemmInputGradWgmma(const Tensor& dy, const Tensor& w, const Tensor& offsets,
-                                 bool accumulate, Tensor* dx) {
-  return RowProduct<Product::kInputGrad>(dy, w, offsets, w.dim(2), w.dim(1), accumulate, dx);
+                                 bool accumulate, int tile_n, Tensor* dx) {
+  return RowProduct<Product::kInputGrad>(dy, w, offsets, w.dim(2), w.dim(1), accumulate, tile_n,
+                                         dx);
 }
 
 Status GroupedGemmWeightGradWgmma(const Tensor& dy, const Tensor& x, const Tensor& offsets,
-                                  Tensor* dw) {
-  Maps maps;
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, dy, MapBox(Product::kWeightGrad, kMapA), "dy"));
-  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.b, x, MapBox(Product::kWeightGrad, kMapB), "x"));
-  maps.b2 = maps.b;
-  GemmShape s;
-  s.num_experts = static_cast<int>(dw->dim(0));
+                                  int tile_n, Tensor* dw) {
+  constexpr Product kWgrad = Product::kWeightGrad;
+  const int device = dy.device().index;
+  ORRERY_ASSIGN_OR_RETURN(const int sms, SmCount(device));
+  const int64_t e = dw->dim(0), n = dw->dim(1), k = dw->dim(2);
+  const double tiles_m = static_cast<double>(e * CeilDiv(n, kTileM));  // experts with rows, at most
+  GemmShape s{};
+  s.tile_n = ChooseTileN(tile_n, tiles_m * static_cast<double>(CeilDiv(k, kWideTileN)),
+                         tiles_m * static_cast<double>(CeilDiv(k, kNarrowTileN)), sms);
+  s.num_experts = static_cast<int>(e);
   s.m = dy.dim(0);
-  s.tiles_m = CeilDiv(dw->dim(1), kTileM);
-  s.tiles_n = CeilDiv(dw->dim(2), kTileN);
+  s.tiles_m = CeilDiv(n, kTileM);
+  s.tiles_n = CeilDiv(k, s.tile_n);
   s.k_tiles = 0;
-  s.n_out = dw->dim(2);
-  s.c_rows = dw->dim(1);
-  const int64_t bound = s.num_experts * s.tiles_m * s.tiles_n;
-  return LaunchOffsets<Product::kWeightGrad>(maps, offsets, s, bound, dy.device().index,
-                                             static_cast<float*>(dw->raw_data()), true);
+  s.n_out = k;
+  s.c_rows = n;
+  Maps maps;
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.a, dy, MapBox(kWgrad, kMapA, s.tile_n), "dy"));
+  ORRERY_RETURN_IF_ERROR(MatrixMap(&maps.b, x, MapBox(kWgrad, kMapB, s.tile_n), "x"));
+  maps.b2 = maps.b;
+  return LaunchOn<kWgrad>(device, maps, offsets, s, e * s.tiles_m * s.tiles_n,
+                          static_cast<float*>(dw->raw_data()), true);
 }
 
 Status GroupedGemmGluWgmma(const GluActivation& act, const Tensor& x, const Tensor& w1,
-                           const Tensor& w3, const Tensor& offsets, Tensor* h, Tensor* a,
-                           Tensor* u) {
-  return h->dtype() == DType::kF32 ? GluProduct<float>(act, x, w1, w3, offsets, h, a, u)
-                                   : GluProduct<__nv_bfloat16>(act, x, w1, w3, offsets, h, a, u);
+                           const Tensor& w3, const Tensor& offsets, int tile_n, Tensor* h,
+                           Tensor* a, Tensor* u) {
+  return h->dtype() == DType::kF32
+             ? GluProduct<float>(act, x, w1, w3, offsets, tile_n, h, a, u)
+             : GluProduct<__nv_bfloat16>(act, x, w1, w3, offsets, tile_n, h, a, u);
 }
 
 }  // namespace orrery::kernels::cuda

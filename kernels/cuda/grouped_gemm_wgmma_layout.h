@@ -5,7 +5,7 @@
 // covers every (expert, tile) once.
 //
 // Shared-memory tiles. A stage holds a kTileK-deep slice of A (kTileM rows of C) and of B
-// (kTileN columns of C), each loaded by TMA with the 128-byte swizzle: a box row of 128 bytes
+// (tile_n = 256 or 128 columns of C: the launch's choice, GemmShape::tile_n), each loaded by TMA with the 128-byte swizzle: a box row of 128 bytes
 // (64 bf16) has its 16-byte chunk c stored at chunk c ^ (row % 8), the pattern read off address
 // bits 7-9, so every tile starts 1024-byte aligned. Two layouts, by which index is contiguous in
 // global memory:
@@ -40,7 +40,10 @@
 namespace orrery::kernels::cuda::grouped_gemm_wgmma {
 
 inline constexpr int kTileM = 128;  // C rows of a tile: 2 consumer warpgroups of 64
-inline constexpr int kTileN = 256;  // C columns of a tile: one m64n256k16 per warpgroup and k16
+// C columns of a tile: kWideTileN (one m64n256k16 per warpgroup and k16) or kNarrowTileN
+// (m64n128k16: twice the tiles, for problems of few tiles, where the last round of persistent
+// CTAs would leave most SMs idle).
+inline constexpr int kWideTileN = 256, kNarrowTileN = 128;
 inline constexpr int kTileK = 64;   // the reduction per stage: one 128-byte swizzle row of bf16
 inline constexpr int kWgmmaK = 16;
 inline constexpr int kSwizzleRowBytes = 128;
@@ -48,12 +51,15 @@ inline constexpr int kSwizzleAtomBytes = 1024;                   // 8 rows: the 
 inline constexpr int kMnBlock = kSwizzleRowBytes / 2;            // 64 bf16 of mn per MN-major box
 inline constexpr int kMnBlockBytes = kTileK * kSwizzleRowBytes;  // one MN-major box: 8192
 inline constexpr int kStageABytes = kTileM * kTileK * 2;         // 16384
-inline constexpr int kStageBBytes = kTileN * kTileK * 2;         // 32768
-inline constexpr int kStageBytes = kStageABytes + kStageBBytes;
-inline constexpr int kAccRegs = kTileN / 2;  // f32 accumulators per thread of a m64n256 result
+ORRERY_GG_LAYOUT int StageBBytes(int tile_n) { return tile_n * kTileK * 2; }  // 32 or 16 KB
+ORRERY_GG_LAYOUT int StageBytes(int tile_n) { return kStageABytes + StageBBytes(tile_n); }
+// f32 accumulators per thread of a m64n(tile_n) result.
+ORRERY_GG_LAYOUT int AccRegs(int tile_n) { return tile_n / 2; }
 
 static_assert(kStageABytes % kSwizzleAtomBytes == 0, "B's tile starts 1024-byte aligned");
-static_assert(kStageBytes % kSwizzleAtomBytes == 0, "every stage starts 1024-byte aligned");
+static_assert(StageBytes(kWideTileN) % kSwizzleAtomBytes == 0 &&
+                  StageBytes(kNarrowTileN) % kSwizzleAtomBytes == 0,
+              "every stage starts 1024-byte aligned");
 
 // The 128-byte swizzle on a byte offset from a 1024-byte aligned start (TMA's
 // CU_TENSOR_MAP_SWIZZLE_128B and wgmma's layout type 1): chunk bits 4-6 ^= row bits 7-9.
@@ -122,7 +128,7 @@ ORRERY_GG_LAYOUT int64_t ExpertTiles(bool weight_grad, int64_t rows, int64_t til
 
 // Where tile `local` of an expert with rows [lo, hi) lies: its C rows from c_row0 (row products:
 // global rows, masked at hi; weight grad: rows of dW_e), C columns from c_col0 (tiles of col_tile
-// columns: kTileN, or half of it for the fused GLU, whose B holds the gate's and the up's rows),
+// columns: tile_n, or half of it for the fused GLU, whose B holds the gate's and the up's rows),
 // and its stages (row products: row_k_tiles, the same for every tile; weight grad: the expert's
 // rows / kTileK).
 struct TilePlace {
@@ -146,7 +152,9 @@ ORRERY_GG_LAYOUT bool BMnMajor(Product p) {
   return p == Product::kInputGrad || p == Product::kWeightGrad;
 }
 // C columns a tile covers: the GLU's B holds 128 rows of W1_e and the same 128 of W3_e.
-ORRERY_GG_LAYOUT int ColTile(Product p) { return p == Product::kGlu ? kTileN / 2 : kTileN; }
+ORRERY_GG_LAYOUT int ColTile(Product p, int tile_n) {
+  return p == Product::kGlu ? tile_n / 2 : tile_n;
+}
 
 // A launch's sizes (the kernel's parameter).
 struct GemmShape {
@@ -157,26 +165,27 @@ struct GemmShape {
   int64_t k_tiles;  // row products: stages of a tile (the weight grad's depend on the expert)
   int64_t n_out;    // C columns (N forward and GLU (F); K input and weight grad)
   int64_t c_rows;   // weight grad: C rows (N)
+  int tile_n;       // kWideTileN or kNarrowTileN
 };
 
 // A product's tensor maps: kMapA (the row operand: X or dY), kMapB (W, or X for the weight grad),
 // kMapB2 (the GLU's W3). Their TMA boxes, [outer][inner] elements with 128-byte inner rows:
 //   A, row products: [kTileM rows][kTileK]     (K-major, 2-D over [M, K or N])
 //   A, weight grad:  [kTileK rows][kMnBlock]   (MN-major, 2-D over dY [M, N])
-//   B, forward:      [kTileN rows of N][kTileK] (K-major, 3-D over W [E, N, K], box depth 1)
-//   B, B2, GLU:      [kTileN / 2 rows of F][kTileK]
+//   B, forward:      [tile_n rows of N][kTileK] (K-major, 3-D over W [E, N, K], box depth 1)
+//   B, B2, GLU:      [tile_n / 2 rows of F][kTileK]
 //   B, input grad:   [kTileK rows of N][kMnBlock] (MN-major, 3-D over W)
 //   B, weight grad:  [kTileK rows][kMnBlock]   (MN-major, 2-D over X [M, K])
 inline constexpr int kMapA = 0, kMapB = 1, kMapB2 = 2;
 struct BoxExtent {
   int inner, outer;
 };
-ORRERY_GG_LAYOUT BoxExtent MapBox(Product p, int map) {
+ORRERY_GG_LAYOUT BoxExtent MapBox(Product p, int map, int tile_n) {
   if (map == kMapA) {
     return p == Product::kWeightGrad ? BoxExtent{kMnBlock, kTileK} : BoxExtent{kTileK, kTileM};
   }
-  if (p == Product::kForward) return BoxExtent{kTileK, kTileN};
-  if (p == Product::kGlu) return BoxExtent{kTileK, kTileN / 2};
+  if (p == Product::kForward) return BoxExtent{kTileK, tile_n};
+  if (p == Product::kGlu) return BoxExtent{kTileK, tile_n / 2};
   return BoxExtent{kMnBlock, kTileK};
 }
 ORRERY_GG_LAYOUT bool MapIs3d(Product p, int map) {
@@ -210,9 +219,10 @@ ORRERY_GG_LAYOUT int BoxCount(Product p, const GemmShape& s, const TilePlace& pl
     case Product::kGlu:
       return 3;
     case Product::kInputGrad:
-      return 1 + BoxesInside(s.n_out, pl.c_col0, kTileN);
+      return 1 + BoxesInside(s.n_out, pl.c_col0, s.tile_n);
     case Product::kWeightGrad:
-      return BoxesInside(s.c_rows, pl.c_row0, kTileM) + BoxesInside(s.n_out, pl.c_col0, kTileN);
+      return BoxesInside(s.c_rows, pl.c_row0, kTileM) +
+             BoxesInside(s.n_out, pl.c_col0, s.tile_n);
   }
   return 0;
 }
@@ -228,7 +238,8 @@ ORRERY_GG_LAYOUT Box BoxAt(Product p, const GemmShape& s, int expert, int64_t lo
     case Product::kGlu:
       return i == 0   ? Box{kMapA, 0, k0, row0, 0}
              : i == 1 ? Box{kMapB, b0, k0, col0, expert}
-                      : Box{kMapB2, b0 + kStageBBytes / 2, k0, col0, expert};
+                      : Box{kMapB2, b0 + static_cast<uint32_t>(StageBBytes(s.tile_n) / 2), k0,
+                            col0, expert};
     case Product::kInputGrad:
       return i == 0 ? Box{kMapA, 0, k0, row0, 0}
                     : Box{kMapB, b0 + static_cast<uint32_t>((i - 1) * kMnBlockBytes),
@@ -250,14 +261,14 @@ ORRERY_GG_LAYOUT Box BoxAt(Product p, const GemmShape& s, int expert, int64_t lo
 ORRERY_GG_LAYOUT uint32_t StageBytes(Product p, const GemmShape& s, const TilePlace& pl) {
   uint32_t bytes = 0;
   for (int i = 0; i < BoxCount(p, s, pl); ++i) {
-    const BoxExtent e = MapBox(p, BoxAt(p, s, 0, 0, pl, 0, i).map);
+    const BoxExtent e = MapBox(p, BoxAt(p, s, 0, 0, pl, 0, i).map, s.tile_n);
     bytes += static_cast<uint32_t>(e.inner * e.outer * 2);
   }
   return bytes;
 }
 
 // The weight grad's last stage of an expert with `valid` < kTileK rows left: the 16-byte chunk i
-// of the stage (6 MN-major boxes of kTileK rows of 128 bytes) is zeroed when its row is past them.
+// of the stage (MN-major boxes of kTileK rows of 128 bytes) is zeroed when its row is past them.
 ORRERY_GG_LAYOUT bool ChunkPastRows(int i, int64_t valid) {
   return (i / (kSwizzleRowBytes / 16)) % kTileK >= valid;
 }

@@ -14,8 +14,9 @@
 //   anchors of issue 24 (forward only, as the issue's torch figures): 128, 512, 2048 and 8192 rows
 //             per expert for 32 experts of 1024 x 1024, 128 of 768 x 768 and 64 of 3584 x 3072
 //             (K3's expert).
-// One line per (shape, product): each kernel's ms and TFLOP/s, the loop's, and the speed-ups of
-// wgmma over mma and over the loop. dX is f32 and dW f32 accumulated (torch's anchor writes bf16).
+// One line per (shape, product): the ms and TFLOP/s of mma, of wgmma (its own choice of tile
+// width) and of wgmma with each width forced, of the loop, and the speed-ups of wgmma over mma and
+// over the loop. dX is f32 and dW f32 accumulated (torch's anchor writes bf16).
 // The fused gate/up GLU (GroupedGemmGlu) against its unfused composition, where it runs.
 // ORRERY_BENCH_QUICK=1 times only the anchors (a shorter device call).
 #include <cuda_runtime.h>
@@ -112,22 +113,23 @@ void Bench(const std::string& name, int64_t m, int64_t e, int64_t n, int64_t k, 
   const double flops = 2.0 * m * n * k;
   auto tf = [&](double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
   for (int product = 0; product < (forward_only ? 1 : 3); ++product) {
-    double mma = 0, wg = 0;
-    {
-      const Forced f("mma");
-      mma = TimeMs([&] { return grouped(product); });
-    }
-    if (wgmma) {
-      const Forced f("wgmma");
-      wg = TimeMs([&] { return grouped(product); });
+    // mma, wgmma (its own tile width), wgmma with 256- and with 128-column tiles.
+    const char* kernels[] = {"mma", "wgmma", "wgmma256", "wgmma128"};
+    double ms[4] = {0, 0, 0, 0};
+    for (int i = 0; i < (wgmma ? 4 : 1); ++i) {
+      const Forced f(kernels[i]);
+      ms[i] = TimeMs([&] { return grouped(product); });
     }
     const double l = TimeMs([&] { return loop(product); });
     std::printf(
-        "%-26s %-21s M %7lld E %4lld N %5lld K %5lld  mma %8.3f ms %6.1f TF  wgmma %8.3f ms "
-        "%6.1f TF  loop %8.3f ms %6.1f TF  wgmma/mma x%.2f  wgmma/loop x%.2f\n",
+        "%-26s %-21s M %7lld E %4lld N %5lld K %5lld  mma %7.3f ms %5.1f TF  wgmma %7.3f ms %5.1f "
+        "TF "
+        "(256: %7.3f ms %5.1f TF, 128: %7.3f ms %5.1f TF)  loop %7.3f ms %5.1f TF  wgmma/mma x%.2f "
+        "wgmma/loop x%.2f\n",
         name.c_str(), products[product], static_cast<long long>(m), static_cast<long long>(e),
-        static_cast<long long>(n), static_cast<long long>(k), mma, tf(mma), wg, tf(wg), l, tf(l),
-        wg > 0 ? mma / wg : 0.0, wg > 0 ? l / wg : 0.0);
+        static_cast<long long>(n), static_cast<long long>(k), ms[0], tf(ms[0]), ms[1], tf(ms[1]),
+        ms[2], tf(ms[2]), ms[3], tf(ms[3]), l, tf(l), ms[1] > 0 ? ms[0] / ms[1] : 0.0,
+        ms[1] > 0 ? l / ms[1] : 0.0);
   }
 }
 

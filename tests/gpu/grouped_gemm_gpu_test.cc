@@ -1,8 +1,8 @@
 // The grouped GEMMs (kernels/grouped_gemm.h) on the GPU against their CPU twin on fresh random
 // inputs with ragged expert counts (empty experts, counts at the 128-row tile edges, or one expert
 // with all rows); every case on both kernels, forced by ORRERY_GROUPED_GEMM: the test suites
-// Mma/... (mma.sync, any device) and Wgmma/... (wgmma + TMA, skipped where the device is not
-// compute capability 9.0). Skipped without a GPU.
+// Mma/... (mma.sync, any device) and Wgmma256/..., Wgmma128/... (wgmma + TMA with C tiles of 256
+// or 128 columns, skipped where the device is not compute capability 9.0). Skipped without a GPU.
 //
 // The twin runs in f64 on the very values the GPU sees (bf16-rounded inputs, exact in f64), so an
 // error measures the kernel's f32 accumulation and its output rounding only. Tolerances (relative
@@ -187,7 +187,8 @@ void ExpectExpertsClose(const Tensor& got_dev, const Tensor& ref, const Tensor& 
 
 // E, N, K, i64 offsets, one expert with all rows.
 using Case = std::tuple<int64_t, int64_t, int64_t, bool, bool>;
-using Param = std::tuple<std::string, Case>;  // the kernel (mma or wgmma), the case
+// The kernel (ORRERY_GROUPED_GEMM: mma, wgmma128 or wgmma256), the case.
+using Param = std::tuple<std::string, Case>;
 class GroupedGemmGpuTest : public ::testing::TestWithParam<Param> {};
 
 // A case's inputs (host f64 and device bf16), the twin's results and the accumulation starts,
@@ -232,7 +233,7 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   SKIP_WITHOUT_GPU();
   const std::string kernel = std::get<0>(GetParam());
   const auto [e, n, k, i64, all_in_one] = std::get<1>(GetParam());
-  if (kernel == "wgmma" && !cuda::GroupedGemmWgmmaAvailable(0)) {
+  if (kernel != "mma" && !cuda::GroupedGemmWgmmaAvailable(0)) {
     GTEST_SKIP() << "the wgmma kernel needs a compute capability 9.0 device";
   }
   const ForceKernel force(kernel.c_str());
@@ -311,8 +312,11 @@ std::string CaseName(const ::testing::TestParamInfo<Param>& info) {
 INSTANTIATE_TEST_SUITE_P(Mma, GroupedGemmGpuTest,
                          ::testing::Combine(::testing::Values(std::string("mma")), kCases),
                          CaseName);
-INSTANTIATE_TEST_SUITE_P(Wgmma, GroupedGemmGpuTest,
-                         ::testing::Combine(::testing::Values(std::string("wgmma")), kCases),
+INSTANTIATE_TEST_SUITE_P(Wgmma256, GroupedGemmGpuTest,
+                         ::testing::Combine(::testing::Values(std::string("wgmma256")), kCases),
+                         CaseName);
+INSTANTIATE_TEST_SUITE_P(Wgmma128, GroupedGemmGpuTest,
+                         ::testing::Combine(::testing::Values(std::string("wgmma128")), kCases),
                          CaseName);
 
 // The fused gate/up product (GroupedGemmGlu: SiTU-GLU or SiLU-GLU in the wgmma kernel's epilogue)
@@ -320,8 +324,8 @@ INSTANTIATE_TEST_SUITE_P(Wgmma, GroupedGemmGpuTest,
 // |dh/da|, |dh/du| = O(1) at these magnitudes, so their f32 errors carry over at their size) and
 // against the unfused composition on the GPU (GroupedGemmForward into f32 a and u, then Glu in
 // f32; the fused kernel computes the same f32 sums and the same formula, glu_value.cuh). h in
-// f32 and bf16, with and without the pre-activations a, u; ragged experts, F not a multiple of
-// the 128-column tile. Skipped where the fused kernel does not run.
+// f32 and bf16, with and without the pre-activations a, u, on both tile widths; ragged experts, F
+// not a multiple of the 128-column tile. Skipped where the fused kernel does not run.
 using GluCase = std::tuple<int64_t, int64_t, int64_t, bool>;  // E, F, K, SiTU (else SiLU)
 class GroupedGemmGluGpuTest : public ::testing::TestWithParam<GluCase> {};
 
@@ -358,23 +362,26 @@ TEST_P(GroupedGemmGluGpuTest, FusedMatchesTwinAndComposition) {
   ASSERT_TRUE(Glu(act, a32, u32, &h32).ok());
   const Tensor h_unfused = ToHostF64(h32);
 
-  for (const DType out : {DType::kF32, DType::kBF16}) {
-    for (const bool pre : {false, true}) {
-      const Tensor poison = Poisoned({p.m, f}, out);
-      Tensor h = poison.Clone(), a = poison.Clone(), u = poison.Clone();
-      const Status st = GroupedGemmGlu(act, xg, w1g, w3g, p.offsets_gpu, &h, pre ? &a : nullptr,
-                                       pre ? &u : nullptr);
-      ASSERT_TRUE(st.ok()) << st.ToString();
-      const double tol = out == DType::kF32 ? kF32Tol : kBf16Tol;
-      const std::string what =
-          std::string("glu h ") + std::string(DTypeName(out)) + (pre ? " (with a, u)" : "");
-      ExpectExpertsClose(h, h_ref, poison, p, false, tol, what);
-      if (out == DType::kF32) {
-        ExpectExpertsClose(h, h_unfused, poison, p, false, tol, what + " vs unfused");
-      }
-      if (pre) {
-        ExpectExpertsClose(a, a_ref, poison, p, false, tol, what + ": a");
-        ExpectExpertsClose(u, u_ref, poison, p, false, tol, what + ": u");
+  for (const char* kernel : {"wgmma256", "wgmma128"}) {
+    const ForceKernel force(kernel);
+    for (const DType out : {DType::kF32, DType::kBF16}) {
+      for (const bool pre : {false, true}) {
+        const Tensor poison = Poisoned({p.m, f}, out);
+        Tensor h = poison.Clone(), a = poison.Clone(), u = poison.Clone();
+        const Status st = GroupedGemmGlu(act, xg, w1g, w3g, p.offsets_gpu, &h, pre ? &a : nullptr,
+                                         pre ? &u : nullptr);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        const double tol = out == DType::kF32 ? kF32Tol : kBf16Tol;
+        const std::string what = std::string(kernel) + " glu h " + std::string(DTypeName(out)) +
+                                 (pre ? " (with a, u)" : "");
+        ExpectExpertsClose(h, h_ref, poison, p, false, tol, what);
+        if (out == DType::kF32) {
+          ExpectExpertsClose(h, h_unfused, poison, p, false, tol, what + " vs unfused");
+        }
+        if (pre) {
+          ExpectExpertsClose(a, a_ref, poison, p, false, tol, what + ": a");
+          ExpectExpertsClose(u, u_ref, poison, p, false, tol, what + ": u");
+        }
       }
     }
   }
@@ -426,7 +433,8 @@ TEST(GroupedGemmGpuErrors, BadCallsAreOneClearLine) {
   }
   const ForceKernel bogus("fast");
   expect(GroupedGemmForward(x, w_ok, off, &y),
-         "grouped_gemm_forward: ORRERY_GROUPED_GEMM 'fast', expected mma, wgmma or auto");
+         "grouped_gemm_forward: ORRERY_GROUPED_GEMM 'fast', expected mma, wgmma, wgmma128, "
+         "wgmma256 or auto");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/philox.h"
@@ -89,30 +90,32 @@ void Emulate(const Problem& prob, const Launch& run) {
   const Product p = run.p;
   const GemmShape& s = run.s;
   const bool wgrad = p == Product::kWeightGrad;
-  std::vector<double> smem(kStageBytes / 2);
-  std::vector<double> acc(2 * 64 * kTileN);
-  std::vector<double> ta(64 * kWgmmaK), tb(kTileN * kWgmmaK);
+  const int tile_n = s.tile_n, stage_bytes = StageBytes(tile_n);
+  std::vector<double> smem(stage_bytes / 2);
+  std::vector<double> acc(2 * 64 * tile_n);
+  std::vector<double> ta(64 * kWgmmaK), tb(tile_n * kWgmmaK);
   for (int e = 0; e < s.num_experts; ++e) {
     int64_t lo, hi;
     ClampRows(prob.off[e], prob.off[e + 1], s.m, &lo, &hi);
     const int64_t tiles = ExpertTiles(wgrad, hi - lo, s.tiles_m, s.tiles_n);
     for (int64_t local = 0; local < tiles; ++local) {
-      const TilePlace pl = PlaceTile(wgrad, local, lo, hi, s.tiles_n, s.k_tiles, ColTile(p));
+      const TilePlace pl =
+          PlaceTile(wgrad, local, lo, hi, s.tiles_n, s.k_tiles, ColTile(p, tile_n));
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t kt = 0; kt < pl.k_tiles; ++kt) {
         // The producer's boxes.
         std::fill(smem.begin(), smem.end(), kNaN);
-        std::vector<int> covered(kStageBytes / 2, 0);
+        std::vector<int> covered(stage_bytes / 2, 0);
         uint32_t bytes = 0;
         const int boxes = BoxCount(p, s, pl);
         ASSERT_LE(boxes, 6);
         for (int i = 0; i < boxes; ++i) {
           const Box b = BoxAt(p, s, e, lo, pl, kt, i);
-          const BoxExtent ex = MapBox(p, b.map);
+          const BoxExtent ex = MapBox(p, b.map, tile_n);
           ASSERT_EQ(ex.inner * 2, kSwizzleRowBytes);
           ASSERT_EQ(b.smem % kSwizzleAtomBytes, 0u);
           ASSERT_LE(b.smem + static_cast<uint32_t>(ex.outer * kSwizzleRowBytes),
-                    static_cast<uint32_t>(kStageBytes));
+                    static_cast<uint32_t>(stage_bytes));
           bytes += static_cast<uint32_t>(ex.inner * ex.outer * 2);
           const Global& g = run.maps[b.map];
           for (int r = 0; r < ex.outer; ++r) {
@@ -128,7 +131,7 @@ void Emulate(const Problem& prob, const Launch& run) {
         // The weight grad's rows past the expert.
         const int64_t valid = hi - (lo + kt * kTileK);
         if (wgrad && valid < kTileK) {
-          for (int i = 0; i < kStageBytes / 16; ++i) {
+          for (int i = 0; i < stage_bytes / 16; ++i) {
             if (!ChunkPastRows(i, valid)) continue;
             for (int j = 0; j < 8; ++j) smem[8 * i + j] = 0.0;
           }
@@ -145,16 +148,16 @@ void Emulate(const Problem& prob, const Launch& run) {
                 ta[mm * kWgmmaK + k] = smem[WgmmaElementOffset(da, AMnMajor(p), mm, k) / 2];
               }
             }
-            for (int n = 0; n < kTileN; ++n) {
+            for (int n = 0; n < tile_n; ++n) {
               for (int k = 0; k < kWgmmaK; ++k) {
                 tb[n * kWgmmaK + k] = smem[WgmmaElementOffset(db, BMnMajor(p), n, k) / 2];
               }
             }
             for (int mm = 0; mm < 64; ++mm) {
-              for (int n = 0; n < kTileN; ++n) {
+              for (int n = 0; n < tile_n; ++n) {
                 double sum = 0;
                 for (int k = 0; k < kWgmmaK; ++k) sum += ta[mm * kWgmmaK + k] * tb[n * kWgmmaK + k];
-                acc[(w * 64 + mm) * kTileN + n] += sum;
+                acc[(w * 64 + mm) * tile_n + n] += sum;
               }
             }
           }
@@ -165,15 +168,16 @@ void Emulate(const Problem& prob, const Launch& run) {
       double* ct = wgrad ? run.c + e * s.c_rows * s.n_out : run.c;
       for (int w = 0; w < 2; ++w) {
         for (int tid = 0; tid < 128; ++tid) {
-          const int regs = p == Product::kGlu ? kAccRegs / 2 : kAccRegs;
+          const int regs = p == Product::kGlu ? AccRegs(tile_n) / 2 : AccRegs(tile_n);
           for (int r = 0; r < regs; ++r) {
             const int64_t row = pl.c_row0 + 64 * w + AccRow(tid, r);
             const int64_t col = pl.c_col0 + AccCol(tid, r);
             if (row >= row_end || col >= s.n_out) continue;
-            const double v = acc[(w * 64 + AccRow(tid, r)) * kTileN + AccCol(tid, r)];
+            const double v = acc[(w * 64 + AccRow(tid, r)) * tile_n + AccCol(tid, r)];
             const int64_t at = row * s.n_out + col;
             if (p == Product::kGlu) {
-              const double u = acc[(w * 64 + AccRow(tid, r + 64)) * kTileN + AccCol(tid, r + 64)];
+              const int ru = r + AccRegs(tile_n) / 2;  // the kernel's register of u
+              const double u = acc[(w * 64 + AccRow(tid, ru)) * tile_n + AccCol(tid, ru)];
               ct[at] = GluValueHost(run.act, v, u);
               if (run.glu_a != nullptr) {
                 run.glu_a[at] = v;
@@ -205,11 +209,12 @@ Tensor Offsets(const Problem& p) {
   return Tensor::FromVector<int64_t>({static_cast<int64_t>(p.off.size())}, p.off);
 }
 
-GemmShape RowShape(const Problem& p, int64_t n_out, int64_t k_sum, Product prod) {
+GemmShape RowShape(const Problem& p, int64_t n_out, int64_t k_sum, Product prod, int tile_n) {
   GemmShape s{};
+  s.tile_n = tile_n;
   s.num_experts = static_cast<int>(p.off.size()) - 1;
   s.m = p.m;
-  s.tiles_n = CeilDiv(n_out, ColTile(prod));
+  s.tiles_n = CeilDiv(n_out, ColTile(prod, tile_n));
   s.k_tiles = CeilDiv(k_sum, kTileK);
   s.n_out = n_out;
   s.c_rows = p.m;
@@ -240,14 +245,16 @@ Tensor Filled(const Shape& shape, double v) {
   return t;
 }
 
-class GroupedGemmWgmmaEmulation : public ::testing::TestWithParam<int64_t> {};
+// (padding case, tile width).
+class GroupedGemmWgmmaEmulation : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(GroupedGemmWgmmaEmulation, ProductsMatchTheTwin) {
   // N, K multiples of 8 but not of the tiles: 2 column tiles of 256 + 8, stages of 64 + 8.
   const int64_t e = 6, n = 264, k = 72;
-  const Problem p = GetParam() == 0 ? MakeProblem(3, 0) : MakeProblem(2, 5);
+  const auto [padding, tile_n] = GetParam();
+  const Problem p = padding == 0 ? MakeProblem(3, 0) : MakeProblem(2, 5);
   const Tensor offsets = Offsets(p);
-  PhiloxGenerator rng(24, static_cast<uint64_t>(GetParam()));
+  PhiloxGenerator rng(24, static_cast<uint64_t>(padding));
   Tensor x = SmallInts({p.m, k}, rng), dy = SmallInts({p.m, n}, rng);
   const Tensor w = SmallInts({e, n, k}, rng);
   PoisonOutside(p, &x);
@@ -257,7 +264,7 @@ TEST_P(GroupedGemmWgmmaEmulation, ProductsMatchTheTwin) {
 
   {  // Forward.
     Tensor y = Filled({p.m, n}, kSentinel), y_ref = Filled({p.m, n}, kSentinel);
-    Launch run(Product::kForward, RowShape(p, n, k, Product::kForward), gx, gw, gw);
+    Launch run(Product::kForward, RowShape(p, n, k, Product::kForward, tile_n), gx, gw, gw);
     run.c = y.data<double>();
     Emulate(p, run);
     ASSERT_TRUE(GroupedGemmForward(x, w, offsets, &y_ref).ok());
@@ -270,7 +277,7 @@ TEST_P(GroupedGemmWgmmaEmulation, ProductsMatchTheTwin) {
       if (r >= p.off.front() && r < p.off.back()) continue;
       for (int64_t c = 0; c < k; ++c) dx.data<double>()[r * k + c] = kSentinel;
     }
-    Launch run(Product::kInputGrad, RowShape(p, k, n, Product::kInputGrad), gdy, gw, gw);
+    Launch run(Product::kInputGrad, RowShape(p, k, n, Product::kInputGrad, tile_n), gdy, gw, gw);
     run.c = dx.data<double>();
     run.add = true;
     Emulate(p, run);
@@ -288,7 +295,8 @@ TEST_P(GroupedGemmWgmmaEmulation, ProductsMatchTheTwin) {
     s.num_experts = static_cast<int>(e);
     s.m = p.m;
     s.tiles_m = CeilDiv(n, kTileM);
-    s.tiles_n = CeilDiv(k, kTileN);
+    s.tile_n = tile_n;
+    s.tiles_n = CeilDiv(k, tile_n);
     s.n_out = k;
     s.c_rows = n;
     Launch run(Product::kWeightGrad, s, gdy, gx, gx);
@@ -309,7 +317,7 @@ TEST_P(GroupedGemmWgmmaEmulation, ProductsMatchTheTwin) {
     act.beta_lin = 20.0;
     Tensor h = Filled({p.m, f}, kSentinel), a = Filled({p.m, f}, kSentinel);
     Tensor u = Filled({p.m, f}, kSentinel);
-    Launch run(Product::kGlu, RowShape(p, f, k, Product::kGlu), gx, g1, g3);
+    Launch run(Product::kGlu, RowShape(p, f, k, Product::kGlu, tile_n), gx, g1, g3);
     run.c = h.data<double>();
     run.glu_a = a.data<double>();
     run.glu_u = u.data<double>();
@@ -324,9 +332,11 @@ TEST_P(GroupedGemmWgmmaEmulation, ProductsMatchTheTwin) {
   }
 }
 
-// 0: NaN rows before the experts, the last expert's tiles run past M (TMA's zero fill);
-// 1: NaN rows on both sides.
-INSTANTIATE_TEST_SUITE_P(Padding, GroupedGemmWgmmaEmulation, ::testing::Values(0, 1));
+// Padding 0: NaN rows before the experts, the last expert's tiles run past M (TMA's zero fill);
+// 1: NaN rows on both sides. Tiles of 256 and of 128 columns.
+INSTANTIATE_TEST_SUITE_P(PaddingAndWidth, GroupedGemmWgmmaEmulation,
+                         ::testing::Combine(::testing::Values(0, 1),
+                                            ::testing::Values(kWideTileN, kNarrowTileN)));
 
 }  // namespace
 }  // namespace orrery::kernels::cuda::grouped_gemm_wgmma

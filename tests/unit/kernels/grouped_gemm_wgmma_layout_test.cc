@@ -54,44 +54,49 @@ TEST(GroupedGemmWgmmaLayout, DescriptorFields) {
 struct Operand {
   std::string name;
   bool mn_major;
-  int tile_mn;         // kTileM (A) or kTileN (B)
+  int tile_mn;         // kTileM (A) or the tile width (B)
   bool per_warpgroup;  // A: each consumer warpgroup reads its 64 rows
 };
 
 TEST(GroupedGemmWgmmaLayout, DescriptorsReadWhatTmaWrote) {
-  const std::vector<Operand> ops = {
-      {"forward/input-grad A (X, dY: K-major)", false, kTileM, true},
-      {"forward B (W_e: K-major)", false, kTileN, false},
-      {"weight-grad A (dY: MN-major)", true, kTileM, true},
-      {"input/weight-grad B (W_e, X: MN-major)", true, kTileN, false},
-  };
-  constexpr uint32_t kStage = 2;  // a later stage: its offset must not disturb the swizzle
-  for (const Operand& op : ops) {
-    const uint32_t tile = kStage * kStageBytes + (op.tile_mn == kTileN ? kStageABytes : 0);
-    ASSERT_EQ(tile % kSwizzleAtomBytes, 0u);
-    // What TMA wrote: every element of the tile at a distinct byte inside the tile.
-    std::set<uint32_t> written;
-    for (int mn = 0; mn < op.tile_mn; ++mn) {
-      for (int k = 0; k < kTileK; ++k) {
-        const uint32_t at = TmaElementOffset(op.mn_major, mn, k);
-        ASSERT_LT(at, static_cast<uint32_t>(op.tile_mn * kTileK * 2)) << op.name;
-        written.insert(at);
+  for (const int tile_n : {kWideTileN, kNarrowTileN}) {
+    const std::string w = ", " + std::to_string(tile_n) + "-column tiles";
+    const std::vector<Operand> ops = {
+        {"forward/input-grad/glu A (X, dY: K-major)" + w, false, kTileM, true},
+        {"forward/glu B (W_e: K-major)" + w, false, tile_n, false},
+        {"weight-grad A (dY: MN-major)" + w, true, kTileM, true},
+        {"input/weight-grad B (W_e, X: MN-major)" + w, true, tile_n, false},
+    };
+    const uint32_t stage = 2;  // a later stage: its offset must not disturb the swizzle
+    for (const Operand& op : ops) {
+      const bool b = !op.per_warpgroup;
+      const uint32_t tile = stage * StageBytes(tile_n) + (b ? kStageABytes : 0);
+      ASSERT_EQ(tile % kSwizzleAtomBytes, 0u);
+      // What TMA wrote: every element of the tile at a distinct byte inside the tile.
+      std::set<uint32_t> written;
+      for (int mn = 0; mn < op.tile_mn; ++mn) {
+        for (int k = 0; k < kTileK; ++k) {
+          const uint32_t at = TmaElementOffset(op.mn_major, mn, k);
+          ASSERT_LT(at, static_cast<uint32_t>(op.tile_mn * kTileK * 2)) << op.name;
+          written.insert(at);
+        }
       }
-    }
-    ASSERT_EQ(written.size(), static_cast<size_t>(op.tile_mn * kTileK)) << op.name;
-    const int parts = op.per_warpgroup ? op.tile_mn / 64 : 1;
-    const int extent = op.per_warpgroup ? 64 : op.tile_mn;  // m64 (A) or n256 (B)
-    for (int w = 0; w < parts; ++w) {
-      const int mn0 = op.per_warpgroup ? 64 * w : 0;
-      for (int kk = 0; kk < kTileK / kWgmmaK; ++kk) {
-        const uint64_t desc = MakeDescriptor(tile + DescriptorStart(op.mn_major, mn0, kk),
-                                             DescriptorLbo(op.mn_major), DescriptorSbo());
-        for (int mn = 0; mn < extent; ++mn) {
-          for (int k = 0; k < kWgmmaK; ++k) {
-            const uint32_t read = WgmmaElementOffset(desc, op.mn_major, mn, k);
-            const uint32_t want = tile + TmaElementOffset(op.mn_major, mn0 + mn, kk * kWgmmaK + k);
-            ASSERT_EQ(read, want) << op.name << ": warpgroup " << w << ", k step " << kk
-                                  << ", element (" << mn << ", " << k << ")";
+      ASSERT_EQ(written.size(), static_cast<size_t>(op.tile_mn * kTileK)) << op.name;
+      const int parts = op.per_warpgroup ? op.tile_mn / 64 : 1;
+      const int extent = op.per_warpgroup ? 64 : op.tile_mn;  // m64 (A) or n256 (B)
+      for (int w = 0; w < parts; ++w) {
+        const int mn0 = op.per_warpgroup ? 64 * w : 0;
+        for (int kk = 0; kk < kTileK / kWgmmaK; ++kk) {
+          const uint64_t desc = MakeDescriptor(tile + DescriptorStart(op.mn_major, mn0, kk),
+                                               DescriptorLbo(op.mn_major), DescriptorSbo());
+          for (int mn = 0; mn < extent; ++mn) {
+            for (int k = 0; k < kWgmmaK; ++k) {
+              const uint32_t read = WgmmaElementOffset(desc, op.mn_major, mn, k);
+              const uint32_t want =
+                  tile + TmaElementOffset(op.mn_major, mn0 + mn, kk * kWgmmaK + k);
+              ASSERT_EQ(read, want) << op.name << ": warpgroup " << w << ", k step " << kk
+                                    << ", element (" << mn << ", " << k << ")";
+            }
           }
         }
       }
@@ -100,23 +105,25 @@ TEST(GroupedGemmWgmmaLayout, DescriptorsReadWhatTmaWrote) {
 }
 
 TEST(GroupedGemmWgmmaLayout, AccumulatorsCoverTheResultOnce) {
-  std::vector<int> count(64 * kTileN, 0);
-  for (int tid = 0; tid < 128; ++tid) {
-    for (int r = 0; r < kAccRegs; ++r) {
-      const int row = AccRow(tid, r), col = AccCol(tid, r);
-      ASSERT_GE(row, 0);
-      ASSERT_LT(row, 64);
-      ASSERT_GE(col, 0);
-      ASSERT_LT(col, kTileN);
-      ++count[row * kTileN + col];
-      if (r % 2 == 0) {
-        EXPECT_EQ(AccRow(tid, r + 1), row);
-        EXPECT_EQ(AccCol(tid, r + 1), col + 1);
-        EXPECT_EQ(col % 2, 0);
+  for (const int tile_n : {kWideTileN, kNarrowTileN}) {
+    std::vector<int> count(64 * tile_n, 0);
+    for (int tid = 0; tid < 128; ++tid) {
+      for (int r = 0; r < AccRegs(tile_n); ++r) {
+        const int row = AccRow(tid, r), col = AccCol(tid, r);
+        ASSERT_GE(row, 0);
+        ASSERT_LT(row, 64);
+        ASSERT_GE(col, 0);
+        ASSERT_LT(col, tile_n);
+        ++count[row * tile_n + col];
+        if (r % 2 == 0) {
+          EXPECT_EQ(AccRow(tid, r + 1), row);
+          EXPECT_EQ(AccCol(tid, r + 1), col + 1);
+          EXPECT_EQ(col % 2, 0);
+        }
       }
     }
+    for (int i = 0; i < 64 * tile_n; ++i) ASSERT_EQ(count[i], 1) << "element " << i;
   }
-  for (int i = 0; i < 64 * kTileN; ++i) ASSERT_EQ(count[i], 1) << "element " << i;
 }
 
 // The device's FindTile on the host: a warp's 32 lanes as a loop, the same cursor.
@@ -165,7 +172,7 @@ bool FindTileHost(const std::vector<int64_t>& off, int64_t m, bool wgrad, int64_
 }
 
 // Runs the schedule of every CTA of a grid and counts, per C element, the tiles that write it.
-// col_tile: kTileN, or kTileN / 2 for the fused GLU.
+// col_tile: the tile width, or half of it for the fused GLU.
 void CheckSchedule(const std::vector<int64_t>& off, int64_t m, bool wgrad, int64_t n_rows,
                    int64_t n_out, int64_t k_sum, int64_t grid, int col_tile,
                    const std::string& what) {
@@ -196,9 +203,10 @@ void CheckSchedule(const std::vector<int64_t>& off, int64_t m, bool wgrad, int64
       ASSERT_LT(p.c_row0, row_end) << what << ": a tile wholly past its rows";
       ASSERT_LT(p.c_col0, n_out) << what;
       // The boxes loaded over the columns (and, for the weight grad, the rows) reach the edge.
-      const int boxes_n = BoxesInside(n_out, p.c_col0, kTileN);
-      ASSERT_GE(p.c_col0 + boxes_n * kMnBlock, std::min(n_out, p.c_col0 + kTileN)) << what;
-      ASSERT_LE(boxes_n, kTileN / kMnBlock);
+      const int boxes_n = BoxesInside(n_out, p.c_col0, col_tile);
+      ASSERT_GE(p.c_col0 + boxes_n * kMnBlock, std::min<int64_t>(n_out, p.c_col0 + col_tile))
+          << what;
+      ASSERT_LE(boxes_n, col_tile / kMnBlock);
       if (wgrad) {
         const int boxes_m = BoxesInside(n_rows, p.c_row0, kTileM);
         ASSERT_GE(p.c_row0 + boxes_m * kMnBlock, std::min(n_rows, p.c_row0 + kTileM)) << what;
@@ -254,13 +262,17 @@ TEST(GroupedGemmWgmmaLayout, ScheduleCoversEveryExpertTileOnce) {
     for (const int64_t grid : {int64_t{1}, int64_t{7}, int64_t{132}}) {
       const std::string g = c.name + ", grid " + std::to_string(grid);
       // Row products: N (forward) or K (input grad) columns, partial column tiles included.
-      CheckSchedule(off, m, false, 0, 72, 136, grid, kTileN, g + ", row product 72 cols");
-      CheckSchedule(off, m, false, 0, 520, 64, grid, kTileN, g + ", row product 520 cols");
-      // The fused GLU: h tiles of 128 columns.
-      CheckSchedule(off, m, false, 0, 392, 64, grid, kTileN / 2, g + ", glu 392 cols");
-      // Weight grad: dW_e [N, K] tiles of 128 x 256.
-      CheckSchedule(off, m, true, 136, 72, 0, grid, kTileN, g + ", weight grad 136 x 72");
-      CheckSchedule(off, m, true, 264, 600, 0, grid, kTileN, g + ", weight grad 264 x 600");
+      for (const int tile_n : {kWideTileN, kNarrowTileN}) {
+        const std::string t = g + ", " + std::to_string(tile_n) + "-column tiles";
+        CheckSchedule(off, m, false, 0, 72, 136, grid, tile_n, t + ", row product 72 cols");
+        CheckSchedule(off, m, false, 0, 520, 64, grid, tile_n, t + ", row product 520 cols");
+        // The fused GLU: h tiles of half the width.
+        CheckSchedule(off, m, false, 0, 392, 64, grid, ColTile(Product::kGlu, tile_n),
+                      t + ", glu 392 cols");
+        // Weight grad: dW_e [N, K] tiles of 128 x tile_n.
+        CheckSchedule(off, m, true, 136, 72, 0, grid, tile_n, t + ", weight grad 136 x 72");
+        CheckSchedule(off, m, true, 264, 600, 0, grid, tile_n, t + ", weight grad 264 x 600");
+      }
     }
   }
 }
