@@ -5,7 +5,7 @@
 # BIN_DIR has it (the MoE layer on the default kernel, now wgmma), grouped_gemm_gpu_bench (both
 # kernels and the cuBLASLt loop) and its torch._grouped_mm anchor (scripts/gpu_grouped_gemm_torch.py)
 # in the same call. Logs under $OUT (or ./gpu-grouped-gemm-out): sass.txt, tests.log, moe.log,
-# bench.log, torch.log.
+# bench.log, torch.log (and sanitize_*.log with GG_SANITIZE=1).
 #
 #   scripts/gpu_grouped_gemm.sh BIN_DIR [quick]
 #
@@ -58,6 +58,16 @@ timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" --gtest_filter='GroupedGemmGpuEr
 timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" --gtest_filter='Wgmma*' >>"$out/tests.log" 2>&1 &&
   echo "wgmma suite: ok" || { echo "wgmma suite: FAILED (rc $?)"; status=1; }
 grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$out/tests.log" || true
+# GG_SANITIZE=1: two small wgmma cases again under compute-sanitizer (out-of-bounds accesses and
+# shared-memory races: where a failing wgmma suite needs a closer look).
+if [[ "${GG_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    timeout "$tlimit" compute-sanitizer --tool "$tool" "$bin/grouped_gemm_gpu_tests" \
+      --gtest_filter='Wgmma*/*E32_N72_K136*:Wgmma*/*E8_F392*' >"$out/sanitize_$tool.log" 2>&1 &&
+      echo "compute-sanitizer $tool: ok" || { echo "compute-sanitizer $tool: FAILED"; status=1; }
+    tail -3 "$out/sanitize_$tool.log"
+  done
+fi
 if [[ -x "$bin/moe_gpu_tests" ]]; then
   timeout "$tlimit" "$bin/moe_gpu_tests" >"$out/moe.log" 2>&1 && echo "moe_gpu_tests: ok" ||
     { echo "moe_gpu_tests: FAILED"; status=1; }
