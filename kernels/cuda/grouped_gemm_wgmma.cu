@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     FenceAcc(acc);
     if (prev >= 0 && lane == 0) BarrierArrive(&empty[prev]);
 
-    // ---- epilogue: this warpgroup's 64 x 256 of C ----
+    // ---- epilogue: this warpgroup's 64 x tile_n of C ----
     const int64_t row_base = p.c_row0 + 64 * w;
     const int64_t row_end = kWeightGrad ? s.c_rows : t.hi;
     if constexpr (kProduct == Product::kGlu) {

@@ -5,10 +5,10 @@
 // covers every (expert, tile) once.
 //
 // Shared-memory tiles. A stage holds a kTileK-deep slice of A (kTileM rows of C) and of B
-// (tile_n = 256 or 128 columns of C: the launch's choice, GemmShape::tile_n), each loaded by TMA with the 128-byte swizzle: a box row of 128 bytes
-// (64 bf16) has its 16-byte chunk c stored at chunk c ^ (row % 8), the pattern read off address
-// bits 7-9, so every tile starts 1024-byte aligned. Two layouts, by which index is contiguous in
-// global memory:
+// (tile_n = 256 or 128 columns of C: the launch's choice, GemmShape::tile_n), each loaded by TMA
+// with the 128-byte swizzle: a box row of 128 bytes (64 bf16) has its 16-byte chunk c stored at
+// chunk c ^ (row % 8), the pattern read off address bits 7-9, so every tile starts 1024-byte
+// aligned. Two layouts, by which index is contiguous in global memory:
 //   K-major (the reduction index contiguous: X and dY as A of the forward and input grad, W_e as
 //     B of the forward): one box of [rows][64 k]; element (mn, k) at byte mn 128 + 2 k, swizzled.
 //   MN-major (the C row or column index contiguous: W_e as B of the input grad, dY as A and X as
@@ -44,7 +44,7 @@ inline constexpr int kTileM = 128;  // C rows of a tile: 2 consumer warpgroups o
 // (m64n128k16: twice the tiles, for problems of few tiles, where the last round of persistent
 // CTAs would leave most SMs idle).
 inline constexpr int kWideTileN = 256, kNarrowTileN = 128;
-inline constexpr int kTileK = 64;   // the reduction per stage: one 128-byte swizzle row of bf16
+inline constexpr int kTileK = 64;  // the reduction per stage: one 128-byte swizzle row of bf16
 inline constexpr int kWgmmaK = 16;
 inline constexpr int kSwizzleRowBytes = 128;
 inline constexpr int kSwizzleAtomBytes = 1024;                   // 8 rows: the swizzle's period
@@ -221,8 +221,7 @@ ORRERY_GG_LAYOUT int BoxCount(Product p, const GemmShape& s, const TilePlace& pl
     case Product::kInputGrad:
       return 1 + BoxesInside(s.n_out, pl.c_col0, s.tile_n);
     case Product::kWeightGrad:
-      return BoxesInside(s.c_rows, pl.c_row0, kTileM) +
-             BoxesInside(s.n_out, pl.c_col0, s.tile_n);
+      return BoxesInside(s.c_rows, pl.c_row0, kTileM) + BoxesInside(s.n_out, pl.c_col0, s.tile_n);
   }
   return 0;
 }
@@ -238,8 +237,8 @@ ORRERY_GG_LAYOUT Box BoxAt(Product p, const GemmShape& s, int expert, int64_t lo
     case Product::kGlu:
       return i == 0   ? Box{kMapA, 0, k0, row0, 0}
              : i == 1 ? Box{kMapB, b0, k0, col0, expert}
-                      : Box{kMapB2, b0 + static_cast<uint32_t>(StageBBytes(s.tile_n) / 2), k0,
-                            col0, expert};
+                      : Box{kMapB2, b0 + static_cast<uint32_t>(StageBBytes(s.tile_n) / 2), k0, col0,
+                            expert};
     case Product::kInputGrad:
       return i == 0 ? Box{kMapA, 0, k0, row0, 0}
                     : Box{kMapB, b0 + static_cast<uint32_t>((i - 1) * kMnBlockBytes),
