@@ -4,16 +4,17 @@
 # process, so that a failing wgmma launch cannot hide the other's results), moe_gpu_tests when
 # BIN_DIR has it (the MoE layer on the default kernel, now wgmma), grouped_gemm_gpu_bench (both
 # kernels and the cuBLASLt loop) and its torch._grouped_mm anchor (scripts/gpu_grouped_gemm_torch.py)
-# in the same call. Logs under $OUT (or ./gpu-grouped-gemm-out): sass.txt, tests.log, moe.log,
-# bench.log, torch.log (and sanitize_*.log with GG_SANITIZE=1).
+# in the same call, and moe_layer_gpu_bench (the whole MoE layer) on the mma kernel and on the
+# default when BIN_DIR has it. Logs under $OUT (or ./gpu-grouped-gemm-out): gpu.txt, sass.txt,
+# tests.log, moe.log, moe_layer.log, bench.log, torch.log (and sanitize.log with GG_SANITIZE=1).
 #
 #   scripts/gpu_grouped_gemm.sh BIN_DIR [quick]
 #
-# BIN_DIR holds grouped_gemm_gpu_tests and grouped_gemm_gpu_bench (optionally moe_gpu_tests),
-# built elsewhere with CUDA (e.g. build/tests), with the libraries the GPU machine lacks in
-# BIN_DIR/lib, or all of that packed by scripts/gpu_bundle.sh as BIN_DIR/bundle.tar.xz. `quick`
-# times the anchors only (bench and torch). Time limits per part: GG_TEST_TIMEOUT (240 s
-# each suite), GG_BENCH_TIMEOUT (240 s each of bench and torch).
+# BIN_DIR holds grouped_gemm_gpu_tests and grouped_gemm_gpu_bench (optionally moe_gpu_tests and
+# moe_layer_gpu_bench), built elsewhere with CUDA (e.g. build/tests), with the libraries the GPU
+# machine lacks in BIN_DIR/lib, or all of that packed by scripts/gpu_bundle.sh as
+# BIN_DIR/bundle.tar.xz. `quick` times the anchors only (bench and torch). Time limits per part:
+# GG_TEST_TIMEOUT (240 s each test suite), GG_BENCH_TIMEOUT (240 s each bench and the anchor).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-grouped-gemm-out}"
@@ -63,15 +64,23 @@ grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$out/tests.log" 
 if [[ "${GG_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     timeout "$tlimit" compute-sanitizer --tool "$tool" "$bin/grouped_gemm_gpu_tests" \
-      --gtest_filter='Wgmma*/*E32_N72_K136*:Wgmma*/*E8_F392*' >"$out/sanitize_$tool.log" 2>&1 &&
+      --gtest_filter='Wgmma*/*E32_N72_K136*:Wgmma*/*E8_F392*' >>"$out/sanitize.log" 2>&1 &&
       echo "compute-sanitizer $tool: ok" || { echo "compute-sanitizer $tool: FAILED"; status=1; }
-    tail -3 "$out/sanitize_$tool.log"
+    tail -3 "$out/sanitize.log"
   done
 fi
 if [[ -x "$bin/moe_gpu_tests" ]]; then
   timeout "$tlimit" "$bin/moe_gpu_tests" >"$out/moe.log" 2>&1 && echo "moe_gpu_tests: ok" ||
     { echo "moe_gpu_tests: FAILED"; status=1; }
   grep -E '^\[  (PASSED|FAILED) ' "$out/moe.log" || true
+fi
+# The whole MoE layer (issue 24's layer bench) on the mma kernel, then on the default (wgmma).
+if [[ -x "$bin/moe_layer_gpu_bench" ]]; then
+  for kernel in mma auto; do
+    echo "ORRERY_GROUPED_GEMM=$kernel" | tee -a "$out/moe_layer.log"
+    timeout "$blimit" env ORRERY_GROUPED_GEMM="$kernel" "$bin/moe_layer_gpu_bench" 2>&1 |
+      tee -a "$out/moe_layer.log" || status=1
+  done
 fi
 bench_env=()
 torch_args=()
