@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The grouped expert GEMMs on a GPU machine (issue 24): the wgmma kernel's machine code (HGMMA,
-# UTMALDG), grouped_gemm_gpu_tests (the mma.sync suite first, then the wgmma suite in its own
-# process, so that a failing wgmma launch cannot hide the other's results), moe_gpu_tests when
+# UTMALDG), grouped_gemm_gpu_tests (every case on mma.sync, then on wgmma with 256- and with
+# 128-column tiles, then the fused GLU), moe_gpu_tests when
 # BIN_DIR has it (the MoE layer on the default kernel, now wgmma), grouped_gemm_gpu_bench (both
 # kernels and the cuBLASLt loop) and its torch._grouped_mm anchor (scripts/gpu_grouped_gemm_torch.py)
 # in the same call, and moe_layer_gpu_bench (the whole MoE layer) on the mma kernel and on the
@@ -14,7 +14,7 @@
 # moe_layer_gpu_bench), built elsewhere with CUDA (e.g. build/tests), with the libraries the GPU
 # machine lacks in BIN_DIR/lib, or all of that packed by scripts/gpu_bundle.sh as
 # BIN_DIR/bundle.tar.xz. `quick` times the anchors only (bench and torch). Time limits per part:
-# GG_TEST_TIMEOUT (240 s each test suite), GG_BENCH_TIMEOUT (240 s each bench and the anchor).
+# GG_TEST_TIMEOUT (240 s each test binary), GG_BENCH_TIMEOUT (240 s each bench and the anchor).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-grouped-gemm-out}"
@@ -53,12 +53,15 @@ if command -v cuobjdump >/dev/null; then
     }' | tee "$out/sass.txt" || true
 fi
 
-timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" --gtest_filter='GroupedGemmGpuErrors.*:Mma/*' \
-  >"$out/tests.log" 2>&1 &&
-  echo "mma suite: ok" || { echo "mma suite: FAILED"; status=1; }
-timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" --gtest_filter='Wgmma*' >>"$out/tests.log" 2>&1 &&
-  echo "wgmma suite: ok" || { echo "wgmma suite: FAILED (rc $?)"; status=1; }
-grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$out/tests.log" || true
+# One process (the CPU twin's results are shared by the kernels' suites); the mma.sync suites
+# run first, so their results are in the log even if a wgmma launch fails the process.
+timeout "$tlimit" "$bin/grouped_gemm_gpu_tests" >"$out/tests.log" 2>&1 || status=1
+for suite in GroupedGemmGpuErrors Mma Wgmma256 Wgmma128 Wgmma/GroupedGemmGlu; do
+  ok=$(grep -c "^\[       OK \] $suite" "$out/tests.log" || true)
+  bad=$(grep -c "^\[  FAILED  \] $suite" "$out/tests.log" || true)
+  echo "$suite: $ok passed, $bad failed"
+done
+tail -3 "$out/tests.log"
 # GG_SANITIZE=1: two small wgmma cases again under compute-sanitizer (out-of-bounds accesses and
 # shared-memory races: where a failing wgmma suite needs a closer look).
 if [[ "${GG_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
