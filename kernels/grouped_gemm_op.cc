@@ -1,8 +1,10 @@
 // GroupedGemmForward, GroupedGemmInputGrad, GroupedGemmWeightGrad (kernels/grouped_gemm.h): the
-// argument checks, then the CPU twin here (f64 sums, the offsets read on the host) or the CUDA
-// kernels (kernels/cuda/grouped_gemm.cu).
+// argument checks, then the CPU twin here (f64 sums, the offsets read on the host) or a CUDA
+// kernel: the wgmma one (kernels/cuda/grouped_gemm_wgmma.cu) or the mma.sync one
+// (kernels/cuda/grouped_gemm.cu), as ORRERY_GROUPED_GEMM and the device choose.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -131,11 +133,19 @@ void ForwardCpu(const Tensor& x, const Tensor& w, const std::vector<int64_t>& o,
     const T* we = wp + e * d.n * d.k;
     for (int64_t r = lo; r < hi; ++r) {
       for (int64_t j = 0; j < d.n; ++j) {
-        double s = 0;
-        for (int64_t c = 0; c < d.k; ++c) {
-          s += static_cast<double>(xp[r * d.k + c]) * static_cast<double>(we[j * d.k + c]);
+        // Four interleaved f64 sums (independent add chains; the GPU tests' twin runs on
+        // thousands of rows), added at the end.
+        double s[4] = {0, 0, 0, 0};
+        const T* xr = xp + r * d.k;
+        const T* wj = we + j * d.k;
+        int64_t c = 0;
+        for (; c + 4 <= d.k; c += 4) {
+          for (int q = 0; q < 4; ++q) {
+            s[q] += static_cast<double>(xr[c + q]) * static_cast<double>(wj[c + q]);
+          }
         }
-        yp[r * d.n + j] = static_cast<T>(s);
+        for (; c < d.k; ++c) s[0] += static_cast<double>(xr[c]) * static_cast<double>(wj[c]);
+        yp[r * d.n + j] = static_cast<T>((s[0] + s[1]) + (s[2] + s[3]));
       }
     }
   }
@@ -190,6 +200,34 @@ void WeightGradCpu(const Tensor& dy, const Tensor& x, const std::vector<int64_t>
   }
 }
 
+#if defined(ORRERY_KERNELS_CUDA)
+// The kernel of a cuda call, from ORRERY_GROUPED_GEMM: kMma, or the wgmma kernel's tile width
+// (0: its own choice). Unset, empty or "auto": wgmma where the device and the sizes allow it, else
+// mma; "mma", "wgmma", "wgmma128", "wgmma256" force one (wgmma where it cannot run is an error, not
+// a silent fallback).
+constexpr int kMma = -1;
+StatusOr<int> ChooseKernel(const char* op, const Dims& d) {
+  const char* env = std::getenv("ORRERY_GROUPED_GEMM");
+  const std::string v = env == nullptr ? "" : env;
+  if (v == "mma") return kMma;
+  const bool ok = cuda::GroupedGemmWgmmaAvailable(d.device.index) &&
+                  cuda::GroupedGemmWgmmaSupports(d.m, d.n, d.k);
+  if (v.empty() || v == "auto") return ok ? 0 : kMma;
+  const int tile = v == "wgmma" ? 0 : v == "wgmma128" ? 128 : v == "wgmma256" ? 256 : kMma;
+  if (tile == kMma) {
+    return Bad(op,
+               "ORRERY_GROUPED_GEMM '" + v + "', expected mma, wgmma, wgmma128, wgmma256 or auto");
+  }
+  if (!ok) {
+    return Bad(op, "ORRERY_GROUPED_GEMM=" + v + " on " + d.device.ToString() + " with M " +
+                       std::to_string(d.m) +
+                       ": the wgmma kernel needs a compute capability 9.0 device and M, N, K < "
+                       "2^31");
+  }
+  return tile;
+}
+#endif
+
 }  // namespace
 
 bool GroupedGemmSupports(int64_t n, int64_t k) {
@@ -212,7 +250,11 @@ Status GroupedGemmForward(const Tensor& x, const Tensor& w, const Tensor& offset
       CheckOutput(kOp, "y", *y, {d.m, d.n}, x.dtype(), {DType::kBF16, DType::kF32}, d.device));
   if (d.m == 0) return Status::OK();
 #if defined(ORRERY_KERNELS_CUDA)
-  if (!d.device.is_cpu()) return cuda::GroupedGemmForwardCuda(x, w, offsets, y);
+  if (!d.device.is_cpu()) {
+    ORRERY_ASSIGN_OR_RETURN(const int kernel, ChooseKernel(kOp, d));
+    return kernel == kMma ? cuda::GroupedGemmForwardMma(x, w, offsets, y)
+                          : cuda::GroupedGemmForwardWgmma(x, w, offsets, kernel, y);
+  }
 #endif
   const std::vector<int64_t> o = HostRows(offsets);
   if (x.dtype() == DType::kF32) {
@@ -242,7 +284,11 @@ Status GroupedGemmInputGrad(const Tensor& dy, const Tensor& w, const Tensor& off
       CheckOutput(kOp, "dx", *dx, {d.m, d.k}, dy.dtype(), {DType::kF32, DType::kBF16}, d.device));
   if (d.m == 0) return Status::OK();
 #if defined(ORRERY_KERNELS_CUDA)
-  if (!d.device.is_cpu()) return cuda::GroupedGemmInputGradCuda(dy, w, offsets, accumulate, dx);
+  if (!d.device.is_cpu()) {
+    ORRERY_ASSIGN_OR_RETURN(const int kernel, ChooseKernel(kOp, d));
+    return kernel == kMma ? cuda::GroupedGemmInputGradMma(dy, w, offsets, accumulate, dx)
+                          : cuda::GroupedGemmInputGradWgmma(dy, w, offsets, accumulate, kernel, dx);
+  }
 #endif
   const std::vector<int64_t> o = HostRows(offsets);
   if (dy.dtype() == DType::kF32) {
@@ -275,13 +321,95 @@ Status GroupedGemmWeightGrad(const Tensor& dy, const Tensor& x, const Tensor& of
   ORRERY_RETURN_IF_ERROR(CheckOutput(kOp, "dw", *dw, {d.e, d.n, d.k}, g, {DType::kF32}, d.device));
   if (d.m == 0) return Status::OK();
 #if defined(ORRERY_KERNELS_CUDA)
-  if (!d.device.is_cpu()) return cuda::GroupedGemmWeightGradCuda(dy, x, offsets, dw);
+  if (!d.device.is_cpu()) {
+    ORRERY_ASSIGN_OR_RETURN(const int kernel, ChooseKernel(kOp, d));
+    return kernel == kMma ? cuda::GroupedGemmWeightGradMma(dy, x, offsets, dw)
+                          : cuda::GroupedGemmWeightGradWgmma(dy, x, offsets, kernel, dw);
+  }
 #endif
   const std::vector<int64_t> o = HostRows(offsets);
   if (dy.dtype() == DType::kF32) {
     WeightGradCpu<float>(dy, x, o, d, dw);
   } else {
     WeightGradCpu<double>(dy, x, o, d, dw);
+  }
+  return Status::OK();
+}
+
+bool GroupedGemmGluFused(Device device) {
+  if (device.is_cpu()) return true;
+#if defined(ORRERY_KERNELS_CUDA)
+  const char* env = std::getenv("ORRERY_GROUPED_GEMM");
+  if (env != nullptr && std::string(env) == "mma") return false;
+  return cuda::GroupedGemmWgmmaAvailable(device.index);
+#else
+  return false;
+#endif
+}
+
+Status GroupedGemmGlu(const GluActivation& act, const Tensor& x, const Tensor& w1, const Tensor& w3,
+                      const Tensor& offsets, Tensor* h, Tensor* a, Tensor* u) {
+  PhaseScope phase("op.grouped_gemm");
+  constexpr const char* kOp = "grouped_gemm_glu";
+  ORRERY_RETURN_IF_ERROR(CheckStacked(kOp, "w1", w1));
+  Dims d;
+  ORRERY_RETURN_IF_ERROR(CheckCommon(kOp, x, "x", offsets, w1.dim(0), w1.dim(1), w1.dim(2), &d));
+  ORRERY_RETURN_IF_ERROR(CheckOperand(kOp, "x", x, {d.m, d.k}, x.dtype(), d.device));
+  ORRERY_RETURN_IF_ERROR(CheckOperand(kOp, "w1", w1, w1.shape(), x.dtype(), d.device));
+  ORRERY_RETURN_IF_ERROR(CheckOperand(kOp, "w3", w3, w1.shape(), x.dtype(), d.device));
+  if (h == nullptr) return Bad(kOp, "h is required");
+  if ((a == nullptr) != (u == nullptr)) return Bad(kOp, "a and u: both or neither");
+  const DType out = h->defined() ? h->dtype() : (d.device.is_cpu() ? x.dtype() : DType::kBF16);
+  for (Tensor* t : {h, a, u}) {
+    if (t == nullptr) continue;
+    if (!t->defined()) {
+      ORRERY_ASSIGN_OR_RETURN(*t, Tensor::Allocate({d.m, d.n}, out, d.device));
+    }
+    ORRERY_RETURN_IF_ERROR(CheckOutput(kOp, t == h ? "h" : (t == a ? "a" : "u"), *t, {d.m, d.n},
+                                       x.dtype(), {out == DType::kF32 ? DType::kF32 : DType::kBF16},
+                                       d.device));
+  }
+  if (d.m == 0) return Status::OK();
+#if defined(ORRERY_KERNELS_CUDA)
+  if (!d.device.is_cpu()) {
+    if (!GroupedGemmGluFused(d.device) || !cuda::GroupedGemmWgmmaSupports(d.m, d.n, d.k)) {
+      return Bad(kOp,
+                 "the fused kernel needs a compute capability 9.0 device, M, F, K < 2^31 "
+                 "and ORRERY_GROUPED_GEMM other than mma; compose GroupedGemmForward and Glu");
+    }
+    ORRERY_ASSIGN_OR_RETURN(const int kernel, ChooseKernel(kOp, d));
+    return cuda::GroupedGemmGluWgmma(act, x, w1, w3, offsets, kernel, h, a, u);
+  }
+#endif
+  // The twin: a and u (the outputs, or scratch), then the activation on each expert's rows.
+  Tensor sa, su;
+  Tensor* pa = a;
+  Tensor* pu = u;
+  if (pa == nullptr) {
+    ORRERY_ASSIGN_OR_RETURN(sa, Tensor::Allocate({d.m, d.n}, x.dtype(), d.device));
+    ORRERY_ASSIGN_OR_RETURN(su, Tensor::Allocate({d.m, d.n}, x.dtype(), d.device));
+    pa = &sa;
+    pu = &su;
+  }
+  const std::vector<int64_t> o = HostRows(offsets);
+  if (x.dtype() == DType::kF32) {
+    ForwardCpu<float>(x, w1, o, d, pa);
+    ForwardCpu<float>(x, w3, o, d, pu);
+  } else {
+    ForwardCpu<double>(x, w1, o, d, pa);
+    ForwardCpu<double>(x, w3, o, d, pu);
+  }
+  for (int64_t e = 0; e < d.e; ++e) {
+    int64_t lo, hi;
+    RowsOf(o, e, d.m, &lo, &hi);
+    const int64_t at = lo * d.n, n = (hi - lo) * d.n;
+    if (x.dtype() == DType::kF32) {
+      GluForward<float>(act, pa->data<float>() + at, pu->data<float>() + at, n,
+                        h->data<float>() + at);
+    } else {
+      GluForward<double>(act, pa->data<double>() + at, pu->data<double>() + at, n,
+                         h->data<double>() + at);
+    }
   }
   return Status::OK();
 }

@@ -1,10 +1,11 @@
 // SiTU-GLU and SiLU-GLU forward and backward, element-wise (kernels/situ.h), in f32 arithmetic on
 // bf16 or f32 storage with the CPU twin's formulas (precise expf/tanhf, not the fast intrinsics:
 // the bound |h| < beta beta_lin is what SiTU is for, so the caps must be exact).
-// Not yet timed: correct first (issue 22); in the GPU model this fuses into the expert GEMMs'
-// epilogue (issue 24).
+// Not yet timed: correct first (issue 22). The forward's formula (glu_value.cuh) is also the fused
+// epilogue of GroupedGemmGlu (kernels/grouped_gemm.h, issue 24).
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/glu_value.cuh"
 #include "kernels/cuda/ops_cuda.h"
 
 namespace orrery::kernels::cuda {
@@ -12,29 +13,12 @@ namespace {
 
 constexpr int kThreads = 256;
 
-struct GluParams {
-  bool situ;
-  float beta, beta_lin;
-};
-
-__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 template <typename T>
 __global__ void GluForwardKernel(GluParams p, const T* __restrict__ a, const T* __restrict__ u,
                                  int64_t n, T* __restrict__ h) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float av = ToF(a[i]), uv = ToF(u[i]);
-    const float s = Sigmoid(av);
-    float out;
-    if (!p.situ) {
-      out = av * s * uv;
-    } else {
-      const float gate = p.beta * tanhf(av / p.beta) * s;
-      const float up = p.beta_lin > 0 ? p.beta_lin * tanhf(uv / p.beta_lin) : uv;
-      out = gate * up;
-    }
-    h[i] = FromF<T>(out);
+    h[i] = FromF<T>(GluValue(p, ToF(a[i]), ToF(u[i])));
   }
 }
 

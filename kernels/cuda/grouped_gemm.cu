@@ -1,5 +1,7 @@
 // The grouped GEMMs of kernels/grouped_gemm.h on the tensor cores: one kernel, three operand
-// layouts. Every product is C[i][j] = sum_k A(i, k) B(k, j) over a 128 x 128 tile of C per CTA:
+// layouts. The fallback of the wgmma/TMA kernel (grouped_gemm_wgmma.cu): devices other than
+// compute capability 9.0, and ORRERY_GROUPED_GEMM=mma. Every product is C[i][j] = sum_k A(i, k)
+// B(k, j) over a 128 x 128 tile of C per CTA:
 //
 //   product      i (C row)      j (C col)   k (sum)        A(i, k)           B(k, j)
 //   forward      expert row r   n < N       K              X[r][k]  i-major   W_e[j][k] j-major
@@ -42,6 +44,7 @@
 
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/grouped_gemm_cuda.h"
+#include "kernels/cuda/grouped_gemm_store.cuh"
 #include "kernels/cuda/kda_mma.cuh"
 #include "kernels/grouped_gemm.h"
 
@@ -172,24 +175,6 @@ __device__ __forceinline__ void MainLoop(const TileArgs& t, __nv_bfloat16* smem,
     }
   }
   CpAsyncWaitPending<0>();  // no copy may still be in flight when the CTA exits
-}
-
-__device__ __forceinline__ void Store2(float* p, float x0, float x1, bool add) {
-  float2 v = make_float2(x0, x1);
-  if (add) {
-    const float2 old = *reinterpret_cast<const float2*>(p);
-    v.x += old.x;
-    v.y += old.y;
-  }
-  *reinterpret_cast<float2*>(p) = v;
-}
-__device__ __forceinline__ void Store2(__nv_bfloat16* p, float x0, float x1, bool add) {
-  if (add) {
-    const float2 old = UnpackBf16x2(*reinterpret_cast<const uint32_t*>(p));
-    x0 += old.x;
-    x1 += old.y;
-  }
-  *reinterpret_cast<uint32_t*>(p) = PackBf16(x0, x1);
 }
 
 // C[i0 + i][j0 + j] (+)= acc for i < i_end - i0 and j < j_end - j0 (row stride ldc; c points at
@@ -371,15 +356,15 @@ Status LaunchWeightGrad(const Tensor& dy, const Tensor& x, const Tensor& offsets
 
 }  // namespace
 
-Status GroupedGemmForwardCuda(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor* y) {
+Status GroupedGemmForwardMma(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor* y) {
   const int64_t n = w.dim(1), k = w.dim(2);
   return y->dtype() == DType::kF32
              ? DispatchOffsets<Product::kForward, float>(x, w, offsets, n, k, false, y)
              : DispatchOffsets<Product::kForward, __nv_bfloat16>(x, w, offsets, n, k, false, y);
 }
 
-Status GroupedGemmInputGradCuda(const Tensor& dy, const Tensor& w, const Tensor& offsets,
-                                bool accumulate, Tensor* dx) {
+Status GroupedGemmInputGradMma(const Tensor& dy, const Tensor& w, const Tensor& offsets,
+                               bool accumulate, Tensor* dx) {
   // C = dX [M, K]: C columns are W's K, the sum runs over W's N.
   const int64_t n = w.dim(1), k = w.dim(2);
   return dx->dtype() == DType::kF32
@@ -388,8 +373,8 @@ Status GroupedGemmInputGradCuda(const Tensor& dy, const Tensor& w, const Tensor&
                                                                    dx);
 }
 
-Status GroupedGemmWeightGradCuda(const Tensor& dy, const Tensor& x, const Tensor& offsets,
-                                 Tensor* dw) {
+Status GroupedGemmWeightGradMma(const Tensor& dy, const Tensor& x, const Tensor& offsets,
+                                Tensor* dw) {
   return offsets.dtype() == DType::kI64 ? LaunchWeightGrad<int64_t>(dy, x, offsets, dw)
                                         : LaunchWeightGrad<int32_t>(dy, x, offsets, dw);
 }

@@ -1,5 +1,8 @@
 // The grouped GEMMs (kernels/grouped_gemm.h) on the GPU against their CPU twin on fresh random
-// inputs with ragged expert counts; skipped without a GPU.
+// inputs with ragged expert counts (empty experts, counts at the 128-row tile edges, or one expert
+// with all rows); every case on both kernels, forced by ORRERY_GROUPED_GEMM: the test suites
+// Mma/... (mma.sync, any device) and Wgmma256/..., Wgmma128/... (wgmma + TMA with C tiles of 256
+// or 128 columns, skipped where the device is not compute capability 9.0). Skipped without a GPU.
 //
 // The twin runs in f64 on the very values the GPU sees (bf16-rounded inputs, exact in f64), so an
 // error measures the kernel's f32 accumulation and its output rounding only. Tolerances (relative
@@ -21,14 +24,19 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "core/philox.h"
+#include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/grouped_gemm.h"
+#include "kernels/situ.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
@@ -48,17 +56,44 @@ constexpr double kWorstFactor = 10;
 constexpr int64_t kPad = 5;  // NaN rows before the first and after the last expert's rows
 
 // Ragged counts for E experts: the edge counts 0, 1, 127, 128, 129 (tile boundaries), thousands
-// and random small ones, in a seeded order.
-std::vector<int64_t> RaggedCounts(int64_t e, int64_t big, PhiloxGenerator& rng) {
+// and random small ones, in a seeded order; or (all_in_one) every row in one expert, the others
+// empty.
+std::vector<int64_t> RaggedCounts(int64_t e, int64_t big, bool all_in_one, PhiloxGenerator& rng) {
   const std::vector<int64_t> edges = {0, 1, 127, 128, 129, big};
   std::vector<int64_t> c(static_cast<size_t>(e));
   for (int64_t i = 0; i < e; ++i) {
-    c[i] = i < static_cast<int64_t>(edges.size()) ? edges[i] : rng.NextU32() % 300;
+    c[i] = all_in_one ? 0 : i < static_cast<int64_t>(edges.size()) ? edges[i] : rng.NextU32() % 300;
   }
+  if (all_in_one) c[rng.NextU32() % e] = big;
   for (int64_t i = e - 1; i > 0; --i) std::swap(c[i], c[rng.NextU32() % (i + 1)]);
   if (e == 1) c[0] = big;
   return c;
 }
+
+// Sets ORRERY_GROUPED_GEMM for the life of the object (the kernel the ops choose at each call).
+class ForceKernel {
+ public:
+  explicit ForceKernel(const char* kernel) {
+    const char* old = std::getenv(kVar);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(kVar, kernel, 1);
+  }
+  ~ForceKernel() {
+    if (had_) {
+      setenv(kVar, old_.c_str(), 1);
+    } else {
+      unsetenv(kVar);
+    }
+  }
+  ForceKernel(const ForceKernel&) = delete;
+  ForceKernel& operator=(const ForceKernel&) = delete;
+
+ private:
+  static constexpr const char* kVar = "ORRERY_GROUPED_GEMM";
+  bool had_ = false;
+  std::string old_;
+};
 
 struct Problem {
   std::vector<int64_t> offsets;  // [E + 1], offsets[0] = kPad
@@ -150,28 +185,68 @@ void ExpectExpertsClose(const Tensor& got_dev, const Tensor& ref, const Tensor& 
               tol);
 }
 
-using Case = std::tuple<int64_t, int64_t, int64_t, bool>;  // E, N, K, i64 offsets
-class GroupedGemmGpuTest : public ::testing::TestWithParam<Case> {};
+// E, N, K, i64 offsets, one expert with all rows.
+using Case = std::tuple<int64_t, int64_t, int64_t, bool, bool>;
+// The kernel (ORRERY_GROUPED_GEMM: mma, wgmma128 or wgmma256), the case.
+using Param = std::tuple<std::string, Case>;
+class GroupedGemmGpuTest : public ::testing::TestWithParam<Param> {};
+
+// A case's inputs (host f64 and device bf16), the twin's results and the accumulation starts,
+// made once and shared by the two kernels' tests (the f64 twin is the slow part).
+struct CaseData {
+  Problem p;
+  Tensor x, dy, w, xg, dyg, wg;
+  Tensor y_ref, dx_ref, dw_ref;
+  Tensor dx_start[2];  // rounded to f32, bf16
+  Tensor dw0;
+};
+
+const CaseData& DataOf(const Case& c) {
+  static std::map<Case, std::unique_ptr<CaseData>> cache;
+  std::unique_ptr<CaseData>& slot = cache[c];
+  if (slot != nullptr) return *slot;
+  const auto [e, n, k, i64, all_in_one] = c;
+  slot = std::make_unique<CaseData>();
+  CaseData& d = *slot;
+  PhiloxGenerator rng(1000 + e + n + 3 * k + i64 + 7 * all_in_one, 0);
+  // "Thousands" rows for one expert, fewer for the widest shapes (the f64 twin's time).
+  const int64_t big = n * k >= 512 * 1024 ? 1500 : 4500;
+  d.p = MakeProblem(RaggedCounts(e, big, all_in_one, rng), i64);
+  d.x = RowsInput(d.p, k, rng);
+  d.dy = RowsInput(d.p, n, rng);
+  d.w = Round(RandomNormal({e, n, k}, DType::kF64, rng, 1.0 / std::sqrt(k)), DType::kBF16);
+  d.xg = ToGpu(d.x, DType::kBF16);
+  d.dyg = ToGpu(d.dy, DType::kBF16);
+  d.wg = ToGpu(d.w, DType::kBF16);
+  EXPECT_TRUE(GroupedGemmForward(d.x, d.w, d.p.offsets_cpu, &d.y_ref).ok());
+  EXPECT_TRUE(GroupedGemmInputGrad(d.dy, d.w, d.p.offsets_cpu, false, &d.dx_ref).ok());
+  d.dw_ref = Tensor::Empty({e, n, k}, DType::kF64);
+  std::memset(d.dw_ref.raw_data(), 0, d.dw_ref.nbytes());
+  EXPECT_TRUE(GroupedGemmWeightGrad(d.dy, d.x, d.p.offsets_cpu, &d.dw_ref).ok());
+  d.dx_start[0] = Round(RandomNormal({d.p.m, k}, DType::kF64, rng), DType::kF32);
+  d.dx_start[1] = Round(RandomNormal({d.p.m, k}, DType::kF64, rng), DType::kBF16);
+  d.dw0 = Round(RandomNormal({e, n, k}, DType::kF64, rng), DType::kF32);
+  return d;
+}
 
 TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   SKIP_WITHOUT_GPU();
-  const auto [e, n, k, i64] = GetParam();
-  PhiloxGenerator rng(1000 + e + n + 3 * k + i64, 0);
-  // "Thousands" rows for one expert, fewer for the widest shapes (the f64 twin's time).
-  const int64_t big = n * k >= 512 * 1024 ? 1500 : 4500;
-  const Problem p = MakeProblem(RaggedCounts(e, big, rng), i64);
-  std::printf("E %lld N %lld K %lld, %lld rows, %s offsets\n", static_cast<long long>(e),
-              static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(p.m),
+  const std::string kernel = std::get<0>(GetParam());
+  const auto [e, n, k, i64, all_in_one] = std::get<1>(GetParam());
+  if (kernel != "mma" && !cuda::GroupedGemmWgmmaAvailable(0)) {
+    GTEST_SKIP() << "the wgmma kernel needs a compute capability 9.0 device";
+  }
+  const ForceKernel force(kernel.c_str());
+  const CaseData& d = DataOf(std::get<1>(GetParam()));
+  const Problem& p = d.p;
+  std::printf("%s: E %lld N %lld K %lld, %lld rows%s, %s offsets\n", kernel.c_str(),
+              static_cast<long long>(e), static_cast<long long>(n), static_cast<long long>(k),
+              static_cast<long long>(p.m), all_in_one ? " all in one expert" : "",
               i64 ? "i64" : "i32");
-  const Tensor x = RowsInput(p, k, rng), dy = RowsInput(p, n, rng);
-  const Tensor w =
-      Round(RandomNormal({e, n, k}, DType::kF64, rng, 1.0 / std::sqrt(k)), DType::kBF16);
-  const Tensor xg = ToGpu(x, DType::kBF16), dyg = ToGpu(dy, DType::kBF16);
-  const Tensor wg = ToGpu(w, DType::kBF16);
+  const Tensor &xg = d.xg, &dyg = d.dyg, &wg = d.wg;
+  const Tensor &y_ref = d.y_ref, &dx_ref = d.dx_ref, &dw_ref = d.dw_ref;
 
   // Forward, into f32 and bf16.
-  Tensor y_ref;
-  ASSERT_TRUE(GroupedGemmForward(x, w, p.offsets_cpu, &y_ref).ok());
   for (const DType out : {DType::kF32, DType::kBF16}) {
     const Tensor poison = Poisoned({p.m, n}, out);
     Tensor y = poison.Clone();
@@ -182,11 +257,9 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   }
 
   // Input grad: overwritten (f32, bf16) and accumulated (f32, bf16) onto random starts.
-  Tensor dx_ref;
-  ASSERT_TRUE(GroupedGemmInputGrad(dy, w, p.offsets_cpu, false, &dx_ref).ok());
   for (const DType out : {DType::kF32, DType::kBF16}) {
     for (const bool acc : {false, true}) {
-      const Tensor start64 = Round(RandomNormal({p.m, k}, DType::kF64, rng), out);
+      const Tensor& start64 = d.dx_start[out == DType::kF32 ? 0 : 1];
       const Tensor start = acc ? ToGpu(start64, out) : Poisoned({p.m, k}, out);
       Tensor dx = start.Clone();
       const Status st = GroupedGemmInputGrad(dyg, wg, p.offsets_gpu, acc, &dx);
@@ -204,10 +277,7 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   }
 
   // Weight grad: accumulated onto a random f32 start; the delta is compared.
-  const Tensor dw0 = Round(RandomNormal({e, n, k}, DType::kF64, rng), DType::kF32);
-  Tensor dw_ref = Tensor::Empty({e, n, k}, DType::kF64);
-  std::memset(dw_ref.raw_data(), 0, dw_ref.nbytes());
-  ASSERT_TRUE(GroupedGemmWeightGrad(dy, x, p.offsets_cpu, &dw_ref).ok());
+  const Tensor& dw0 = d.dw0;
   Tensor dw = ToGpu(dw0, DType::kF32);
   const Status st = GroupedGemmWeightGrad(dyg, xg, p.offsets_gpu, &dw);
   ASSERT_TRUE(st.ok()) << st.ToString();
@@ -223,16 +293,108 @@ TEST_P(GroupedGemmGpuTest, ThreeProductsMatchCpuTwin) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, GroupedGemmGpuTest,
-                         ::testing::Values(Case{1, 64, 64, false}, Case{8, 64, 512, true},
-                                           Case{8, 512, 64, false}, Case{8, 1024, 1024, true},
-                                           Case{32, 512, 512, false}, Case{64, 1024, 512, true},
-                                           Case{64, 512, 1024, false}, Case{32, 72, 136, true}),
+// Cases: ragged counts over shapes whose N and K are multiples of the tiles or only of 8 (72 x 136,
+// 264 x 200: a last column tile of 8 columns, partial reduction stages), one expert with all rows.
+const auto kCases = ::testing::Values(
+    Case{1, 64, 64, false, false}, Case{8, 64, 512, true, false}, Case{8, 512, 64, false, false},
+    Case{8, 1024, 1024, true, false}, Case{32, 512, 512, false, false},
+    Case{64, 1024, 512, true, false}, Case{64, 512, 1024, false, false},
+    Case{32, 72, 136, true, false}, Case{8, 264, 200, false, false}, Case{6, 256, 384, true, true},
+    Case{40, 136, 264, false, true});
+
+std::string CaseName(const ::testing::TestParamInfo<Param>& info) {
+  const auto [e, n, k, i64, all_in_one] = std::get<1>(info.param);
+  return "E" + std::to_string(e) + "_N" + std::to_string(n) + "_K" + std::to_string(k) +
+         (i64 ? "_i64" : "_i32") + (all_in_one ? "_all_in_one" : "");
+}
+
+// The mma.sync kernel's suite first: a failing wgmma launch cannot hide its results.
+INSTANTIATE_TEST_SUITE_P(Mma, GroupedGemmGpuTest,
+                         ::testing::Combine(::testing::Values(std::string("mma")), kCases),
+                         CaseName);
+INSTANTIATE_TEST_SUITE_P(Wgmma256, GroupedGemmGpuTest,
+                         ::testing::Combine(::testing::Values(std::string("wgmma256")), kCases),
+                         CaseName);
+INSTANTIATE_TEST_SUITE_P(Wgmma128, GroupedGemmGpuTest,
+                         ::testing::Combine(::testing::Values(std::string("wgmma128")), kCases),
+                         CaseName);
+
+// The fused gate/up product (GroupedGemmGlu: SiTU-GLU or SiLU-GLU in the wgmma kernel's epilogue)
+// against its CPU twin in f64 (the same tolerances as above: h is a smooth function of a and u,
+// |dh/da|, |dh/du| = O(1) at these magnitudes, so their f32 errors carry over at their size) and
+// against the unfused composition on the GPU (GroupedGemmForward into f32 a and u, then Glu in
+// f32; the fused kernel computes the same f32 sums and the same formula, glu_value.cuh). h in
+// f32 and bf16, with and without the pre-activations a, u, on both tile widths; ragged experts, F
+// not a multiple of the 128-column tile. Skipped where the fused kernel does not run.
+using GluCase = std::tuple<int64_t, int64_t, int64_t, bool>;  // E, F, K, SiTU (else SiLU)
+class GroupedGemmGluGpuTest : public ::testing::TestWithParam<GluCase> {};
+
+TEST_P(GroupedGemmGluGpuTest, FusedMatchesTwinAndComposition) {
+  SKIP_WITHOUT_GPU();
+  if (!GroupedGemmGluFused(Device::Cuda(0))) {
+    GTEST_SKIP() << "the fused GLU needs the wgmma kernel (a compute capability 9.0 device)";
+  }
+  const auto [e, f, k, situ] = GetParam();
+  PhiloxGenerator rng(2000 + e + f + 3 * k + situ, 0);
+  const Problem p = MakeProblem(RaggedCounts(e, 1500, false, rng), false);
+  std::printf("glu %s: E %lld F %lld K %lld, %lld rows\n", situ ? "situ" : "silu",
+              static_cast<long long>(e), static_cast<long long>(f), static_cast<long long>(k),
+              static_cast<long long>(p.m));
+  // a, u ~ N(0, 4): the caps below bend them (tanh(a / 2), tanh(u / 3) far from linear).
+  GluActivation act;
+  act.situ = situ;
+  act.beta = 2.0;
+  act.beta_lin = 3.0;
+  const Tensor x = RowsInput(p, k, rng);
+  const Tensor w1 =
+      Round(RandomNormal({e, f, k}, DType::kF64, rng, 2.0 / std::sqrt(k)), DType::kBF16);
+  const Tensor w3 =
+      Round(RandomNormal({e, f, k}, DType::kF64, rng, 2.0 / std::sqrt(k)), DType::kBF16);
+  const Tensor xg = ToGpu(x, DType::kBF16), w1g = ToGpu(w1, DType::kBF16);
+  const Tensor w3g = ToGpu(w3, DType::kBF16);
+  Tensor h_ref, a_ref, u_ref;
+  ASSERT_TRUE(GroupedGemmGlu(act, x, w1, w3, p.offsets_cpu, &h_ref, &a_ref, &u_ref).ok());
+
+  // The unfused composition on the GPU, in f32.
+  Tensor a32 = Poisoned({p.m, f}, DType::kF32), u32 = Poisoned({p.m, f}, DType::kF32), h32;
+  ASSERT_TRUE(GroupedGemmForward(xg, w1g, p.offsets_gpu, &a32).ok());
+  ASSERT_TRUE(GroupedGemmForward(xg, w3g, p.offsets_gpu, &u32).ok());
+  ASSERT_TRUE(Glu(act, a32, u32, &h32).ok());
+  const Tensor h_unfused = ToHostF64(h32);
+
+  for (const char* kernel : {"wgmma256", "wgmma128"}) {
+    const ForceKernel force(kernel);
+    for (const DType out : {DType::kF32, DType::kBF16}) {
+      for (const bool pre : {false, true}) {
+        const Tensor poison = Poisoned({p.m, f}, out);
+        Tensor h = poison.Clone(), a = poison.Clone(), u = poison.Clone();
+        const Status st = GroupedGemmGlu(act, xg, w1g, w3g, p.offsets_gpu, &h, pre ? &a : nullptr,
+                                         pre ? &u : nullptr);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        const double tol = out == DType::kF32 ? kF32Tol : kBf16Tol;
+        const std::string what = std::string(kernel) + " glu h " + std::string(DTypeName(out)) +
+                                 (pre ? " (with a, u)" : "");
+        ExpectExpertsClose(h, h_ref, poison, p, false, tol, what);
+        if (out == DType::kF32) {
+          ExpectExpertsClose(h, h_unfused, poison, p, false, tol, what + " vs unfused");
+        }
+        if (pre) {
+          ExpectExpertsClose(a, a_ref, poison, p, false, tol, what + ": a");
+          ExpectExpertsClose(u, u_ref, poison, p, false, tol, what + ": u");
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Wgmma, GroupedGemmGluGpuTest,
+                         ::testing::Values(GluCase{8, 512, 768, true}, GluCase{8, 392, 136, false},
+                                           GluCase{40, 136, 264, true}),
                          [](const auto& info) {
-                           return "E" + std::to_string(std::get<0>(info.param)) + "_N" +
+                           return "E" + std::to_string(std::get<0>(info.param)) + "_F" +
                                   std::to_string(std::get<1>(info.param)) + "_K" +
                                   std::to_string(std::get<2>(info.param)) +
-                                  (std::get<3>(info.param) ? "_i64" : "_i32");
+                                  (std::get<3>(info.param) ? "_situ" : "_silu");
                          });
 
 // Bad calls: one InvalidArgument line each.
@@ -259,6 +421,20 @@ TEST(GroupedGemmGpuErrors, BadCallsAreOneClearLine) {
          "grouped_gemm_input_grad: dx is undefined but accumulate is set");
   Tensor dw = Poisoned({2, 64, 64}, DType::kBF16);
   expect(GroupedGemmWeightGrad(x, x, off, &dw), "grouped_gemm_weight_grad: dw bf16[2, 64, 64]");
+  Tensor h, a;
+  expect(GroupedGemmGlu(GluActivation(), x, w_ok, w_ok, off, &h, &a, nullptr),
+         "grouped_gemm_glu: a and u: both or neither");
+  expect(GroupedGemmGlu(GluActivation(), x, w_ok, w, off, &h),
+         "grouped_gemm_glu: w3 bf16[2, 60, 64]");
+  {
+    const ForceKernel mma("mma");
+    expect(GroupedGemmGlu(GluActivation(), x, w_ok, w_ok, off, &h),
+           "grouped_gemm_glu: the fused kernel needs");
+  }
+  const ForceKernel bogus("fast");
+  expect(GroupedGemmForward(x, w_ok, off, &y),
+         "grouped_gemm_forward: ORRERY_GROUPED_GEMM 'fast', expected mma, wgmma, wgmma128, "
+         "wgmma256 or auto");
 }
 
 }  // namespace

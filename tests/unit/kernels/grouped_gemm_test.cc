@@ -1,6 +1,6 @@
 // The grouped GEMMs' CPU twin (kernels/grouped_gemm.h) against kernels::Matmul on each expert's
 // row views (an independent product: OpenBLAS), in f64 on ragged counts with empty experts and
-// rows outside every expert; and its argument errors.
+// rows outside every expert; the fused GLU's twin against Matmul then Glu; and argument errors.
 #include "kernels/grouped_gemm.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 
 #include "core/philox.h"
 #include "kernels/matmul.h"
+#include "kernels/situ.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::kernels {
@@ -68,6 +69,65 @@ TEST(GroupedGemmCpuTest, MatchesPerExpertMatmul) {
       EXPECT_EQ(y.data<double>()[r * n], 0.0) << "row " << r;
     }
   }
+}
+
+// GroupedGemmGlu's twin against per-expert Matmul of W1 and W3 followed by the Glu op, for SiTU
+// and SiLU, with and without the pre-activations; rows outside the experts left alone.
+TEST(GroupedGemmCpuTest, GluMatchesMatmulThenGlu) {
+  const std::vector<int64_t> off = {1, 6, 6, 19, 30};
+  const int64_t e = 4, m = 33, f = 10, k = 14;
+  PhiloxGenerator rng(52, 0);
+  const Tensor x = RandomNormal({m, k}, DType::kF64, rng);
+  const Tensor w1 = RandomNormal({e, f, k}, DType::kF64, rng, 0.8);
+  const Tensor w3 = RandomNormal({e, f, k}, DType::kF64, rng, 0.8);
+  const Tensor offsets = Tensor::FromVector<int64_t>({e + 1}, off);
+  for (const bool situ : {true, false}) {
+    GluActivation act;
+    act.situ = situ;
+    act.beta = 2.0;
+    act.beta_lin = 3.0;
+    Tensor a_ref = Tensor::Empty({m, f}, DType::kF64), u_ref = Tensor::Empty({m, f}, DType::kF64);
+    Tensor h_ref = Tensor::Empty({m, f}, DType::kF64);
+    for (int64_t i = 0; i < e; ++i) {
+      if (off[i + 1] == off[i]) continue;
+      const Tensor xe = x.Slice(off[i], off[i + 1]).value();
+      Tensor ae = a_ref.Slice(off[i], off[i + 1]).value();
+      Tensor ue = u_ref.Slice(off[i], off[i + 1]).value();
+      ASSERT_TRUE(Matmul(xe, ExpertOf(w1, i).value(), {false, true, 1.0f, 0.0f}, &ae).ok());
+      ASSERT_TRUE(Matmul(xe, ExpertOf(w3, i).value(), {false, true, 1.0f, 0.0f}, &ue).ok());
+      Tensor he = h_ref.Slice(off[i], off[i + 1]).value();
+      ASSERT_TRUE(Glu(act, ae, ue, &he).ok());
+    }
+    for (const bool pre : {false, true}) {
+      Tensor h = Tensor::Empty({m, f}, DType::kF64), a = Tensor::Empty({m, f}, DType::kF64);
+      Tensor u = Tensor::Empty({m, f}, DType::kF64);
+      for (Tensor* t : {&h, &a, &u}) {
+        for (int64_t i = 0; i < m * f; ++i) t->data<double>()[i] = 7.0;  // outside rows stay 7
+      }
+      ASSERT_TRUE(
+          GroupedGemmGlu(act, x, w1, w3, offsets, &h, pre ? &a : nullptr, pre ? &u : nullptr).ok());
+      for (int64_t r = 0; r < m; ++r) {
+        const bool inside = r >= off.front() && r < off.back();
+        for (int64_t c = 0; c < f; ++c) {
+          const int64_t i = r * f + c;
+          if (!inside) {
+            ASSERT_EQ(h.data<double>()[i], 7.0) << "row " << r << " outside the experts written";
+            continue;
+          }
+          EXPECT_NEAR(h.data<double>()[i], h_ref.data<double>()[i],
+                      1e-12 * (1 + std::abs(h_ref.data<double>()[i])))
+              << (situ ? "situ" : "silu") << " row " << r << " col " << c;
+          if (pre) {
+            EXPECT_NEAR(a.data<double>()[i], a_ref.data<double>()[i], 1e-12);
+            EXPECT_NEAR(u.data<double>()[i], u_ref.data<double>()[i], 1e-12);
+          }
+        }
+      }
+    }
+  }
+  Tensor h, a;
+  const Status st = GroupedGemmGlu(GluActivation(), x, w1, w3, offsets, &h, &a, nullptr);
+  EXPECT_EQ(st.message(), "grouped_gemm_glu: a and u: both or neither");
 }
 
 TEST(GroupedGemmCpuTest, BadArgumentsAreOneClearLine) {
