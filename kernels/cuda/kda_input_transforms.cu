@@ -260,10 +260,11 @@ Status TransformInputs(const KdaProblem& p, const KdaInputs& raw, const KdaInput
                          Ptr<In>(out->beta),    Ptr<float>(out->g),   Ptr<float>(*q_rstd),
                          Ptr<float>(*k_rstd)};
   if (p.batch * p.tokens > 0) {
+    ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(dev));
     if (Vectorised(p, {&raw.q, &raw.k, &raw.g, &out->q, &out->k, &out->g})) {
-      KdaTransformInputsKernel<4, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+      KdaTransformInputsKernel<4, In, GIn><<<Grid(p), kThreads, 0, stream>>>(Params(p, raw, t), a);
     } else {
-      KdaTransformInputsKernel<1, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+      KdaTransformInputsKernel<1, In, GIn><<<Grid(p), kThreads, 0, stream>>>(Params(p, raw, t), a);
     }
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "input transforms launch"));
   }
@@ -294,17 +295,18 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
                        Ptr<float>(grads->da_log),
                        Ptr<float>(grads->ddt_bias)};
   if (p.batch * p.tokens > 0) {
+    ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(dev));
     if (Vectorised(p, {&x.q, &x.k, &raw.g, &grads->dq, &grads->dk, &grads->dg, &dz})) {
-      KdaChainTransformsKernel<4, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+      KdaChainTransformsKernel<4, In, GIn><<<Grid(p), kThreads, 0, stream>>>(Params(p, raw, t), a);
     } else {
-      KdaChainTransformsKernel<1, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+      KdaChainTransformsKernel<1, In, GIn><<<Grid(p), kThreads, 0, stream>>>(Params(p, raw, t), a);
     }
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "input transforms backward launch"));
   }
   if (t.gate) grads->dg = dz;
-  // dz and the kernel's reads of the transformed inputs outlive this call only through the
-  // tensors it returns; wait so that freed scratch is not handed out under the kernel.
-  return CudaCheck(cudaDeviceSynchronize(), "input transforms backward");
+  // Scratch freed when this returns is reused only by work queued after the kernel on the same
+  // stream.
+  return Status::OK();
 }
 
 }  // namespace
@@ -315,8 +317,9 @@ Status AllocateGateParamGrads(const KdaInputs& raw, Device dev, KdaGrads* grads)
         std::pair<const Tensor*, Tensor*>{&raw.dt_bias, &grads->ddt_bias}}) {
     if (!param->defined()) continue;
     ORRERY_ASSIGN_OR_RETURN(*grad, Tensor::Allocate(param->shape(), DType::kF32, dev));
+    ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(dev));
     ORRERY_RETURN_IF_ERROR(
-        CudaCheck(cudaMemset(grad->raw_data(), 0, grad->nbytes()), "cudaMemset"));
+        CudaCheck(cudaMemsetAsync(grad->raw_data(), 0, grad->nbytes(), stream), "cudaMemsetAsync"));
   }
   return Status::OK();
 }
