@@ -4,9 +4,12 @@
 // so b's buffer is the library's first operand and a's the second, each with the transpose flag
 // its row-major flag implies. Descriptors and the heuristic's choice are made per call (a few
 // microseconds); caching them by shape is the next step once the GPU model's profile asks for it.
+// The strided-batched form sets a batch count and stride on the three layouts: one call.
 #include <cublasLt.h>
 
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/ops_cuda.h"
@@ -14,7 +17,7 @@
 namespace orrery::kernels::cuda {
 namespace {
 
-// RAII for the three descriptor kinds.
+// RAII for the descriptors.
 struct LtDescriptors {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -40,11 +43,27 @@ uint32_t AlignmentOf(const void* p) {
   return align;
 }
 
-}  // namespace
+// One stored row-major matrix (or a batch of them) as cuBLASLt sees it.
+struct LtOperand {
+  const void* ptr;
+  int64_t rows, cols, ld;
+  int64_t stride;  // elements between the batch's matrices
+};
 
-Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int64_t m, int64_t n,
-                  int64_t k, Tensor* c) {
-  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(a.device().index));
+// The largest power of two up to 256 dividing the operand's address and, with a batch, the byte
+// stride between its matrices (every matrix of the batch must have the alignment announced).
+uint32_t BatchAlignment(const LtOperand& x, int64_t batch, size_t esize) {
+  uint32_t align = AlignmentOf(x.ptr);
+  if (batch > 1) {
+    const uintptr_t stride = static_cast<uintptr_t>(x.stride) * esize;
+    while (align > 1 && stride % align != 0) align >>= 1;
+  }
+  return align;
+}
+
+// c = alpha op(a) op(b) + beta c (each `batch` times) on cuBLASLt.
+Status LtMatmul(DeviceContext* ctx, DType in, DType out, const LtOperand& a, const LtOperand& b,
+                const LtOperand& c, int64_t batch, const MatmulOptions& o) {
   LtDescriptors d;
   ORRERY_RETURN_IF_ERROR(CublasStatus(
       cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
@@ -59,15 +78,30 @@ Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int6
       CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                                   sizeof(op_second)),
                    "set TRANSB"));
-  // Column-major views: b's buffer [b.dim(1) rows, b.dim(0) cols], a's [a.dim(1), a.dim(0)],
-  // c's [n, m]; each leading dimension is the row-major row length.
-  const cudaDataType_t in_type = LtType(a.dtype());
-  ORRERY_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatrixLayoutCreate(&d.a, in_type, b.dim(1), b.dim(0), b.dim(1)), "layout b"));
-  ORRERY_RETURN_IF_ERROR(CublasStatus(
-      cublasLtMatrixLayoutCreate(&d.b, in_type, a.dim(1), a.dim(0), a.dim(1)), "layout a"));
+  // Column-major views: each stored row-major [rows, cols] (row stride ld) is [cols, rows] with
+  // leading dimension ld.
+  const cudaDataType_t in_type = LtType(in);
   ORRERY_RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatrixLayoutCreate(&d.c, LtType(c->dtype()), n, m, n), "layout c"));
+      CublasStatus(cublasLtMatrixLayoutCreate(&d.a, in_type, b.cols, b.rows, b.ld), "layout b"));
+  ORRERY_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatrixLayoutCreate(&d.b, in_type, a.cols, a.rows, a.ld), "layout a"));
+  ORRERY_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatrixLayoutCreate(&d.c, LtType(out), c.cols, c.rows, c.ld), "layout c"));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[3] = {
+        {d.a, b.stride}, {d.b, a.stride}, {d.c, c.stride}};
+    for (const auto& [layout, stride] : layouts) {
+      ORRERY_RETURN_IF_ERROR(
+          CublasStatus(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                        &count, sizeof(count)),
+                       "set batch count"));
+      ORRERY_RETURN_IF_ERROR(CublasStatus(
+          cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                           &stride, sizeof(stride)),
+          "set batch stride"));
+    }
+  }
   ORRERY_RETURN_IF_ERROR(
       CublasStatus(cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate"));
   const size_t ws = ctx->workspace_bytes();
@@ -76,8 +110,10 @@ Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int6
                        d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
                    "set workspace"));
   // The library's A is b's buffer, B is a's, C and D are c's.
-  const uint32_t align[4] = {AlignmentOf(b.raw_data()), AlignmentOf(a.raw_data()),
-                             AlignmentOf(c->raw_data()), AlignmentOf(c->raw_data())};
+  const size_t in_size = DTypeSize(in), out_size = DTypeSize(out);
+  const uint32_t align[4] = {BatchAlignment(b, batch, in_size), BatchAlignment(a, batch, in_size),
+                             BatchAlignment(c, batch, out_size),
+                             BatchAlignment(c, batch, out_size)};
   const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -93,14 +129,42 @@ Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int6
                                                   &heuristic, &found),
                    "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0) {
-    return UnimplementedError("matmul: cuBLASLt has no algorithm for " + a.ToString() + " x " +
-                              b.ToString() + " -> " + c->ToString());
+    return UnimplementedError("matmul: cuBLASLt has no algorithm for " +
+                              std::string(DTypeName(in)) + " [" + std::to_string(a.rows) + ", " +
+                              std::to_string(a.cols) + "] x [" + std::to_string(b.rows) + ", " +
+                              std::to_string(b.cols) + "] -> " + std::string(DTypeName(out)) +
+                              " (batch " + std::to_string(batch) + ")");
   }
-  (void)k;
-  return CublasStatus(cublasLtMatmul(ctx->lt(), d.op, &o.alpha, b.raw_data(), d.a, a.raw_data(),
-                                     d.b, &o.beta, c->raw_data(), d.c, c->raw_data(), d.c,
-                                     &heuristic.algo, ctx->workspace(), ws, ctx->stream()),
+  return CublasStatus(cublasLtMatmul(ctx->lt(), d.op, &o.alpha, b.ptr, d.a, a.ptr, d.b, &o.beta,
+                                     c.ptr, d.c, const_cast<void*>(c.ptr), d.c, &heuristic.algo,
+                                     ctx->workspace(), ws, ctx->stream()),
                       "cublasLtMatmul");
+}
+
+}  // namespace
+
+Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int64_t m, int64_t n,
+                  int64_t k, Tensor* c) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(a.device().index));
+  (void)k;
+  return LtMatmul(ctx, a.dtype(), c->dtype(), {a.raw_data(), a.dim(0), a.dim(1), a.dim(1), 0},
+                  {b.raw_data(), b.dim(0), b.dim(1), b.dim(1), 0}, {c->raw_data(), m, n, n, 0}, 1,
+                  o);
+}
+
+Status MatmulStridedBatchedCuda(const MatrixBatch& a, const MatrixBatch& b, int64_t batch,
+                                const MatmulOptions& o, int64_t m, int64_t n, int64_t k,
+                                const MatrixBatch& c) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(a.t.device().index));
+  (void)m;
+  (void)n;
+  (void)k;
+  auto operand = [](const MatrixBatch& x) {
+    return LtOperand{static_cast<const char*>(x.t.raw_data()) +
+                         x.offset * static_cast<int64_t>(DTypeSize(x.t.dtype())),
+                     x.rows, x.cols, x.ld, x.batch_stride};
+  };
+  return LtMatmul(ctx, a.t.dtype(), c.t.dtype(), operand(a), operand(b), operand(c), batch, o);
 }
 
 }  // namespace orrery::kernels::cuda

@@ -379,6 +379,35 @@ TEST(KdaDecode, TransformsAndStateRowsEqualForwardFromGatheredStates) {
       }
     }
   }
+  // A padding row (-1) computes from a zero state and writes nothing: its output is a
+  // one-token forward from no initial state; the table is untouched.
+  {
+    PhiloxGenerator rng(9, 9);
+    const Tensor q = RandomNormal({1, h, kd}, DType::kF64, rng);
+    const Tensor k = RandomNormal({1, h, kd}, DType::kF64, rng);
+    const Tensor v = RandomNormal({1, h, vd}, DType::kF64, rng);
+    const Tensor z = RandomNormal({1, h, kd}, DType::kF64, rng);
+    const Tensor beta = RandomNormal({1, h}, DType::kF64, rng);
+    Tensor states = RandomNormal({table, h, kd, vd}, DType::kF64, rng), out;
+    const Tensor before = states.Clone();
+    KdaDecodeOptions o;
+    o.transforms.qk_l2norm = o.transforms.beta_sigmoid = o.transforms.gate = true;
+    o.rows = Tensor::FromVector<int32_t>({1}, {-1});
+    ASSERT_TRUE(KdaDecodeStep(q, k, v, z, beta, o, &states, &out).ok());
+    EXPECT_EQ(MaxRelError(states, before), 0.0);
+    KdaInputs in;
+    in.q = q.Reshape({1, 1, h, kd}).value();
+    in.k = k.Reshape({1, 1, h, kd}).value();
+    in.v = v.Reshape({1, 1, h, vd}).value();
+    in.g = z.Reshape({1, 1, h, kd}).value();
+    in.beta = beta.Reshape({1, 1, h}).value();
+    KdaOptions fo;
+    fo.algorithm = KdaAlgorithm::kRecurrent;
+    fo.transforms = o.transforms;
+    KdaOutputs ref;
+    ASSERT_TRUE(KdaForward(in, fo, &ref).ok());
+    EXPECT_LT(MaxRelError(out, ref.o.Reshape({1, h, vd}).value()), 1e-12);
+  }
   // A row outside the table is one clear error.
   PhiloxGenerator rng(5, 5);
   const Tensor q = RandomNormal({1, h, kd}, DType::kF64, rng);
