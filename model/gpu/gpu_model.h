@@ -130,8 +130,13 @@ class GpuModel {
 
   // Inference, internal to model/gpu (GpuInferenceState, model/gpu/gpu_inference.h): one forward
   // of the stack over the pass's new tokens with its sequence mixers, the balancing biases of the
-  // time and no routing forced; fills the pass's logits and expert ids.
+  // time and no routing forced; fills the pass's logits and expert ids. It queues device work
+  // only (no read back, no host copy: a decode step captures it into a CUDA graph), so the
+  // inputs it reads from the host side are refreshed before it by SyncInferenceInputs: the
+  // balancing biases' device copies (uploaded when their host values changed). Token ids are
+  // the caller's to check.
   Status RunInference(gpu::InferencePass* pass);
+  Status SyncInferenceInputs();
 
   class Impl;
 
