@@ -547,6 +547,19 @@ void GpuInferenceState::Impl::UndoDecodePages() {
 }
 
 Status GpuInferenceState::Impl::UploadTableRows() {
+  int64_t dirty = 0;
+  for (char d : table_dirty) dirty += d != 0;
+  if (dirty == 0) return Status::OK();
+  if (dirty > 8) {  // many rows (after a large prefill): the whole table in one copy
+    for (size_t s = 0; s < table_dirty.size(); ++s) {
+      int32_t* row = table_host.data() + s * static_cast<size_t>(width);
+      std::fill(row, row + width, 0);
+      std::copy(block[s].begin(), block[s].end(), row);
+      table_dirty[s] = 0;
+    }
+    return DeviceCopy(table_dev.raw_data(), device, table_host.data(), Device::Cpu(),
+                      table_dev.nbytes());
+  }
   for (size_t s = 0; s < table_dirty.size(); ++s) {
     if (!table_dirty[s]) continue;
     int32_t* row = table_host.data() + s * static_cast<size_t>(width);
@@ -670,8 +683,14 @@ Status GpuInferenceState::Impl::FixedDecode(const std::vector<int64_t>& slots,
   StepTensors t;
   const int64_t key = b * 2 + (sample ? 1 : 0);
   bool done = false;
-  if (st.ok() && options.decode == GpuInferenceOptions::Decode::kGraph && graphs_on &&
-      device.is_cuda()) {
+  if (graphs_on && options.decode == GpuInferenceOptions::Decode::kGraph &&
+      (!device.is_cuda() || model->compute_dtype() != DType::kBF16)) {
+    graphs_on = false;  // a graph needs a step without read backs: the bf16 path on CUDA
+    stats.graphs_off = device.is_cuda()
+                           ? "f32 compute: the MoE experts' per-expert loop reads counts back"
+                           : "no CUDA device: the ops' CPU twins run eagerly";
+  }
+  if (st.ok() && options.decode == GpuInferenceOptions::Decode::kGraph && graphs_on) {
     auto it = graphs.find(key);
     if (it == graphs.end() && ++uses[key] >= 2) {
       if (graph_pool == 0) {
@@ -1000,6 +1019,10 @@ StatusOr<SampledStep> GpuInferenceState::DecodeAndSample(const std::vector<int64
 }
 
 const DecodeStats& GpuInferenceState::decode_stats() const { return impl_->stats; }
+
+void GpuInferenceState::set_decode(GpuInferenceOptions::Decode mode) {
+  impl_->options.decode = mode;
+}
 
 int64_t GpuInferenceState::DecodeBucket(int64_t n) const {
   return n < 1 ? 1 : n > impl_->buckets.back() ? impl_->buckets.back() : impl_->Bucket(n);

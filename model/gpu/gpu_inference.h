@@ -46,8 +46,9 @@
 //     RefreshComputeCopies; the biases' device copies; the state tables, pools, input buffers and
 //     the block table at width W) and nothing in it depends on host values that change between
 //     steps (the split-KV count of kernels::MlaDecodePaged is a function of B and W; context
-//     lengths are read on the device). A capture that fails (e.g. f32 compute, whose MoE experts
-//     read counts back) turns graphs off for this state, recorded in decode_stats().
+//     lengths are read on the device). Graphs need the bf16 path on CUDA (in f32 the MoE
+//     experts' per-expert loop reads counts back): otherwise, or when a capture fails, graphs are
+//     off for this state and the step runs eagerly, the reason in decode_stats().
 //   * decode = kEager runs the same step op by op (the CPU twins run this: graphs and eager give
 //     bit-identical results); decode = kPass runs DecodeStep as a Prefill of one token per slot
 //     (the general pass, kept to A/B). ORRERY_DECODE=graph|eager|pass overrides the option.
@@ -152,6 +153,9 @@ class GpuInferenceState {
                                         const std::vector<TokenDraw>& draws);
 
   const DecodeStats& decode_stats() const;
+  // How later DecodeSteps run (graphs captured so far are kept for a switch back): A/B runs of
+  // the three paths on one state.
+  void set_decode(GpuInferenceOptions::Decode mode);
   // The bucket a decode call of n slots is padded to.
   int64_t DecodeBucket(int64_t n) const;
 
