@@ -110,6 +110,7 @@ struct GpuInferenceState::Impl {
     int32_t from, to;  // copy-on-write: block.back() was `from`, is `to`; a new page: from = -1
   };
   std::vector<PageChange> changes;
+  mutable std::vector<bool> seen_scratch;  // CheckDecode's, kept to not allocate per step
 
   ~Impl() {
     if (!graphs.empty()) {
@@ -268,7 +269,8 @@ Status GpuInferenceState::Impl::CheckDecode(const std::vector<int64_t>& slots,
     return InvalidArgumentError("gpu inference: " + std::to_string(slots.size()) + " slots but " +
                                 std::to_string(tokens.size()) + " tokens");
   }
-  std::vector<bool> seen(used.size(), false);
+  std::vector<bool>& seen = seen_scratch;
+  seen.assign(used.size(), false);
   int64_t pages = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
     ORRERY_RETURN_IF_ERROR(CheckSlotFeed(slots[i], 1, &seen));

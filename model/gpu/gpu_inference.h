@@ -53,7 +53,10 @@
 //     bit-identical results); decode = kPass runs DecodeStep as a Prefill of one token per slot
 //     (the general pass, kept to A/B). ORRERY_DECODE=graph|eager|pass overrides the option.
 // A step queues its work and waits only for its outputs' copy back (logits, or ids and
-// log-probabilities, and the expert ids), with no allocation of host index arrays.
+// log-probabilities, and the expert ids), with no allocation of host index arrays. Errors found
+// before the step (bad slots or tokens, too few pages) change nothing; a failure of the device
+// work itself leaves the call's slots' KDA and conv state undefined (reset them): the decode step
+// advances the state tables in place.
 //
 // Not thread-safe: one owner drives a state. The GpuModel must outlive it.
 #pragma once
