@@ -2,12 +2,15 @@
 //
 // cuBLASLt is column-major; a row-major c = op(a) op(b) is the column-major c^T = op(b)^T op(a)^T,
 // so b's buffer is the library's first operand and a's the second, each with the transpose flag
-// its row-major flag implies. Descriptors and the heuristic's choice are made per call (a few
-// microseconds); caching them by shape is the next step once the GPU model's profile asks for it.
+// its row-major flag implies. Descriptors are made per call; the heuristic's choice (the costly
+// part: the decode step's eager form calls a few hundred small products) is cached by problem.
 // The strided-batched form sets a batch count and stride on the three layouts: one call.
 #include <cublasLt.h>
 
+#include <array>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -41,6 +44,33 @@ uint32_t AlignmentOf(const void* p) {
   uint32_t align = 256;
   while (align > 1 && address % align != 0) align >>= 1;
   return align;
+}
+
+// The heuristic's choices by problem: the descriptors' values (device, dtypes, transposes, the
+// three layouts with their batch, the alignments). Bounded: cleared when it reaches kMaxAlgos
+// entries (prefills of ever new lengths would grow it without end).
+using AlgoKey = std::array<int64_t, 21>;
+constexpr size_t kMaxAlgos = 4096;
+
+std::mutex& AlgoMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<AlgoKey, cublasLtMatmulAlgo_t>& Algos() {
+  static std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+  return algos;
+}
+bool LookUpAlgo(const AlgoKey& key, cublasLtMatmulAlgo_t* algo) {
+  std::lock_guard<std::mutex> lock(AlgoMutex());
+  auto it = Algos().find(key);
+  if (it == Algos().end()) return false;
+  *algo = it->second;
+  return true;
+}
+void RememberAlgo(const AlgoKey& key, const cublasLtMatmulAlgo_t& algo) {
+  std::lock_guard<std::mutex> lock(AlgoMutex());
+  if (Algos().size() >= kMaxAlgos) Algos().clear();
+  Algos()[key] = algo;
 }
 
 // One stored row-major matrix (or a batch of them) as cuBLASLt sees it.
@@ -122,12 +152,39 @@ Status LtMatmul(DeviceContext* ctx, DType in, DType out, const LtOperand& a, con
         cublasLtMatmulPreferenceSetAttribute(d.pref, align_attr[i], &align[i], sizeof(align[i])),
         "set alignment"));
   }
+  // The heuristic's choice is a function of the descriptors above: cached by them.
+  const AlgoKey key = {ctx->index(),
+                       static_cast<int64_t>(in),
+                       static_cast<int64_t>(out),
+                       o.trans_a,
+                       o.trans_b,
+                       a.rows,
+                       a.cols,
+                       a.ld,
+                       b.rows,
+                       b.cols,
+                       b.ld,
+                       c.rows,
+                       c.cols,
+                       c.ld,
+                       batch,
+                       batch > 1 ? a.stride : 0,
+                       batch > 1 ? b.stride : 0,
+                       batch > 1 ? c.stride : 0,
+                       align[0],
+                       align[1],
+                       align[2]};
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  ORRERY_RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmulAlgoGetHeuristic(ctx->lt(), d.op, d.a, d.b, d.c, d.c, d.pref, 1,
-                                                  &heuristic, &found),
-                   "cublasLtMatmulAlgoGetHeuristic"));
+  if (LookUpAlgo(key, &heuristic.algo)) {
+    found = 1;
+  } else {
+    ORRERY_RETURN_IF_ERROR(
+        CublasStatus(cublasLtMatmulAlgoGetHeuristic(ctx->lt(), d.op, d.a, d.b, d.c, d.c, d.pref, 1,
+                                                    &heuristic, &found),
+                     "cublasLtMatmulAlgoGetHeuristic"));
+    if (found != 0) RememberAlgo(key, heuristic.algo);
+  }
   if (found == 0) {
     return UnimplementedError("matmul: cuBLASLt has no algorithm for " +
                               std::string(DTypeName(in)) + " [" + std::to_string(a.rows) + ", " +
