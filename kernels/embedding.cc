@@ -89,6 +89,7 @@ Status EmbeddingGather(const Tensor& table, const Tensor& ids,
 #if defined(ORRERY_KERNELS_CUDA)
   return cuda::EmbeddingGatherCuda(table, ids, options.check_ids, y);
 #else
+  (void)options;
   return NoCuda(kOp, table);
 #endif
 }
