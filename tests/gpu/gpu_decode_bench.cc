@@ -18,7 +18,8 @@
 // Roofline: the bytes one step must move at least, over the device-to-device copy bandwidth this
 // binary measures (1 GiB cudaMemcpyAsync, read + write counted): the weights it touches once
 // (compute copies, the fp32 router, B rows of the embedding, and of each MoE layer only the
-// experts the step's tokens were routed to, counted from its expert ids), the KDA states and conv
+// experts the step's tokens were routed to: the mean over the timed steps of the distinct experts
+// in each step's expert ids), the KDA states and conv
 // histories read and written, and every slot's latent pages read (context x (dc + dr) per MLA
 // layer). The compute bound is far below it at these batch sizes and is not printed.
 #include <cuda_runtime.h>
@@ -82,9 +83,9 @@ double CopyBandwidth() {
 }
 
 // The bytes a decode step of b slots at `context` tokens each reads and writes at least, with
-// `experts[l]` the distinct experts MoE layer l's tokens were routed to.
+// `routed[l]` the mean number of distinct experts MoE layer l's tokens went to per step.
 double StepBytes(model::GpuModel& m, int64_t b, int64_t context,
-                 const std::vector<std::set<int32_t>>& experts) {
+                 const std::vector<double>& routed) {
   const model::ModelConfig& c = m.config();
   double bytes = 0;
   for (const model::GpuParameter& p : m.parameters()) {
@@ -95,13 +96,10 @@ double StepBytes(model::GpuModel& m, int64_t b, int64_t context,
     } else if (p.name.find(".router") != std::string::npos) {
       bytes += n * 4;  // the router runs on the fp32 master
     } else if (at != std::string::npos) {
-      // "layers.L.moe.experts.E.w1": touched when a token of the step went to E.
-      const int64_t layer = std::atoll(p.name.c_str() + 7);
-      const int32_t e = std::atoi(p.name.c_str() + at + 9);
-      const int64_t moe = layer - c.first_k_dense;
-      if (moe >= 0 && moe < static_cast<int64_t>(experts.size()) &&
-          experts[static_cast<size_t>(moe)].count(e)) {
-        bytes += n * 2;
+      // "layers.L.moe.experts.E.w1": each expert's share of the experts a step touches.
+      const int64_t moe = std::atoll(p.name.c_str() + 7) - c.first_k_dense;
+      if (moe >= 0 && moe < static_cast<int64_t>(routed.size())) {
+        bytes += n * 2 * routed[static_cast<size_t>(moe)] / static_cast<double>(c.moe.num_experts);
       }
     } else {
       bytes += n * 2;
@@ -182,24 +180,27 @@ int main(int argc, char** argv) {
     std::vector<int64_t> which;
     std::vector<model::TokenDraw> draws;
     for (int64_t s = 0; s < b; ++s) which.push_back(s);
-    std::vector<std::set<int32_t>> experts(static_cast<size_t>(config->num_moe_layers()));
+    // Per MoE layer, the distinct experts of each step summed over the timed steps.
+    std::vector<double> routed(static_cast<size_t>(config->num_moe_layers()), 0.0);
+    int64_t counted = 0;
     auto step = [&]() -> Status {
       draws.clear();
       for (int64_t s = 0; s < b; ++s) draws.push_back({1.0, 1.0, gen.Uniform()});
       ORRERY_ASSIGN_OR_RETURN(model::SampledStep out,
                               (*state)->DecodeAndSample(which, Random(b, vocab, gen), draws));
       const int64_t k = config->moe.top_k;
-      for (size_t l = 0; l < experts.size(); ++l) {
-        for (int64_t i = 0; i < b * k; ++i) {
-          experts[l].insert(out.expert_ids.data<int32_t>()[static_cast<int64_t>(l) * b * k + i]);
-        }
+      for (size_t l = 0; l < routed.size(); ++l) {
+        const int32_t* ids = out.expert_ids.data<int32_t>() + static_cast<int64_t>(l) * b * k;
+        routed[l] += static_cast<double>(std::set<int32_t>(ids, ids + b * k).size());
       }
+      ++counted;
       return Status::OK();
     };
     auto time = [&](Mode mode, int warmup) -> StatusOr<double> {
       (*state)->set_decode(mode);
       for (int i = 0; i < warmup; ++i) ORRERY_RETURN_IF_ERROR(step());
-      for (auto& e : experts) e.clear();
+      std::fill(routed.begin(), routed.end(), 0.0);
+      counted = 0;
       const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < kSteps; ++i) ORRERY_RETURN_IF_ERROR(step());
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
@@ -214,17 +215,20 @@ int main(int argc, char** argv) {
     auto graph = time(Mode::kGraph, 3);
     if (!graph.ok()) return Fail(graph.status());
     const bool replayed = (*state)->decode_stats().graph_replays - replays >= kSteps;
-    double routed = 0;
-    for (const auto& e : experts) routed += static_cast<double>(e.size());
-    const double bytes = StepBytes(**gpu, b, (*state)->length(0), experts);
+    double mean_routed = 0;
+    for (double& r : routed) {
+      r /= static_cast<double>(std::max<int64_t>(counted, 1));
+      mean_routed += r;
+    }
+    const double bytes = StepBytes(**gpu, b, (*state)->length(0), routed);
     const double roof_ms = bytes / bandwidth * 1e3;
     std::printf(
         "  %5lld  %7lld | %7.2f | %8.2f | %8.2f %9.0f | %11.3f (%6.3f) | %15.1f%% | %6.1fx%s\n",
         static_cast<long long>(b), static_cast<long long>((*state)->length(0)), *pass, *eager,
         *graph, 1000.0 * static_cast<double>(b) / *graph, roof_ms, bytes / 1e9,
         100.0 * roof_ms / *graph, *pass / *graph, replayed ? "" : "  (graph NOT replayed)");
-    std::printf("         (experts routed per MoE layer: %.1f of %lld)\n",
-                routed / std::max<double>(1.0, static_cast<double>(experts.size())),
+    std::printf("         (distinct experts per MoE layer and step: %.1f of %lld)\n",
+                mean_routed / std::max<double>(1.0, static_cast<double>(routed.size())),
                 static_cast<long long>(config->moe.num_experts));
   }
   const model::DecodeStats& s = (*state)->decode_stats();
