@@ -1,9 +1,11 @@
-// CUDA build: one BlockCache per device around cudaMalloc/cudaFree.
+// CUDA build: one BlockCache per device around cudaMalloc/cudaFree, one stream per device and the
+// pinned staging ring of host-to-device copies (core/cuda_allocator.h).
 #include "core/cuda_allocator.h"
 
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +20,27 @@ constexpr int kMaxDevices = 64;
 Status CudaError(const char* what, cudaError_t err) {
   return InternalError(std::string(what) + ": " + cudaGetErrorName(err) + ": " +
                        cudaGetErrorString(err));
+}
+
+Status Check(cudaError_t err, const char* what) {
+  return err == cudaSuccess ? Status::OK() : CudaError(what, err);
+}
+
+Status NoDevice(int device_index) {
+  return FailedPreconditionError("no CUDA device " + std::to_string(device_index) + " (" +
+                                 std::to_string(CudaDeviceCount()) + " visible)");
+}
+
+bool ValidIndex(int device_index) {
+  return device_index >= 0 && device_index < std::min(kMaxDevices, CudaDeviceCount());
+}
+
+// Makes `device_index` current for this thread (a no-op when it already is).
+Status UseDevice(int device_index) {
+  int current = -1;
+  ORRERY_RETURN_IF_ERROR(Check(cudaGetDevice(&current), "cudaGetDevice"));
+  if (current == device_index) return Status::OK();
+  return Check(cudaSetDevice(device_index), "cudaSetDevice");
 }
 
 BlockCache* CacheFor(int device_index) {
@@ -44,6 +67,73 @@ BlockCache* CacheFor(int device_index) {
   return cache.get();
 }
 
+// The device's stream and its staging ring.
+struct DeviceQueue {
+  cudaStream_t stream = nullptr;
+  std::mutex staging_mu;
+  char* staging = nullptr;  // kStagingBuffers * kStagingChunkBytes pinned bytes
+  std::array<cudaEvent_t, kStagingBuffers> copied{};
+  int next = 0;
+};
+
+StatusOr<DeviceQueue*> QueueFor(int device_index) {
+  if (!ValidIndex(device_index)) return NoDevice(device_index);
+  static std::array<std::unique_ptr<DeviceQueue>, kMaxDevices> queues;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& q = queues[device_index];
+  if (q) return q.get();
+  auto made = std::make_unique<DeviceQueue>();
+  ORRERY_RETURN_IF_ERROR(UseDevice(device_index));
+  // Blocking on purpose (see the header): ordered with any work on the legacy stream.
+  ORRERY_RETURN_IF_ERROR(Check(cudaStreamCreate(&made->stream), "cudaStreamCreate"));
+  q = std::move(made);
+  return q.get();
+}
+
+// Whether the stream is being captured into a graph now.
+StatusOr<bool> Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ORRERY_RETURN_IF_ERROR(Check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing"));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Host -> device through the staging ring (bytes <= kStagingChunkBytes).
+Status StagedUpload(DeviceQueue* q, void* dst, const void* src, size_t bytes) {
+  std::lock_guard<std::mutex> lock(q->staging_mu);
+  if (q->staging == nullptr) {
+    void* p = nullptr;
+    ORRERY_RETURN_IF_ERROR(
+        Check(cudaMallocHost(&p, kStagingChunkBytes * kStagingBuffers), "cudaMallocHost(staging)"));
+    q->staging = static_cast<char*>(p);
+    for (cudaEvent_t& e : q->copied) {
+      ORRERY_RETURN_IF_ERROR(
+          Check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate(staging)"));
+      ORRERY_RETURN_IF_ERROR(Check(cudaEventRecord(e, q->stream), "cudaEventRecord(staging)"));
+    }
+  }
+  const int slot = q->next;
+  q->next = (q->next + 1) % kStagingBuffers;
+  // The buffer's previous copy must have run before it is written again.
+  ORRERY_RETURN_IF_ERROR(Check(cudaEventSynchronize(q->copied[slot]), "staging event"));
+  char* buffer = q->staging + static_cast<size_t>(slot) * kStagingChunkBytes;
+  std::memcpy(buffer, src, bytes);
+  ORRERY_RETURN_IF_ERROR(
+      Check(cudaMemcpyAsync(dst, buffer, bytes, cudaMemcpyHostToDevice, q->stream),
+            "cudaMemcpyAsync(host to device)"));
+  return Check(cudaEventRecord(q->copied[slot], q->stream), "cudaEventRecord(staging)");
+}
+
+// Whether host memory at p is pinned (page-locked or registered).
+bool Pinned(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
 }  // namespace
 
 bool CudaCompiledIn() { return true; }
@@ -58,10 +148,7 @@ int CudaDeviceCount() {
 }
 
 StatusOr<void*> CudaCachingAlloc(int device_index, size_t bytes) {
-  if (device_index < 0 || device_index >= std::min(kMaxDevices, CudaDeviceCount())) {
-    return FailedPreconditionError("no CUDA device " + std::to_string(device_index) + " (" +
-                                   std::to_string(CudaDeviceCount()) + " visible)");
-  }
+  if (!ValidIndex(device_index)) return NoDevice(device_index);
   void* p = CacheFor(device_index)->Allocate(bytes);
   if (p == nullptr) {
     return ResourceExhaustedError("out of memory on cuda:" + std::to_string(device_index) +
@@ -74,20 +161,57 @@ void CudaCachingFree(int device_index, void* ptr, size_t bytes) {
   CacheFor(device_index)->Free(ptr, bytes);
 }
 
-Status CudaCopy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) {
-  cudaMemcpyKind kind = cudaMemcpyDefault;  // unified addressing resolves the direction
-  (void)dst_on_device;
-  (void)src_on_device;
-  cudaError_t err = cudaMemcpy(dst, src, bytes, kind);
-  if (err != cudaSuccess) return CudaError("cudaMemcpy", err);
-  return Status::OK();
+StatusOr<CUstream_st*> CudaStream(int device_index) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceQueue * q, QueueFor(device_index));
+  return q->stream;
+}
+
+Status CudaSynchronize(int device_index) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceQueue * q, QueueFor(device_index));
+  return Check(cudaStreamSynchronize(q->stream), "cudaStreamSynchronize");
+}
+
+Status CudaCopy(void* dst, int dst_device, const void* src, int src_device, size_t bytes) {
+  if (bytes == 0) return Status::OK();
+  if (dst_device >= 0 && src_device >= 0 && dst_device != src_device) {
+    // Between devices (rare): both streams drained, then a copy waited for.
+    ORRERY_RETURN_IF_ERROR(CudaSynchronize(src_device));
+    ORRERY_ASSIGN_OR_RETURN(DeviceQueue * q, QueueFor(dst_device));
+    ORRERY_RETURN_IF_ERROR(UseDevice(dst_device));
+    ORRERY_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, q->stream), "cudaMemcpyAsync"));
+    return Check(cudaStreamSynchronize(q->stream), "cudaStreamSynchronize");
+  }
+  const int device = dst_device >= 0 ? dst_device : src_device;
+  ORRERY_ASSIGN_OR_RETURN(DeviceQueue * q, QueueFor(device));
+  ORRERY_RETURN_IF_ERROR(UseDevice(device));
+  if (dst_device >= 0 && src_device >= 0) {
+    return Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, q->stream),
+                 "cudaMemcpyAsync(device to device)");
+  }
+  ORRERY_ASSIGN_OR_RETURN(const bool capturing, Capturing(q->stream));
+  if (capturing) {
+    return FailedPreconditionError(
+        "cuda copy: a copy between host and device while the stream is captured into a graph "
+        "(the graph would replay it from a host buffer reused since)");
+  }
+  if (src_device < 0) {  // host -> device
+    if (bytes <= kStagingChunkBytes) return StagedUpload(q, dst, src, bytes);
+    ORRERY_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, q->stream),
+              "cudaMemcpyAsync(host to device)"));
+    if (Pinned(src)) return Check(cudaStreamSynchronize(q->stream), "cudaStreamSynchronize");
+    return Status::OK();
+  }
+  ORRERY_RETURN_IF_ERROR(Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, q->stream),
+                               "cudaMemcpyAsync(device to host)"));
+  return Check(cudaStreamSynchronize(q->stream), "cudaStreamSynchronize");
 }
 
 Status CudaZero(int device_index, void* dst, size_t bytes) {
-  cudaSetDevice(device_index);
-  cudaError_t err = cudaMemset(dst, 0, bytes);
-  if (err != cudaSuccess) return CudaError("cudaMemset", err);
-  return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(DeviceQueue * q, QueueFor(device_index));
+  ORRERY_RETURN_IF_ERROR(UseDevice(device_index));
+  return Check(cudaMemsetAsync(dst, 0, bytes, q->stream), "cudaMemsetAsync");
 }
 
 CachingAllocatorStats GetCachingAllocatorStats(int device_index) {
@@ -116,6 +240,28 @@ int64_t DeviceBytesAvailable(Device device) {
     return 0;
   }
   return static_cast<int64_t>(free_bytes + CacheFor(device.index)->stats().bytes_cached);
+}
+
+StatusOr<uint64_t> CudaCreatePrivatePool(int device_index) {
+  if (!ValidIndex(device_index)) return NoDevice(device_index);
+  return CacheFor(device_index)->CreatePool();
+}
+
+Status CudaBeginPrivatePool(int device_index, uint64_t pool) {
+  if (!ValidIndex(device_index)) return NoDevice(device_index);
+  if (!CacheFor(device_index)->BeginPool(pool)) {
+    return FailedPreconditionError("cuda allocator: private pool " + std::to_string(pool) +
+                                   " cannot begin (another pool is active, or it was released)");
+  }
+  return Status::OK();
+}
+
+void CudaEndPrivatePool(int device_index) {
+  if (device_index >= 0 && device_index < kMaxDevices) CacheFor(device_index)->EndPool();
+}
+
+void CudaReleasePrivatePool(int device_index, uint64_t pool) {
+  if (device_index >= 0 && device_index < kMaxDevices) CacheFor(device_index)->ReleasePool(pool);
 }
 
 }  // namespace orrery

@@ -12,8 +12,14 @@ bool CudaCompiledIn() { return false; }
 int CudaDeviceCount() { return 0; }
 StatusOr<void*> CudaCachingAlloc(int, size_t) { return NoCuda(); }
 void CudaCachingFree(int, void*, size_t) {}
-Status CudaCopy(void*, bool, const void*, bool, size_t) { return NoCuda(); }
+Status CudaCopy(void*, int, const void*, int, size_t) { return NoCuda(); }
 Status CudaZero(int, void*, size_t) { return NoCuda(); }
+StatusOr<CUstream_st*> CudaStream(int) { return NoCuda(); }
+Status CudaSynchronize(int) { return NoCuda(); }
+StatusOr<uint64_t> CudaCreatePrivatePool(int) { return NoCuda(); }
+Status CudaBeginPrivatePool(int, uint64_t) { return NoCuda(); }
+void CudaEndPrivatePool(int) {}
+void CudaReleasePrivatePool(int, uint64_t) {}
 CachingAllocatorStats GetCachingAllocatorStats(int) { return {}; }
 void ReleaseCachedDeviceMemory(int) {}
 void ResetCachingAllocatorPeak(int) {}

@@ -55,7 +55,8 @@ Status DeviceCopy(void* dst, Device dst_device, const void* src, Device src_devi
     std::memmove(dst, src, bytes);
     return Status::OK();
   }
-  return CudaCopy(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
+  return CudaCopy(dst, dst_device.is_cuda() ? dst_device.index : -1, src,
+                  src_device.is_cuda() ? src_device.index : -1, bytes);
 }
 
 Status DeviceZero(void* dst, Device device, size_t bytes) {

@@ -41,9 +41,12 @@ int CudaDeviceCount();
 // Raw allocation on a device. Alignment is at least 256 bytes on every device.
 StatusOr<void*> DeviceAlloc(Device device, size_t bytes);
 void DeviceFree(Device device, void* ptr, size_t bytes);
-// Copies `bytes` between any two devices (host<->device, device<->device, host<->host).
+// Copies `bytes` between any two devices (host<->device, device<->device, host<->host). Returns
+// once `src` may be reused; a copy into host memory has landed when it returns. A CUDA copy is
+// ordered with the device's other work on its stream (core/cuda_allocator.h), and a copy into
+// device memory may still be in flight on return.
 Status DeviceCopy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
-// Sets `bytes` of memory to zero.
+// Sets `bytes` of memory to zero (on CUDA, queued on the device's stream).
 Status DeviceZero(void* dst, Device device, size_t bytes);
 
 // Statistics of the CUDA caching allocator for one device (all zero on CPU-only builds).

@@ -69,6 +69,11 @@ Status ScatterCpu(const Tensor& ids, const Tensor& dy, Tensor* dtable) {
 }  // namespace
 
 Status EmbeddingGather(const Tensor& table, const Tensor& ids, Tensor* y) {
+  return EmbeddingGather(table, ids, EmbeddingGatherOptions{}, y);
+}
+
+Status EmbeddingGather(const Tensor& table, const Tensor& ids,
+                       const EmbeddingGatherOptions& options, Tensor* y) {
   PhaseScope phase("op.embedding");
   constexpr const char* kOp = "embedding";
   if (!table.defined() || y == nullptr) return InvalidArgumentError("embedding: table, y required");
@@ -82,8 +87,9 @@ Status EmbeddingGather(const Tensor& table, const Tensor& ids, Tensor* y) {
                                         : GatherCpu<double>(table, ids, y);
   }
 #if defined(ORRERY_KERNELS_CUDA)
-  return cuda::EmbeddingGatherCuda(table, ids, y);
+  return cuda::EmbeddingGatherCuda(table, ids, options.check_ids, y);
 #else
+  (void)options;
   return NoCuda(kOp, table);
 #endif
 }

@@ -18,6 +18,15 @@ namespace orrery::kernels {
 
 // y is allocated [N, d] in table's dtype on its device when undefined.
 Status EmbeddingGather(const Tensor& table, const Tensor& ids, Tensor* y);
+// With check_ids = false the CUDA path skips the flag and its read back (no stream
+// synchronisation: the inference engine's decode step, captured into a CUDA graph, whose ids the
+// host checked before uploading them); a row of an id outside [0, V) is then left unwritten. The
+// CPU path checks either way.
+struct EmbeddingGatherOptions {
+  bool check_ids = true;
+};
+Status EmbeddingGather(const Tensor& table, const Tensor& ids,
+                       const EmbeddingGatherOptions& options, Tensor* y);
 Status EmbeddingScatterAdd(const Tensor& ids, const Tensor& dy, Tensor* dtable);
 
 }  // namespace orrery::kernels

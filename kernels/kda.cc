@@ -2,6 +2,7 @@
 #include "kernels/kda.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "kernels/cpu/kda_cpu.h"
@@ -267,6 +268,77 @@ Status KdaBackward(const KdaInputs& in, const Tensor& d_o, const Tensor& d_final
 
 Status KdaDecodeStep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                      const Tensor& beta, float scale, Tensor* state, Tensor* o) {
+  KdaDecodeOptions options;
+  options.scale = scale;
+  return KdaDecodeStep(q, k, v, g, beta, options, state, o);
+}
+
+namespace {
+
+// The CPU twin of the engine's decode step: the reference transforms, then the recurrent step on
+// the rows' states gathered from the table and written back.
+Status DecodeStepCpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                     const Tensor& beta, const KdaDecodeOptions& options, float scale,
+                     Tensor* state, Tensor* o) {
+  const int64_t n = q.dim(0), h = q.dim(1), kd = q.dim(2), vd = v.dim(2);
+  Tensor tq = q, tk = k, tg = g, tbeta = beta;
+  if (options.transforms.any()) {
+    KdaProblem p;
+    p.batch = 1;
+    p.tokens = n;
+    p.heads = h;
+    p.key_dim = kd;
+    p.value_dim = vd;
+    p.device = q.device();
+    p.dtype = q.dtype();
+    KdaInputs raw;
+    ORRERY_ASSIGN_OR_RETURN(raw.q, q.Reshape({1, n, h, kd}));
+    ORRERY_ASSIGN_OR_RETURN(raw.k, k.Reshape({1, n, h, kd}));
+    ORRERY_ASSIGN_OR_RETURN(raw.v, v.Reshape({1, n, h, vd}));
+    ORRERY_ASSIGN_OR_RETURN(raw.g, g.Reshape({1, n, h, kd}));
+    ORRERY_ASSIGN_OR_RETURN(raw.beta, beta.Reshape({1, n, h}));
+    raw.a_log = options.a_log;
+    raw.dt_bias = options.dt_bias;
+    ORRERY_RETURN_IF_ERROR(ValidateKdaTransformInputs(p, raw, options.transforms));
+    ORRERY_ASSIGN_OR_RETURN(KdaTransformed x, ApplyKdaInputTransforms(p, raw, options.transforms));
+    ORRERY_ASSIGN_OR_RETURN(tq, x.in.q.Reshape({n, h, kd}));
+    ORRERY_ASSIGN_OR_RETURN(tk, x.in.k.Reshape({n, h, kd}));
+    ORRERY_ASSIGN_OR_RETURN(tg, x.in.g.Reshape({n, h, kd}));
+    ORRERY_ASSIGN_OR_RETURN(tbeta, x.in.beta.Reshape({n, h}));
+  }
+  if (!options.rows.defined()) {
+    return cpu::KdaDecodeStepCpu(tq, tk, v, tg, tbeta, scale, state, o);
+  }
+  const int32_t* rows = options.rows.data<int32_t>();
+  const int64_t table = state->dim(0), row_elems = h * kd * vd;
+  const size_t row_bytes = static_cast<size_t>(row_elems) * DTypeSize(state->dtype());
+  for (int64_t i = 0; i < n; ++i) {
+    if (rows[i] >= table) {
+      return InvalidArgumentError("kda decode: rows[" + std::to_string(i) +
+                                  "] = " + std::to_string(rows[i]) +
+                                  " is outside the state table [0, " + std::to_string(table) + ")");
+    }
+  }
+  // Padding rows (negative) start from zeros and are not written back.
+  Tensor gathered = Tensor::Zeros({n, h, kd, vd}, state->dtype());
+  char* base = static_cast<char*>(state->raw_data());
+  char* mine = static_cast<char*>(gathered.raw_data());
+  for (int64_t i = 0; i < n; ++i) {
+    if (rows[i] >= 0) std::memcpy(mine + i * row_bytes, base + rows[i] * row_bytes, row_bytes);
+  }
+  ORRERY_RETURN_IF_ERROR(cpu::KdaDecodeStepCpu(tq, tk, v, tg, tbeta, scale, &gathered, o));
+  for (int64_t i = 0; i < n; ++i) {
+    if (rows[i] >= 0) std::memcpy(base + rows[i] * row_bytes, mine + i * row_bytes, row_bytes);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status KdaDecodeStep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                     const Tensor& beta, const KdaDecodeOptions& options, Tensor* state,
+                     Tensor* o) {
+  PhaseScope phase("op.kda_decode");
   if (!q.defined() || !k.defined() || !v.defined() || !g.defined() || !beta.defined() ||
       state == nullptr || !state->defined() || o == nullptr) {
     return InvalidArgumentError("kda decode: q, k, v, g, beta and state must all be given");
@@ -280,8 +352,21 @@ Status KdaDecodeStep(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   ORRERY_RETURN_IF_ERROR(ExpectShape("v", v, {n, h, vd}));
   ORRERY_RETURN_IF_ERROR(ExpectShape("g", g, {n, h, kd}));
   ORRERY_RETURN_IF_ERROR(ExpectShape("beta", beta, {n, h}));
-  ORRERY_RETURN_IF_ERROR(ExpectShape("state", *state, {n, h, kd, vd}));
   const Device device = q.device();
+  const Tensor& rows = options.rows;
+  if (rows.defined()) {
+    if (rows.dtype() != DType::kI32 || rows.shape() != Shape{n} || !(rows.device() == device)) {
+      return InvalidArgumentError("kda decode: " + Describe("rows", rows) + ", expected i32[" +
+                                  std::to_string(n) + "] on " + device.ToString());
+    }
+    if (state->ndim() != 4 || state->dim(1) != h || state->dim(2) != kd || state->dim(3) != vd) {
+      return InvalidArgumentError("kda decode: " + Describe("state", *state) +
+                                  ", expected a table [S, " + std::to_string(h) + ", " +
+                                  std::to_string(kd) + ", " + std::to_string(vd) + "]");
+    }
+  } else {
+    ORRERY_RETURN_IF_ERROR(ExpectShape("state", *state, {n, h, kd, vd}));
+  }
   for (const Tensor* t : {&k, &v, &g, &beta, static_cast<const Tensor*>(state)}) {
     ORRERY_RETURN_IF_ERROR(ExpectSameDevice("decode input", *t, device));
   }
@@ -292,15 +377,32 @@ Status KdaDecodeStep(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   if (!state_ok) {
     return InvalidArgumentError("kda decode: " + Describe("state", *state) + ", expected f32");
   }
+  if (!options.transforms.gate && (options.a_log.defined() || options.dt_bias.defined())) {
+    return InvalidArgumentError("kda decode: a_log / dt_bias given but transforms.gate is off");
+  }
+  if (options.transforms.gate) {
+    const DType param = q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    const std::pair<const char*, std::pair<const Tensor*, Shape>> params[] = {
+        {"a_log", {&options.a_log, {h}}}, {"dt_bias", {&options.dt_bias, {h * kd}}}};
+    for (const auto& [name, t] : params) {
+      if (t.first->defined() && (t.first->dtype() != param || t.first->shape() != t.second ||
+                                 !(t.first->device() == device))) {
+        return InvalidArgumentError("kda decode: " + Describe(name, *t.first) + ", expected " +
+                                    std::string(DTypeName(param)) + ShapeToString(t.second) +
+                                    " on " + device.ToString());
+      }
+    }
+  }
   if (!o->defined() || o->shape() != v.shape() || o->dtype() != v.dtype() ||
       !(o->device() == device)) {
     ORRERY_ASSIGN_OR_RETURN(*o, Tensor::Allocate(v.shape(), v.dtype(), device));
   }
-  const float s =
-      scale > 0.0f ? scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(kd)));
-  if (device.is_cpu()) return cpu::KdaDecodeStepCpu(q, k, v, g, beta, s, state, o);
+  const float s = options.scale > 0.0f
+                      ? options.scale
+                      : static_cast<float>(1.0 / std::sqrt(static_cast<double>(kd)));
+  if (device.is_cpu()) return DecodeStepCpu(q, k, v, g, beta, options, s, state, o);
 #if defined(ORRERY_KERNELS_CUDA)
-  return cuda::KdaDecodeStepCuda(q, k, v, g, beta, s, state, o);
+  return cuda::KdaDecodeStepCuda(q, k, v, g, beta, s, options, state, o);
 #else
   return FailedPreconditionError("kda decode: inputs are on " + device.ToString() +
                                  " but this build has no CUDA kernels");

@@ -125,4 +125,24 @@ Status KdaL2NormBackward(const Tensor& y, const Tensor& rstd, const Tensor& dy, 
 Status KdaDecodeStep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                      const Tensor& beta, float scale, Tensor* state, Tensor* o);
 
+// The decode step of an inference engine, whose sequences are rows of a state table and whose
+// inputs come straight from the layer's projections:
+//   transforms: q, k, g and beta are the raw inputs of these KdaInputTransforms (as KdaForward
+//       applies them; a_log [H] and dt_bias [H * K] f32 with transforms.gate, each optional);
+//       the CUDA kernel applies them in f32 as it loads (no pass of its own, no rounding of the
+//       transformed inputs to bf16), the CPU twin by the reference functions of kda_transforms.h;
+//   rows: i32 [N] on the inputs' device, or undefined. Given, state is a table [S, H, K, V] and
+//       sequence n's state is its row rows[n], read and written in place (no gather and scatter
+//       of the rows around the step); rows must be distinct. A negative row is padding: its
+//       output is computed from a zero state and no state is written. On cpu a row >= S is an
+//       InvalidArgument error; on cuda rows are not checked.
+struct KdaDecodeOptions {
+  float scale = 0.0f;  // <= 0 means K^-1/2
+  KdaInputTransforms transforms;
+  Tensor a_log{}, dt_bias{};
+  Tensor rows{};
+};
+Status KdaDecodeStep(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                     const Tensor& beta, const KdaDecodeOptions& options, Tensor* state, Tensor* o);
+
 }  // namespace orrery::kernels

@@ -24,4 +24,24 @@ struct MatmulOptions {
 
 Status Matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options, Tensor* c);
 
+// A batch of row-major matrices inside one tensor's storage: matrix i is `rows` x `cols`, its
+// row r starting at element offset + i * batch_stride + r * ld of `t` (only t's storage, dtype and
+// device are used, not its shape). The absorbed MLA reads and writes the per-head column blocks
+// of its [n, H * width] activations this way: one product for all heads instead of a loop of
+// copies and small products.
+struct MatrixBatch {
+  Tensor t;
+  int64_t offset = 0;
+  int64_t rows = 0, cols = 0;  // the stored matrix (op(x) is its transpose with trans_*)
+  int64_t ld = 0;              // >= cols
+  int64_t batch_stride = 0;
+};
+
+// c_i = alpha op(a_i) op(b_i) + beta c_i for i < batch, with Matmul's devices, dtypes and
+// transposes: op(a_i) [m, k], op(b_i) [k, n], c_i [m, n] (c.t defined). Every matrix must lie
+// inside its tensor (checked); the c_i must not overlap (not checked). CPU: a loop of OpenBLAS
+// products (the twin); CUDA: one strided-batched cuBLASLt call.
+Status MatmulStridedBatched(const MatrixBatch& a, const MatrixBatch& b, int64_t batch,
+                            const MatmulOptions& options, const MatrixBatch& c);
+
 }  // namespace orrery::kernels

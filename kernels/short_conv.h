@@ -29,6 +29,15 @@ template <typename T>
 void ShortConvSiluBackward(const T* x, int64_t channels, const T* w, int64_t width,
                            const std::vector<int64_t>& cu, const T* dy, T* dx, T* dw);
 
+// The decode form (one new token per sequence, the inference engine's step): each sequence's
+// last W - 1 pre-conv rows are row rows[n] of a history table hist [S, W - 1, C] (oldest first),
+// and y[n] is the forward above at the last token of the window [hist[rows[n]] ; x[n]], its terms
+// summed in the same order; then hist[rows[n]] becomes the window's last W - 1 rows (x[n] last).
+// x, y [N, C]; w [C, W]. A negative rows[n] (padding) sees a zero history and writes none.
+template <typename T>
+void ShortConvSiluDecodeStep(const T* x, int64_t n, int64_t channels, const T* w, int64_t width,
+                             const int32_t* rows, T* hist, T* y);
+
 // Tensor-level forms, dispatched by device (the GPU model's op; the templates above are its CPU
 // twin). x [N, C]: f32 or f64 on cpu, bf16 or f32 on cuda; w [C, W] of x's dtype with
 // 1 <= W <= 16 (the config's conv_size range); cu_seqlens i64 [docs + 1] on x's device. The
@@ -44,5 +53,11 @@ Status ShortConvSiluGrad(const Tensor& x, const Tensor& w, const Tensor& cu_seql
                          const Tensor& cu_host, const Tensor& dy, Tensor* dx, Tensor* dw);
 Status ShortConvSiluGrad(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
                          const Tensor& dy, Tensor* dx, Tensor* dw);
+// The decode form: x [N, C], w [C, W] as ShortConvSilu; hist [S, W - 1, C] in x's dtype, updated
+// in place (undefined when W = 1); rows i32 [N] on x's device, distinct. A negative row is
+// padding: a zero history, nothing written. On cpu a row >= S is an InvalidArgument error; on
+// cuda rows are not checked (no read back). y like x (allocated when undefined).
+Status ShortConvSiluDecode(const Tensor& x, const Tensor& w, const Tensor& rows, Tensor* hist,
+                           Tensor* y);
 
 }  // namespace orrery::kernels

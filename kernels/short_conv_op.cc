@@ -142,4 +142,53 @@ Status ShortConvSiluGrad(const Tensor& x, const Tensor& w, const Tensor& cu_seql
 #endif
 }
 
+Status ShortConvSiluDecode(const Tensor& x, const Tensor& w, const Tensor& rows, Tensor* hist,
+                           Tensor* y) {
+  PhaseScope phase("op.short_conv_silu_decode");
+  ORRERY_RETURN_IF_ERROR(CheckInputs(x, w));
+  const int64_t n = x.dim(0), channels = x.dim(1), width = w.dim(1);
+  if (!rows.defined() || rows.dtype() != DType::kI32 || rows.shape() != Shape{n} ||
+      !(rows.device() == x.device())) {
+    return InvalidArgumentError(
+        std::string(kOp) + ": rows " + (rows.defined() ? rows.ToString() : "undefined") +
+        ", expected i32[" + std::to_string(n) + "] on " + x.device().ToString());
+  }
+  if (hist == nullptr) return InvalidArgumentError(std::string(kOp) + ": hist is null");
+  if (width > 1 &&
+      (!hist->defined() || hist->ndim() != 3 || hist->dim(1) != width - 1 ||
+       hist->dim(2) != channels || hist->dtype() != x.dtype() || !(hist->device() == x.device()))) {
+    return InvalidArgumentError(
+        std::string(kOp) + ": hist " + (hist->defined() ? hist->ToString() : "undefined") +
+        ", expected " + std::string(DTypeName(x.dtype())) + "[S, " + std::to_string(width - 1) +
+        ", " + std::to_string(channels) + "] on " + x.device().ToString());
+  }
+  ORRERY_RETURN_IF_ERROR(AllocateLike(kOp, "y", x, y));
+  if (n == 0) return Status::OK();
+  if (x.device().is_cpu()) {
+    const int32_t* r = rows.data<int32_t>();
+    const int64_t table = width > 1 ? hist->dim(0) : 0;
+    for (int64_t i = 0; i < n && width > 1; ++i) {
+      if (r[i] >= table) {
+        return InvalidArgumentError(
+            std::string(kOp) + ": rows[" + std::to_string(i) + "] = " + std::to_string(r[i]) +
+            " is outside the history table [0, " + std::to_string(table) + ")");
+      }
+    }
+    if (x.dtype() == DType::kF32) {
+      ShortConvSiluDecodeStep<float>(x.data<float>(), n, channels, w.data<float>(), width, r,
+                                     width > 1 ? hist->data<float>() : nullptr, y->data<float>());
+    } else {
+      ShortConvSiluDecodeStep<double>(x.data<double>(), n, channels, w.data<double>(), width, r,
+                                      width > 1 ? hist->data<double>() : nullptr,
+                                      y->data<double>());
+    }
+    return Status::OK();
+  }
+#if defined(ORRERY_KERNELS_CUDA)
+  return cuda::ShortConvSiluDecodeCuda(x, w, rows, hist, y);
+#else
+  return NoCuda(kOp, x);
+#endif
+}
+
 }  // namespace orrery::kernels

@@ -421,10 +421,18 @@ StatusOr<std::vector<TrajectoryGroup>> AgentLoop::Step() {
   }
   if (!feed_slots.empty()) {
     const double gen_start = NowMono();
-    ORRERY_ASSIGN_OR_RETURN(FeedResult out, backend_->Feed(feed_slots, feeds));
+    // Each episode's uniform number from its own stream: the backend draws with it (on the
+    // device for the GPU backend), so the seed reproduces the episode either way.
+    std::vector<SlotDraw> draws;
+    draws.reserve(feed_slots.size());
+    for (int s : feed_slots) draws.push_back({options_.sampling, slots_[s]->rng.Uniform()});
+    ORRERY_ASSIGN_OR_RETURN(SampledFeed out, backend_->FeedAndSample(feed_slots, feeds, draws));
     const int layers = backend_->moe_layers(), k = backend_->top_k();
     const int64_t fed_total = out.expert_ids.defined() && layers > 0 ? out.expert_ids.dim(1) : 0;
-    const int64_t v = backend_->vocab_size();
+    if (out.tokens.size() != feed_slots.size()) {
+      return InternalError("agent loop: the backend drew " + std::to_string(out.tokens.size()) +
+                           " tokens for " + std::to_string(feed_slots.size()) + " slots");
+    }
     int64_t at = 0;
     for (size_t i = 0; i < feed_slots.size(); ++i) {
       Episode& e = *slots_[feed_slots[i]];
@@ -440,8 +448,8 @@ StatusOr<std::vector<TrajectoryGroup>> AgentLoop::Step() {
       }
       at += n;
       e.pending.clear();
-      // 4. Sample.
-      SampledToken tok = SampleToken(out.logits.data<float>() + i * v, v, options_.sampling, e.rng);
+      // 4. The token drawn for it.
+      const SampledToken tok = out.tokens[i];
       e.pending_start = t.size();
       AppendTokens(e, {tok.id}, TokenRole::kModel);
       t.logprobs.back() = tok.logprob;

@@ -8,7 +8,9 @@
 //   3. feeds every episode with pending tokens (a prompt, tool results, or the token sampled last
 //      step) to the backend in one call, recording the routed experts of each fed token;
 //   4. samples one token per fed episode (temperature / top-p), recording its behaviour log-prob
-//      and the policy version;
+//      and the policy version: steps 3 and 4 are one PolicyBackend::FeedAndSample call, with the
+//      uniform number of each draw taken from the episode's own Philox stream (the GPU backend
+//      samples on the device, the CPU one on the host, by the same rule);
 //   5. for each episode whose assistant turn ended (<|end|>), parses it: tool calls go to the
 //      environment and their results (rendered as tool turns plus a new assistant header, loss
 //      mask 0) become the next pending tokens; a turn without tool calls ends the episode, which

@@ -82,4 +82,31 @@ StatusOr<FeedResult> FeedPlan::Merge(const model::StepOutput& prefill,
   return out;
 }
 
+StatusOr<SampledFeed> FeedPlan::MergeSampled(const SampledCall& prefill, const SampledCall& decode,
+                                             int moe_layers, int top_k) const {
+  const SampledCall* calls[2] = {&prefill, &decode};
+  int64_t fed = 0;
+  for (const Source& s : sources_) fed += s.tokens;
+  const int k = top_k;
+  SampledFeed out;
+  out.expert_ids = Tensor::Empty({moe_layers, fed, k}, DType::kI32);
+  int64_t at = 0;
+  for (const Source& s : sources_) {
+    const SampledCall& src = *calls[s.decode ? 1 : 0];
+    if (s.row >= static_cast<int64_t>(src.ids.size()) ||
+        s.row >= static_cast<int64_t>(src.logprobs.size())) {
+      return InternalError("feed plan: a call drew fewer tokens than it had slots");
+    }
+    out.tokens.push_back(
+        {src.ids[static_cast<size_t>(s.row)], src.logprobs[static_cast<size_t>(s.row)]});
+    const int64_t src_tokens = moe_layers > 0 ? src.expert_ids.dim(1) : 0;
+    for (int l = 0; l < moe_layers; ++l) {
+      std::copy_n(src.expert_ids.data<int32_t>() + (l * src_tokens + s.first_tok) * k, s.tokens * k,
+                  out.expert_ids.data<int32_t>() + (l * fed + at) * k);
+    }
+    at += s.tokens;
+  }
+  return out;
+}
+
 }  // namespace orrery::rollout

@@ -30,6 +30,16 @@ struct FeedPlan {
   StatusOr<FeedResult> Merge(const model::StepOutput& prefill, const model::StepOutput& decode,
                              int64_t vocab, int moe_layers, int top_k) const;
 
+  // The same for calls that drew each slot's token (ids and log-probabilities per call row, the
+  // calls' expert ids as StepOutput's): the drawn tokens and expert ids in feed order.
+  struct SampledCall {
+    std::vector<int32_t> ids;
+    std::vector<float> logprobs;
+    Tensor expert_ids;
+  };
+  StatusOr<SampledFeed> MergeSampled(const SampledCall& prefill, const SampledCall& decode,
+                                     int moe_layers, int top_k) const;
+
  private:
   struct Source {
     bool decode;

@@ -20,6 +20,7 @@ StatusOr<std::unique_ptr<GpuModelBackend>> GpuModelBackend::Create(
   io.max_tokens_per_slot = max_context;
   io.page_size = options.page_size;
   io.num_pages = options.num_pages;
+  io.decode = options.decode;
   ORRERY_ASSIGN_OR_RETURN(auto state, model::GpuInferenceState::Create(gpu.get(), io));
   for (int s = 0; s < options.max_slots; ++s) {
     ORRERY_ASSIGN_OR_RETURN(int64_t slot, state->Allocate());
@@ -60,6 +61,45 @@ StatusOr<FeedResult> GpuModelBackend::Feed(const std::vector<int>& slots,
     ORRERY_ASSIGN_OR_RETURN(dec, state_->DecodeStep(plan.decode_slots, plan.decode_tokens));
   }
   return plan.Merge(pre, dec, vocab_size(), moe_layers(), top_k());
+}
+
+StatusOr<SampledFeed> GpuModelBackend::FeedAndSample(
+    const std::vector<int>& slots, const std::vector<std::vector<int32_t>>& tokens,
+    const std::vector<SlotDraw>& draws) {
+  if (draws.size() != slots.size()) {
+    return InvalidArgumentError("gpu model backend: " + std::to_string(slots.size()) +
+                                " slots but " + std::to_string(draws.size()) + " draws");
+  }
+  for (const SlotDraw& d : draws) ORRERY_RETURN_IF_ERROR(ValidateSamplingOptions(d.options));
+  ORRERY_ASSIGN_OR_RETURN(FeedPlan plan,
+                          FeedPlan::Make(slots, tokens, max_slots_, max_context_, vocab_size(),
+                                         [this](int s) { return state_->length(s); }));
+  // The draws of each call, in its row order (FeedPlan keeps the feed's order within a call).
+  std::vector<model::TokenDraw> pre_draws, dec_draws;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const bool decode = tokens[i].size() == 1 && state_->length(slots[i]) > 0;
+    const model::TokenDraw d{draws[i].options.temperature, draws[i].options.top_p,
+                             draws[i].uniform};
+    (decode ? dec_draws : pre_draws).push_back(d);
+  }
+  if (pre_draws.size() != plan.prefill_slots.size() ||
+      dec_draws.size() != plan.decode_slots.size()) {
+    return InternalError("gpu model backend: the draws do not follow the feed plan");
+  }
+  FeedPlan::SampledCall pre, dec;
+  if (!plan.prefill_slots.empty()) {
+    ORRERY_ASSIGN_OR_RETURN(
+        model::SampledStep s,
+        state_->PrefillAndSample(plan.prefill_slots, plan.prefill_tokens, pre_draws));
+    pre = {std::move(s.ids), std::move(s.logprobs), s.expert_ids};
+  }
+  if (!plan.decode_slots.empty()) {
+    ORRERY_ASSIGN_OR_RETURN(
+        model::SampledStep s,
+        state_->DecodeAndSample(plan.decode_slots, plan.decode_tokens, dec_draws));
+    dec = {std::move(s.ids), std::move(s.logprobs), s.expert_ids};
+  }
+  return plan.MergeSampled(pre, dec, moe_layers(), top_k());
 }
 
 Status GpuModelBackend::LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,

@@ -26,6 +26,9 @@ struct GpuBackendOptions {
   // Latent pages (model::GpuInferenceOptions); 0 pages: enough for every slot at max_context.
   int64_t page_size = 64;
   int64_t num_pages = 0;
+  // How decode steps run (model::GpuInferenceOptions::decode: CUDA graphs, eager, or the general
+  // pass); ORRERY_DECODE overrides it.
+  model::GpuInferenceOptions::Decode decode = model::GpuInferenceOptions::Decode::kGraph;
 };
 
 class GpuModelBackend : public PolicyBackend {
@@ -42,6 +45,11 @@ class GpuModelBackend : public PolicyBackend {
   int64_t max_context() const override { return max_context_; }
   StatusOr<FeedResult> Feed(const std::vector<int>& slots,
                             const std::vector<std::vector<int32_t>>& tokens) override;
+  // Samples on the device (model::GpuInferenceState's *AndSample): only the drawn ids, their
+  // log-probabilities and the expert ids are copied to the host.
+  StatusOr<SampledFeed> FeedAndSample(const std::vector<int>& slots,
+                                      const std::vector<std::vector<int32_t>>& tokens,
+                                      const std::vector<SlotDraw>& draws) override;
   void Release(int slot) override;
   Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
                      int64_t version) override;

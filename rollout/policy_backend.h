@@ -14,12 +14,26 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "rollout/sampling.h"
 
 namespace orrery::rollout {
 
 struct FeedResult {
   Tensor logits;      // [slots in the call, vocab] f32: next-token logits of each slot
   Tensor expert_ids;  // [moe_layers, tokens fed in the call, top_k] i32, tokens in call order
+};
+
+// How one slot's next token is drawn: its options and the uniform number in [0, 1) the caller
+// drew from its own stream (the agent loop's per-episode Philox stream), so that a seed
+// reproduces an episode whichever side samples.
+struct SlotDraw {
+  SamplingOptions options;
+  float uniform = 0.0f;
+};
+
+struct SampledFeed {
+  std::vector<SampledToken> tokens;  // per slot of the call: the token drawn and its logprob
+  Tensor expert_ids;                 // as FeedResult's
 };
 
 class PolicyBackend {
@@ -36,6 +50,12 @@ class PolicyBackend {
   // Appends tokens[i] (non-empty) to slot slots[i] (distinct, in [0, max_slots())).
   virtual StatusOr<FeedResult> Feed(const std::vector<int>& slots,
                                     const std::vector<std::vector<int32_t>>& tokens) = 0;
+  // Feed, then one token drawn per slot by draws[i] (rollout/sampling.h: SampleTokenWithUniform's
+  // rule). The default feeds and samples the logits on the host; the GPU backend samples on the
+  // device and copies out only the ids and log-probabilities (and the expert ids).
+  virtual StatusOr<SampledFeed> FeedAndSample(const std::vector<int>& slots,
+                                              const std::vector<std::vector<int32_t>>& tokens,
+                                              const std::vector<SlotDraw>& draws);
   // Empties a slot.
   virtual void Release(int slot) = 0;
 

@@ -21,6 +21,11 @@ Status ValidateSamplingOptions(const SamplingOptions& o) {
 
 SampledToken SampleToken(const float* z, int64_t vocab, const SamplingOptions& o,
                          PhiloxGenerator& rng) {
+  return SampleTokenWithUniform(z, vocab, o, rng.Uniform());
+}
+
+SampledToken SampleTokenWithUniform(const float* z, int64_t vocab, const SamplingOptions& o,
+                                    float u) {
   const double t = o.temperature > 0 ? o.temperature : 1.0;
   double mx = z[0];
   int32_t argmax = 0;
@@ -38,7 +43,6 @@ SampledToken SampleToken(const float* z, int64_t vocab, const SamplingOptions& o
   }
   const double log_sum = std::log(sum);
   auto logprob = [&](int32_t id) { return static_cast<float>((z[id] - mx) / t - log_sum); };
-  const float u = rng.Uniform();  // consumed even when greedy: streams stay aligned
   if (o.temperature == 0) return {argmax, logprob(argmax)};
 
   // Candidates in decreasing probability (ties by id), cut at the nucleus.

@@ -27,8 +27,13 @@ struct SampledToken {
   float logprob = 0;  // log softmax(z / T)[id]
 };
 
-// Draws from `vocab` logits with one uniform number from `rng`.
+// Draws from `vocab` logits with one uniform number from `rng` (drawn even when greedy, so an
+// episode's stream stays aligned whatever its options).
 SampledToken SampleToken(const float* logits, int64_t vocab, const SamplingOptions& options,
                          PhiloxGenerator& rng);
+// The same draw with the uniform number u in [0, 1) given: SampleToken is this with
+// rng.Uniform(). The device sampler (kernels/token_sampling.h) implements this rule.
+SampledToken SampleTokenWithUniform(const float* logits, int64_t vocab,
+                                    const SamplingOptions& options, float u);
 
 }  // namespace orrery::rollout

@@ -91,11 +91,32 @@ void ShortConvSiluBackward(const T* x, int64_t channels, const T* w, int64_t wid
   });
 }
 
-#define ORRERY_INSTANTIATE(T)                                                  \
-  template void ShortConvSiluForward<T>(const T*, int64_t, const T*, int64_t,  \
-                                        const std::vector<int64_t>&, T*);      \
-  template void ShortConvSiluBackward<T>(const T*, int64_t, const T*, int64_t, \
-                                         const std::vector<int64_t>&, const T*, T*, T*);
+template <typename T>
+void ShortConvSiluDecodeStep(const T* x, int64_t n, int64_t channels, const T* w, int64_t width,
+                             const int32_t* rows, T* hist, T* y) {
+  const int64_t h = width - 1;
+  for (int64_t i = 0; i < n; ++i) {
+    T* hr = rows[i] >= 0 && h > 0 ? hist + static_cast<int64_t>(rows[i]) * h * channels : nullptr;
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* wc = w + c * width;
+      T acc = 0;  // the window's taps in order: history (oldest first), then the new row
+      for (int64_t j = 0; j < h; ++j) acc += wc[j] * (hr != nullptr ? hr[j * channels + c] : T(0));
+      acc += wc[h] * x[i * channels + c];
+      y[i * channels + c] = acc * Sigmoid(acc);
+      if (hr == nullptr) continue;
+      for (int64_t j = 0; j + 1 < h; ++j) hr[j * channels + c] = hr[(j + 1) * channels + c];
+      hr[(h - 1) * channels + c] = x[i * channels + c];
+    }
+  }
+}
+
+#define ORRERY_INSTANTIATE(T)                                                             \
+  template void ShortConvSiluForward<T>(const T*, int64_t, const T*, int64_t,             \
+                                        const std::vector<int64_t>&, T*);                 \
+  template void ShortConvSiluBackward<T>(const T*, int64_t, const T*, int64_t,            \
+                                         const std::vector<int64_t>&, const T*, T*, T*);  \
+  template void ShortConvSiluDecodeStep<T>(const T*, int64_t, int64_t, const T*, int64_t, \
+                                           const int32_t*, T*, T*);
 ORRERY_INSTANTIATE(float)
 ORRERY_INSTANTIATE(double)
 #undef ORRERY_INSTANTIATE

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/cuda_allocator.h"
 #include "kernels/cuda/device_context.h"
 
 namespace orrery::kernels::cuda {
@@ -40,6 +41,7 @@ StatusOr<DeviceContext*> DeviceContext::Get(int index) {
   auto ctx = std::unique_ptr<DeviceContext>(new DeviceContext());
   ctx->index_ = index;
   ORRERY_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(index), "cudaSetDevice"));
+  ORRERY_ASSIGN_OR_RETURN(ctx->stream_, CudaStream(index));
   ORRERY_RETURN_IF_ERROR(CublasStatus(cublasLtCreate(&ctx->lt_), "cublasLtCreate"));
   Status st = CudaStatus(cudaMalloc(&ctx->workspace_, kWorkspaceBytes), "cudaMalloc(workspace)");
   if (!st.ok()) {

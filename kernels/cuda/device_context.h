@@ -2,9 +2,11 @@
 // workspace. One context per device, created on first use and kept for the life of the process,
 // so no op pays for handle creation or a workspace allocation per call.
 //
-// Stream: the legacy default stream. The KDA kernels (kda_cuda.h) and Tensor::CopyFrom queue
-// their work there, and every op of one rank must be ordered with them; a dedicated stream
-// replaces it once every op takes the context's stream.
+// Stream: the device's one stream of core/cuda_allocator.h (CudaStream), where Tensor::CopyFrom,
+// SetZero and the caching allocator's users queue their work too. Every kernel launch, cuBLASLt
+// call and async copy of an op goes there and nowhere else (no launch on the legacy stream), so
+// one device's work runs in the order the host queued it and can be captured into a CUDA graph
+// (core/cuda_graph.h; the header of cuda_allocator.h says why one dedicated stream per device).
 //
 // Thread safety: Get() may be called from any thread; an op's use of the handle and workspace is
 // not synchronised, so one host thread drives a device at a time (one rank, one thread).

@@ -33,7 +33,8 @@ __global__ void GatherKernel(const T* __restrict__ table, const int32_t* __restr
        r += static_cast<int64_t>(gridDim.x) * kWarps) {
     const int32_t id = ids[r];
     if (id < 0 || id >= vocab) {
-      if (lane == 0) atomicMin(bad, static_cast<int>(r));  // an exact minimum: order-free
+      if (lane == 0 && bad != nullptr)
+        atomicMin(bad, static_cast<int>(r));  // an exact minimum: order-free
       continue;
     }
     const T* src = table + static_cast<int64_t>(id) * d;
@@ -160,21 +161,25 @@ StatusOr<Tensor> NewFlag(Device device, cudaStream_t s) {
 
 }  // namespace
 
-Status EmbeddingGatherCuda(const Tensor& table, const Tensor& ids, Tensor* y) {
+Status EmbeddingGatherCuda(const Tensor& table, const Tensor& ids, bool check_ids, Tensor* y) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(table.device().index));
-  ORRERY_ASSIGN_OR_RETURN(Tensor flag, NewFlag(table.device(), ctx->stream()));
+  Tensor flag;
+  if (check_ids) {
+    ORRERY_ASSIGN_OR_RETURN(flag, NewFlag(table.device(), ctx->stream()));
+  }
+  int* bad = check_ids ? flag.data<int32_t>() : nullptr;
   const int64_t n = ids.numel(), v = table.dim(0), d = table.dim(1);
   const unsigned grid = GridFor(n, kWarps);
   if (table.dtype() == DType::kBF16) {
     GatherKernel<__nv_bfloat16><<<grid, kThreads, 0, ctx->stream()>>>(
         static_cast<const __nv_bfloat16*>(table.raw_data()), ids.data<int32_t>(), n, v, d,
-        static_cast<__nv_bfloat16*>(y->raw_data()), flag.data<int32_t>());
+        static_cast<__nv_bfloat16*>(y->raw_data()), bad);
   } else {
     GatherKernel<float><<<grid, kThreads, 0, ctx->stream()>>>(
-        table.data<float>(), ids.data<int32_t>(), n, v, d, y->data<float>(), flag.data<int32_t>());
+        table.data<float>(), ids.data<int32_t>(), n, v, d, y->data<float>(), bad);
   }
   ORRERY_RETURN_IF_ERROR(LastLaunchStatus("GatherKernel"));
-  return CheckFlag("embedding", flag, ids, v, ctx->stream());
+  return check_ids ? CheckFlag("embedding", flag, ids, v, ctx->stream()) : Status::OK();
 }
 
 Status EmbeddingScatterAddCuda(const Tensor& ids, const Tensor& dy, Tensor* dtable) {

@@ -481,7 +481,8 @@ Status Launch(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                                    "cudaFuncSetAttribute (state pass)"));
   const dim3 state_grid(static_cast<unsigned>(nseq * p.heads),
                         static_cast<unsigned>((p.value_dim + kSliceV - 1) / kSliceV));
-  KdaBackwardStateKernel<In, GIn><<<state_grid, kThreads, state_smem>>>(params);
+  ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(p.device));
+  KdaBackwardStateKernel<In, GIn><<<state_grid, kThreads, state_smem, stream>>>(params);
   ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "backward state pass launch"));
   if (total_chunks == 0) return Status::OK();
   const size_t chunk_smem = ChunkSharedBytes(params.kd, params.vd);
@@ -490,7 +491,7 @@ Status Launch(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                                                         static_cast<int>(chunk_smem)),
                                    "cudaFuncSetAttribute (chunk pass)"));
   const dim3 chunk_grid(static_cast<unsigned>(total_chunks), static_cast<unsigned>(p.heads));
-  KdaBackwardChunkKernel<In, GIn><<<chunk_grid, kThreads, chunk_smem>>>(params);
+  KdaBackwardChunkKernel<In, GIn><<<chunk_grid, kThreads, chunk_smem, stream>>>(params);
   return CudaCheck(cudaGetLastError(), "backward chunk pass launch");
 }
 
@@ -574,8 +575,9 @@ Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs& in, const Tensor& d
     ORRERY_RETURN_IF_ERROR((Launch<float, float>(p, in, d_o, d_final_state, seq_start, total_chunks,
                                                  cs, vn, dvn, dkb, dg, grads)));
   }
-  // The work space is freed when this returns; wait for the kernels that read it.
-  return CudaCheck(cudaDeviceSynchronize(), "backward kernels");
+  // The work space goes back to the block cache when this returns: whatever takes it next is
+  // queued after the kernels on the same stream.
+  return Status::OK();
 }
 
 }  // namespace orrery::kernels::cuda

@@ -1167,6 +1167,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   }
   ORRERY_ASSIGN_OR_RETURN(const KdaSegmentTables tables,
                           UploadKdaSegmentTables(pass2, pass1, fwd_segments.seq_first, dev));
+  ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(dev));
   RevParams rev;
   rev.w = static_cast<const bf16*>(saved.w.raw_data());
   rev.qg = static_cast<const bf16*>(saved.qg.raw_data());
@@ -1188,7 +1189,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     r1.segments = tables.first_pass;
     const dim3 grid(static_cast<unsigned>(pass1.size() / kSegmentDescWords),
                     static_cast<unsigned>(heads), VD / kSliceV);
-    KdaReverseStatePassKernel<KD><<<grid, kPassThreads, rev_smem>>>(r1);
+    KdaReverseStatePassKernel<KD><<<grid, kPassThreads, rev_smem, stream>>>(r1);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "reverse state pass 1 launch"));
   }
   if (split) {
@@ -1201,6 +1202,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     combine.backward = true;
     combine.init = dht;
     combine.seg_start = seg_end.data<float>();
+    combine.device = dev;
     ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads, combine));
   }
   RevParams r2 = rev;
@@ -1209,12 +1211,10 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
   r2.dh = static_cast<bf16*>(dh.raw_data());
   {
     const dim3 grid(static_cast<unsigned>(total_segs), static_cast<unsigned>(heads), VD / kSliceV);
-    KdaReverseStatePassKernel<KD><<<grid, kPassThreads, rev_smem>>>(r2);
+    KdaReverseStatePassKernel<KD><<<grid, kPassThreads, rev_smem, stream>>>(r2);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "reverse state pass launch"));
   }
-  if (tuning.backward_stages == 2 || chunks == 0) {
-    return CudaCheck(cudaDeviceSynchronize(), "tensor-core backward");
-  }
+  if (tuning.backward_stages == 2 || chunks == 0) return Status::OK();
 
   // 3. The chunk kernel: the products over V, then T, A_kk, the pairwise and element-wise terms.
   {
@@ -1258,7 +1258,7 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
                                    : KdaBackwardChunkKernel<KD, VD, GIn, false>;
     ORRERY_RETURN_IF_ERROR(AllowSmem(kernel, smem));
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(heads));
-    kernel<<<grid, kChunkThreads, smem>>>(cp);
+    kernel<<<grid, kChunkThreads, smem, stream>>>(cp);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "backward chunk kernel launch"));
     if (gate_params) {
       ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(dev.index));

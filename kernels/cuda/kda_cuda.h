@@ -1,8 +1,8 @@
 // CUDA implementations of the KDA op (sm_90a), behind kernels/kda.h.
 //
 // Internal to kernels/: inputs are validated by kernels/kda.cc. q, k, v, beta are f32 or bf16,
-// g is f32 or their dtype; states are f32. Work runs on the default stream and the calls return
-// after the kernels are queued (errors of the launch itself are reported).
+// g is f32 or their dtype; states are f32. Work runs on the device's stream (DeviceContext) and the
+// calls return after the kernels are queued (errors of the launch itself are reported).
 #pragma once
 
 #include <cstdint>
@@ -28,8 +28,11 @@ Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_fina
 Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                        const Tensor& d_final_state, KdaGrads* grads, const KdaTcSaved* kept,
                        const KdaInputTransforms* fused);
+// options.transforms, a_log, dt_bias and rows as kernels/kda.h's KdaDecodeOptions; `scale`
+// resolved.
 Status KdaDecodeStepCuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                         const Tensor& beta, float scale, Tensor* state, Tensor* o);
+                         const Tensor& beta, float scale, const KdaDecodeOptions& options,
+                         Tensor* state, Tensor* o);
 
 // KdaInputTransforms on the GPU (kda_input_transforms.cu; kernels/kda_transforms.h): one
 // elementwise pass forms the recurrence's inputs (*out starts as a copy of raw; q, k, beta keep
@@ -58,7 +61,7 @@ struct KdaForwardSweep {
   float* vnew = nullptr;          // [rows, H, V]: the pseudo-values U - W S
 };
 
-// Queues the chunked forward kernel (16-token chunks) on the default stream. seq_start is the
+// Queues the chunked forward kernel (16-token chunks) on the device's stream. seq_start is the
 // device copy of p.seq_start; out->o and out->final_state may be undefined (not written).
 Status LaunchKdaForward(const KdaProblem& p, const KdaInputs& in, const int64_t* seq_start,
                         KdaOutputs* out, const KdaForwardSweep& sweep);
@@ -143,6 +146,7 @@ struct SegmentCombineArgs {
   // forward's record (first in time first), whose transposes are the backward's transitions:
   // M_j = trans[first[n] + first[n + 1] - 1 - j]^T.
   bool backward = false;
+  Device device;  // where the tensors live (its stream runs the kernel)
 };
 Status LaunchKdaSegmentCombine(int64_t kd, int64_t vd, int64_t n_seq, int64_t heads,
                                const SegmentCombineArgs& args);

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/cuda/device_context.h"
 #include "kernels/kda.h"
 
 namespace orrery::kernels::cuda {
@@ -19,6 +20,13 @@ namespace orrery::kernels::cuda {
 inline Status CudaCheck(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::OK();
   return InternalError(std::string("kda cuda: ") + what + ": " + cudaGetErrorString(err));
+}
+
+// The stream of the device the tensors live on (DeviceContext): every KDA launch and copy goes
+// there, ordered with the other ops of that device.
+inline StatusOr<cudaStream_t> StreamOf(const Device& device) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(device.index));
+  return ctx->stream();
 }
 
 // Lets `kernel` take `bytes` of dynamic shared memory (past the 48 KB default).
@@ -55,7 +63,7 @@ inline ChunkInputTransforms MakeChunkInputTransforms(const KdaInputTransforms& t
 
 // A host table (chunk and segment descriptors) as an i64 tensor on `device`, copied without
 // waiting for the work queued before it: the table goes through one of a few pinned staging
-// buffers by an asynchronous copy on the default stream (a copy from pageable memory waits for
+// buffers by an asynchronous copy on the device's stream (a copy from pageable memory waits for
 // the device to drain first, which left it idle while the host set up the next launches). A
 // staging buffer is written again only once its last copy has run.
 inline StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& device) {
@@ -70,6 +78,7 @@ inline StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& devi
   static Staging ring[kRing];
   static int next = 0;
   const size_t bytes = v.size() * sizeof(int64_t);
+  ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(device));
   ORRERY_ASSIGN_OR_RETURN(Tensor t,
                           Tensor::Allocate({static_cast<int64_t>(v.size())}, DType::kI64, device));
   std::lock_guard<std::mutex> lock(mu);
@@ -89,9 +98,10 @@ inline StatusOr<Tensor> Upload(const std::vector<int64_t>& v, const Device& devi
     s.bytes = bytes;
   }
   std::memcpy(s.host, v.data(), bytes);
-  ORRERY_RETURN_IF_ERROR(CudaCheck(
-      cudaMemcpyAsync(t.raw_data(), s.host, bytes, cudaMemcpyHostToDevice, 0), "table upload"));
-  ORRERY_RETURN_IF_ERROR(CudaCheck(cudaEventRecord(s.copied, 0), "staging event"));
+  ORRERY_RETURN_IF_ERROR(
+      CudaCheck(cudaMemcpyAsync(t.raw_data(), s.host, bytes, cudaMemcpyHostToDevice, stream),
+                "table upload"));
+  ORRERY_RETURN_IF_ERROR(CudaCheck(cudaEventRecord(s.copied, stream), "staging event"));
   return t;
 }
 

@@ -227,7 +227,8 @@ Status Launch(const KdaProblem& p, const KdaInputs& in, const int64_t* seq_start
       "cudaFuncSetAttribute"));
   const dim3 grid(static_cast<unsigned>(p.num_sequences() * p.heads),
                   static_cast<unsigned>((p.value_dim + kSliceV - 1) / kSliceV));
-  KdaForwardKernel<In, GIn><<<grid, kThreads, smem>>>(params);
+  ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(p.device));
+  KdaForwardKernel<In, GIn><<<grid, kThreads, smem, stream>>>(params);
   return CudaCheck(cudaGetLastError(), "forward kernel launch");
 }
 
@@ -272,11 +273,9 @@ Status KdaForwardCuda(const KdaProblem& p, const KdaInputs& in, bool output_fina
   }
   Tensor starts = Tensor::FromVector<int64_t>({p.num_sequences() + 1}, p.seq_start);
   ORRERY_ASSIGN_OR_RETURN(Tensor starts_dev, starts.To(p.device));
-  ORRERY_RETURN_IF_ERROR(
-      LaunchKdaForward(p, in, starts_dev.data<int64_t>(), out, KdaForwardSweep()));
-  // starts_dev is freed when this returns; the caching allocator may hand it out again before
-  // the kernel has read it, so wait for the kernel here.
-  return CudaCheck(cudaDeviceSynchronize(), "forward kernel");
+  // starts_dev goes back to the block cache when this returns: whatever takes it next is queued
+  // after the kernel on the same stream.
+  return LaunchKdaForward(p, in, starts_dev.data<int64_t>(), out, KdaForwardSweep());
 }
 
 }  // namespace orrery::kernels::cuda

@@ -662,14 +662,14 @@ __global__ void __launch_bounds__(kCombineThreads) KdaSegmentCombineKernel(Combi
 // pair up (their shared operands copied once), else one.
 template <int KD>
 Status LaunchStatePass(const PassParams& params, int64_t segments, int64_t heads, int slices,
-                       const char* what) {
+                       cudaStream_t stream, const char* what) {
   const bool paired = slices % 2 == 0;
   auto kernel = paired ? KdaStatePassKernel<KD, 2> : KdaStatePassKernel<KD, 1>;
   const size_t smem = paired ? StatePassSmem<KD, 2>::kBytes : StatePassSmem<KD, 1>::kBytes;
   ORRERY_RETURN_IF_ERROR(AllowSmem(kernel, smem));
   const dim3 grid(static_cast<unsigned>(segments), static_cast<unsigned>(heads),
                   static_cast<unsigned>(paired ? slices / 2 : slices));
-  kernel<<<grid, kPassThreads*(paired ? 2 : 1), smem>>>(params);
+  kernel<<<grid, kPassThreads*(paired ? 2 : 1), smem, stream>>>(params);
   return CudaCheck(cudaGetLastError(), what);
 }
 
@@ -704,6 +704,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   ORRERY_ASSIGN_OR_RETURN(Tensor aqk, Tensor::Allocate({chunks, heads, ck, ck}, DType::kBF16, dev));
   ORRERY_ASSIGN_OR_RETURN(Tensor gamma, Tensor::Allocate({chunks, heads, kd}, DType::kF32, dev));
   ORRERY_ASSIGN_OR_RETURN(Tensor chunk_dev, Upload(chunk_table, dev));
+  ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(dev));
   Tensor tinv, h_saved, vnew_saved;
   if (saved != nullptr) {
     ORRERY_ASSIGN_OR_RETURN(tinv, Tensor::Allocate({chunks, heads, ck, ck}, DType::kBF16, dev));
@@ -773,12 +774,12 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     auto kernel = fused != nullptr ? KdaChunkPrepKernel<KD, VD, GIn, true>
                                    : KdaChunkPrepKernel<KD, VD, GIn, false>;
     ORRERY_RETURN_IF_ERROR(AllowSmem(kernel, smem));
-    kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads)), kPrepThreads,
-             smem>>>(pp);
+    kernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(heads)), kPrepThreads, smem,
+             stream>>>(pp);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "chunk prep kernel launch"));
   }
 
-  if (tuning.prep_only) return CudaCheck(cudaDeviceSynchronize(), "tensor-core forward");
+  if (tuning.prep_only) return Status::OK();
   PassParams pass;
   pass.w = static_cast<const bf16*>(w.raw_data());
   pass.u = static_cast<const bf16*>(u.raw_data());
@@ -798,7 +799,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     p1.in_ld = VD;
     p1.out_ld = VD + KD;
     ORRERY_RETURN_IF_ERROR(LaunchStatePass<KD>(p1, pass1.size() / kSegmentDescWords, heads,
-                                               (VD + KD) / kSliceV, "state pass 1 launch"));
+                                               (VD + KD) / kSliceV, stream, "state pass 1 launch"));
   }
   if (split) {
     SegmentCombineArgs combine;
@@ -809,6 +810,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
     combine.trans_ld = vd + kd;
     combine.init = h0;
     combine.seg_start = seg_start.data<float>();
+    combine.device = dev;
     ORRERY_RETURN_IF_ERROR(LaunchKdaSegmentCombine(KD, VD, n_seq, heads, combine));
   }
   PassParams p2 = pass;
@@ -821,7 +823,7 @@ Status RunTc(const KdaProblem& p, const KdaInputs& in, const KdaTcTuning& tuning
   p2.in_ld = VD;
   p2.out_ld = VD;
   ORRERY_RETURN_IF_ERROR(LaunchStatePass<KD>(p2, pass2.size() / kSegmentDescWords, heads,
-                                             VD / kSliceV, "state pass launch"));
+                                             VD / kSliceV, stream, "state pass launch"));
   // The scratch tensors and tables go back to the device's block cache when this returns, while
   // the kernels may still run: whatever takes those blocks next is queued after them on the
   // same stream.
@@ -898,8 +900,9 @@ Status LaunchKdaSegmentCombine(int64_t kd, int64_t vd, int64_t n_seq, int64_t he
   const size_t smem = sizeof(float) * (kd * kd + kd * kCombineCols);
   auto kernel = kd == 128 ? KdaSegmentCombineKernel<128> : KdaSegmentCombineKernel<64>;
   ORRERY_RETURN_IF_ERROR(AllowSmem(kernel, smem));
+  ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(args.device));
   kernel<<<dim3(static_cast<unsigned>(n_seq * heads), static_cast<unsigned>(vd / kCombineCols)),
-           kCombineThreads, smem>>>(cp);
+           kCombineThreads, smem, stream>>>(cp);
   return CudaCheck(cudaGetLastError(), "segment combine launch");
 }
 

@@ -265,10 +265,11 @@ Status TransformInputs(const KdaProblem& p, const KdaInputs& raw, const KdaInput
                          Ptr<In>(out->beta),    Ptr<float>(out->g),   Ptr<float>(*q_rstd),
                          Ptr<float>(*k_rstd)};
   if (p.batch * p.tokens > 0) {
+    ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(dev));
     if (Vectorised(p, {&raw.q, &raw.k, &raw.g, &out->q, &out->k, &out->g})) {
-      KdaTransformInputsKernel<4, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+      KdaTransformInputsKernel<4, In, GIn><<<Grid(p), kThreads, 0, stream>>>(Params(p, raw, t), a);
     } else {
-      KdaTransformInputsKernel<1, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+      KdaTransformInputsKernel<1, In, GIn><<<Grid(p), kThreads, 0, stream>>>(Params(p, raw, t), a);
     }
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "input transforms launch"));
   }
@@ -307,10 +308,11 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
                        Ptr<float>(da_log_parts),
                        Ptr<float>(ddt_bias_parts)};
   if (p.batch * p.tokens > 0) {
+    ORRERY_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamOf(dev));
     if (Vectorised(p, {&x.q, &x.k, &raw.g, &grads->dq, &grads->dk, &grads->dg, &dz})) {
-      KdaChainTransformsKernel<4, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+      KdaChainTransformsKernel<4, In, GIn><<<Grid(p), kThreads, 0, stream>>>(Params(p, raw, t), a);
     } else {
-      KdaChainTransformsKernel<1, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
+      KdaChainTransformsKernel<1, In, GIn><<<Grid(p), kThreads, 0, stream>>>(Params(p, raw, t), a);
     }
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "input transforms backward launch"));
   }
@@ -327,9 +329,9 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
     }
   }
   if (t.gate) grads->dg = dz;
-  // dz and the kernel's reads of the transformed inputs outlive this call only through the
-  // tensors it returns; wait so that freed scratch is not handed out under the kernel.
-  return CudaCheck(cudaDeviceSynchronize(), "input transforms backward");
+  // Scratch freed when this returns is reused only by work queued after the kernel on the same
+  // stream.
+  return Status::OK();
 }
 
 }  // namespace

@@ -20,9 +20,16 @@ struct PagedLatentCache;  // kernels/mla_decode.h
 
 namespace orrery::kernels::cuda {
 
+// One token per row of logits (kernels/token_sampling.h).
+Status SampleTokensCuda(const Tensor& logits, const Tensor& params, Tensor* ids, Tensor* logprobs);
+
 // c = alpha op(a) op(b) + beta c through cuBLASLt (kernels/matmul.h).
 Status MatmulCuda(const Tensor& a, const Tensor& b, const MatmulOptions& o, int64_t m, int64_t n,
                   int64_t k, Tensor* c);
+// The strided-batched form (kernels/matmul.h), one cuBLASLt call.
+Status MatmulStridedBatchedCuda(const MatrixBatch& a, const MatrixBatch& b, int64_t batch,
+                                const MatmulOptions& o, int64_t m, int64_t n, int64_t k,
+                                const MatrixBatch& c);
 
 // RMSNorm over rows of x [rows, d] (bf16 or f32); w [d] of x's dtype or undefined; y like x;
 // rstd [rows] f32.
@@ -74,7 +81,7 @@ Status AdamWStepCuda(const AdamWStepArgs& args, const Tensor& grad, const Tensor
 
 // Embedding (kernels/embedding.h): table/y bf16 or f32; dtable f32. Both fail with OutOfRange for
 // an id outside [0, V) (one 4-byte flag read back).
-Status EmbeddingGatherCuda(const Tensor& table, const Tensor& ids, Tensor* y);
+Status EmbeddingGatherCuda(const Tensor& table, const Tensor& ids, bool check_ids, Tensor* y);
 Status EmbeddingScatterAddCuda(const Tensor& ids, const Tensor& dy, Tensor* dtable);
 
 // The cross-entropy of a chunk of f32 logits rows (kernels/lm_head_loss.h): adds each row's
@@ -113,6 +120,8 @@ Status MlaKeysValuesGradCuda(const Tensor& dk, const Tensor& dv, int64_t dn, Ten
 // cu_seqlens i64 on the device (checked by the caller); dw [C, W] f32 accumulated.
 Status ShortConvSiluForwardCuda(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
                                 Tensor* y);
+Status ShortConvSiluDecodeCuda(const Tensor& x, const Tensor& w, const Tensor& rows, Tensor* hist,
+                               Tensor* y);
 Status ShortConvSiluBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& cu_seqlens,
                                  const Tensor& dy, Tensor* dx, Tensor* dw);
 

@@ -1,15 +1,23 @@
 // GpuInferenceState (model/gpu/gpu_inference.h): slot and page bookkeeping on the host, state and
-// page pools on the device, and the inference pass over the GpuModel (GpuModel::RunInference with
-// the KDA and MLA layers' Infer as its sequence mixers).
+// page pools on the device, the general inference pass over the GpuModel (GpuModel::RunInference
+// with the KDA and MLA layers' Infer as its sequence mixers) and the fixed-shape decode step
+// (the layers' Decode / Infer over the state tables), eager or replayed from CUDA graphs.
 #include "model/gpu/gpu_inference.h"
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
 #include <utility>
 
+#include "core/cuda_allocator.h"
+#include "core/cuda_graph.h"
 #include "core/device.h"
+#include "core/logging.h"
 #include "kernels/rows.h"
+#include "kernels/token_sampling.h"
 #include "model/gpu/gpu_layers.h"
 
 namespace orrery::model {
@@ -20,6 +28,40 @@ Tensor I32(const std::vector<int32_t>& v) {
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The rows of the fixed-shape step's input buffer (i32 [kInputRows, max bucket]).
+enum InputRow : int64_t {
+  kTokens = 0,       // the token fed (0 for padding)
+  kStateRows = 1,    // the slot: its row of the KDA and conv state tables (-1 for padding)
+  kTableRows = 2,    // its row of the block table (num_slots, an all-zero row, for padding)
+  kSlotMapping = 3,  // page * page_size + offset of its new latent (-1 for padding: not written)
+  kContext = 4,      // tokens it holds after the step (1 for padding: row 0 of page 0)
+  kInputRows = 5,
+};
+
+// The buckets up to the one holding n: the powers of two and their 1.5 multiples.
+std::vector<int64_t> BucketsUpTo(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t p = 1;; p *= 2) {
+    for (int64_t b : {p, p + p / 2}) {
+      if (b == p + p / 2 && p < 2) continue;
+      out.push_back(b);
+      if (b >= n) return out;
+    }
+  }
+}
+
+// What a device-side pass (general or fixed-shape) leaves for its caller.
+struct DeviceStep {
+  Tensor logits;      // f32 [rows, vocab] on the device
+  Tensor expert_ids;  // i32 [moe_layers, tokens, top_k] on the host
+};
+
+// The fixed-shape step's outputs on the device: logits f32 [B, V] and `out` i32 [2B + moe_layers
+// * B * top_k]: the sampled ids, the log-probabilities (f32 bits) and the expert ids.
+struct StepTensors {
+  Tensor logits, out;
+};
 
 }  // namespace
 
@@ -50,6 +92,42 @@ struct GpuInferenceState::Impl {
   };
   MhaScratch* mha = nullptr;
   int64_t mha_tokens = 0;  // fed in the MHA form so far
+  // The fixed-shape decode step (gpu_inference.h).
+  int64_t width = 1;             // W: the block table's fixed width
+  std::vector<int64_t> buckets;  // ascending, the last holding num_slots
+  Tensor table_dev;              // i32 [num_slots + 1, W]; the last row all zeros
+  std::vector<int32_t> table_host;
+  std::vector<char> table_dirty;  // per slot: its block changed since its row was uploaded
+  Tensor in_dev;                  // i32 [kInputRows, max bucket]
+  std::vector<int32_t> in_host;
+  Tensor draw_dev;  // f64 [max bucket, 3]: temperature, top_p, u
+  std::vector<double> draw_host;
+  std::vector<int32_t> out_host;  // the copy back of StepTensors::out
+  std::map<int64_t, gpu::InferenceSegments> bucket_segments;
+  struct Graph {
+    std::unique_ptr<DeviceGraph> graph;
+    StepTensors out;
+  };
+  std::map<int64_t, Graph> graphs;  // by bucket * 2 + sampled
+  std::map<int64_t, int> uses;      // steps run per key (a graph is captured at the second)
+  bool graphs_on = true;
+  uint64_t graph_pool = 0;
+  DecodeStats stats;
+  // Page changes of the step in progress (undone when it fails).
+  struct PageChange {
+    int64_t slot;
+    int32_t from, to;  // copy-on-write: block.back() was `from`, is `to`; a new page: from = -1
+  };
+  std::vector<PageChange> changes;
+  mutable std::vector<bool> seen_scratch;  // CheckDecode's, kept to not allocate per step
+
+  ~Impl() {
+    if (!graphs.empty()) {
+      (void)CudaSynchronize(device.index);  // no replay still running when its graph goes
+      graphs.clear();
+    }
+    if (graph_pool != 0) CudaReleasePrivatePool(device.index, graph_pool);
+  }
 
   void Unref(int32_t page) {
     if (--refs[static_cast<size_t>(page)] == 0) free_pages.push_back(page);
@@ -63,6 +141,7 @@ struct GpuInferenceState::Impl {
   void DropPages(int64_t slot) {
     for (int32_t p : block[static_cast<size_t>(slot)]) Unref(p);
     block[static_cast<size_t>(slot)].clear();
+    table_dirty[static_cast<size_t>(slot)] = 1;
   }
 
   Status ZeroSlot(int64_t slot) {
@@ -94,11 +173,16 @@ struct GpuInferenceState::Impl {
 
   Status Check(const std::vector<int64_t>& slots,
                const std::vector<std::vector<int32_t>>& feeds) const;
-  StatusOr<StepOutput> Extend(const std::vector<int64_t>& slots,
+  // Check for one token per slot (no per-token lists built).
+  Status CheckDecode(const std::vector<int64_t>& slots, const std::vector<int32_t>& tokens) const;
+  // The slot's id, its length after m more tokens, and that pages are enough: shared by both.
+  Status CheckSlotFeed(int64_t s, int64_t m, std::vector<bool>* seen) const;
+  Status CheckPages(int64_t pages) const;
+  StatusOr<DeviceStep> Extend(const std::vector<int64_t>& slots,
                               const std::vector<std::vector<int32_t>>& feeds);
   // GpuInferenceState::Prefill: the MLA form per slot (the rule, gpu_inference.h), then Extend
   // once per form.
-  StatusOr<StepOutput> Prefill(const std::vector<int64_t>& slots,
+  StatusOr<DeviceStep> Prefill(const std::vector<int64_t>& slots,
                                const std::vector<std::vector<int32_t>>& feeds);
   // The MHA form's scratch for feeding `slots`: allocated (ResourceExhausted when it does not
   // fit) and the slots' contexts decompressed into it.
@@ -107,11 +191,72 @@ struct GpuInferenceState::Impl {
   // Per token of a slot, all MLA layers: H (dn + dr + dv) values in the compute dtype.
   int64_t MhaBytesPerToken() const;
   // One forward pass; every feed at most prefill_chunk tokens; pages already checked.
-  StatusOr<StepOutput> Pass(const std::vector<int64_t>& slots,
+  StatusOr<DeviceStep> Pass(const std::vector<int64_t>& slots,
                             const std::vector<std::vector<int32_t>>& feeds);
   Status RunPass(const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& feeds,
-                 StepOutput* out);
+                 DeviceStep* out);
+
+  // Draws on the device from `logits` [slots.size(), V] (device) by `draws`.
+  Status SampleOnDevice(const Tensor& logits, const std::vector<TokenDraw>& draws,
+                        SampledStep* out);
+
+  // The fixed-shape decode step; exactly one of `logits` (the StepOutput form) or `sampled`
+  // (with draws) is non-null.
+  Status FixedDecode(const std::vector<int64_t>& slots, const std::vector<int32_t>& tokens,
+                     const std::vector<TokenDraw>* draws, StepOutput* logits, SampledStep* sampled);
+  // Its device work for bucket b from the input buffers: what a graph captures.
+  Status StepBody(int64_t b, bool sample, StepTensors* t);
+  void TakeDecodePages(const std::vector<int64_t>& slots);
+  void UndoDecodePages();
+  Status UploadTableRows();
+  int64_t Bucket(int64_t n) const { return *std::lower_bound(buckets.begin(), buckets.end(), n); }
 };
+
+Status GpuInferenceState::Impl::CheckSlotFeed(int64_t s, int64_t m, std::vector<bool>* seen) const {
+  if (s < 0 || s >= static_cast<int64_t>(used.size())) {
+    return InvalidArgumentError("gpu inference: slot " + std::to_string(s) + " is outside [0, " +
+                                std::to_string(used.size()) + ")");
+  }
+  if (!used[static_cast<size_t>(s)]) {
+    return FailedPreconditionError("gpu inference: slot " + std::to_string(s) +
+                                   " is not allocated");
+  }
+  if ((*seen)[static_cast<size_t>(s)]) {
+    return InvalidArgumentError("gpu inference: slot " + std::to_string(s) +
+                                " appears twice in one call");
+  }
+  (*seen)[static_cast<size_t>(s)] = true;
+  const int64_t total = length[static_cast<size_t>(s)] + m;
+  if (total > options.max_tokens_per_slot) {
+    return ResourceExhaustedError(
+        "gpu inference: slot " + std::to_string(s) + " would hold " + std::to_string(total) +
+        " tokens, more than max_tokens_per_slot = " + std::to_string(options.max_tokens_per_slot));
+  }
+  return Status::OK();
+}
+
+Status GpuInferenceState::Impl::CheckPages(int64_t pages) const {
+  if (!pools.empty() && pages > static_cast<int64_t>(free_pages.size())) {
+    return ResourceExhaustedError("gpu inference: the call needs " + std::to_string(pages) +
+                                  " latent pages, " + std::to_string(free_pages.size()) + " of " +
+                                  std::to_string(options.num_pages) +
+                                  " are free (release finished slots, or raise num_pages)");
+  }
+  return Status::OK();
+}
+
+namespace {
+
+Status CheckToken(int32_t id, int64_t slot, int64_t vocab) {
+  if (id < 0 || id >= vocab) {
+    return InvalidArgumentError("gpu inference: token id " + std::to_string(id) + " for slot " +
+                                std::to_string(slot) + " is outside the vocabulary [0, " +
+                                std::to_string(vocab) + ")");
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 Status GpuInferenceState::Impl::Check(const std::vector<int64_t>& slots,
                                       const std::vector<std::vector<int32_t>>& feeds) const {
@@ -124,50 +269,19 @@ Status GpuInferenceState::Impl::Check(const std::vector<int64_t>& slots,
   int64_t pages = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
     const int64_t s = slots[i];
-    if (s < 0 || s >= static_cast<int64_t>(used.size())) {
-      return InvalidArgumentError("gpu inference: slot " + std::to_string(s) + " is outside [0, " +
-                                  std::to_string(used.size()) + ")");
-    }
-    if (!used[static_cast<size_t>(s)]) {
-      return FailedPreconditionError("gpu inference: slot " + std::to_string(s) +
-                                     " is not allocated");
-    }
-    if (seen[static_cast<size_t>(s)]) {
-      return InvalidArgumentError("gpu inference: slot " + std::to_string(s) +
-                                  " appears twice in one call");
-    }
-    seen[static_cast<size_t>(s)] = true;
-    if (feeds[i].empty()) {
+    const int64_t m = static_cast<int64_t>(feeds[i].size());
+    ORRERY_RETURN_IF_ERROR(CheckSlotFeed(s, m, &seen));
+    if (m == 0) {
       return InvalidArgumentError("gpu inference: the token list of slot " + std::to_string(s) +
                                   " is empty");
     }
-    for (int32_t id : feeds[i]) {
-      if (id < 0 || id >= c.vocab_size) {
-        return InvalidArgumentError("gpu inference: token id " + std::to_string(id) + " for slot " +
-                                    std::to_string(s) + " is outside the vocabulary [0, " +
-                                    std::to_string(c.vocab_size) + ")");
-      }
-    }
-    const int64_t m = static_cast<int64_t>(feeds[i].size());
-    const int64_t total = length[static_cast<size_t>(s)] + m;
-    if (total > options.max_tokens_per_slot) {
-      return ResourceExhaustedError("gpu inference: slot " + std::to_string(s) + " would hold " +
-                                    std::to_string(total) +
-                                    " tokens, more than max_tokens_per_slot = " +
-                                    std::to_string(options.max_tokens_per_slot));
-    }
+    for (int32_t id : feeds[i]) ORRERY_RETURN_IF_ERROR(CheckToken(id, s, c.vocab_size));
     pages += PagesNeeded(s, m);
   }
-  if (!pools.empty() && pages > static_cast<int64_t>(free_pages.size())) {
-    return ResourceExhaustedError("gpu inference: the call needs " + std::to_string(pages) +
-                                  " latent pages, " + std::to_string(free_pages.size()) + " of " +
-                                  std::to_string(options.num_pages) +
-                                  " are free (release finished slots, or raise num_pages)");
-  }
-  return Status::OK();
+  return CheckPages(pages);
 }
 
-StatusOr<StepOutput> GpuInferenceState::Impl::Prefill(
+StatusOr<DeviceStep> GpuInferenceState::Impl::Prefill(
     const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& feeds) {
   ORRERY_RETURN_IF_ERROR(Check(slots, feeds));
   // The rule (gpu_inference.h): feeds of at least mha_prefill_min_tokens take the MHA form when
@@ -206,31 +320,35 @@ StatusOr<StepOutput> GpuInferenceState::Impl::Prefill(
   }
   ORRERY_RETURN_IF_ERROR(scratch.status());
   mha = &*scratch;
-  StatusOr<StepOutput> mha_out = Extend(mha_slots, mha_feeds);
+  StatusOr<DeviceStep> mha_out = Extend(mha_slots, mha_feeds);
   mha = nullptr;
   ORRERY_RETURN_IF_ERROR(mha_out.status());
   for (const auto& f : mha_feeds) mha_tokens += static_cast<int64_t>(f.size());
   *scratch = MhaScratch();  // freed before the absorbed group runs
   if (absorbed_group.empty()) return mha_out;
-  ORRERY_ASSIGN_OR_RETURN(StepOutput other, Extend(other_slots, other_feeds));
+  ORRERY_ASSIGN_OR_RETURN(DeviceStep other, Extend(other_slots, other_feeds));
   // Both groups' rows back in call order.
   const int64_t k = c.moe.top_k, nmoe = c.num_moe_layers();
   std::vector<int64_t> base(slots.size() + 1, 0);
   for (size_t i = 0; i < slots.size(); ++i) {
     base[i + 1] = base[i] + static_cast<int64_t>(feeds[i].size());
   }
-  StepOutput out;
-  out.logits = Tensor::Empty({static_cast<int64_t>(slots.size()), c.vocab_size}, DType::kF32);
+  DeviceStep out;
+  ORRERY_ASSIGN_OR_RETURN(
+      out.logits,
+      Tensor::Allocate({static_cast<int64_t>(slots.size()), c.vocab_size}, DType::kF32, device));
   out.expert_ids = Tensor::Zeros({nmoe, base.back(), nmoe > 0 ? k : 0}, DType::kI32);
   for (const auto& [group, part_out] :
-       {std::pair<const std::vector<size_t>&, const StepOutput&>{mha_group, *mha_out},
-        std::pair<const std::vector<size_t>&, const StepOutput&>{absorbed_group, other}}) {
+       {std::pair<const std::vector<size_t>&, const DeviceStep&>{mha_group, *mha_out},
+        std::pair<const std::vector<size_t>&, const DeviceStep&>{absorbed_group, other}}) {
     int64_t at = 0;
     for (size_t j = 0; j < group.size(); ++j) {
       const size_t i = group[j];
       const int64_t m = static_cast<int64_t>(feeds[i].size());
-      std::copy_n(part_out.logits.data<float>() + static_cast<int64_t>(j) * c.vocab_size,
-                  c.vocab_size, out.logits.data<float>() + static_cast<int64_t>(i) * c.vocab_size);
+      const int64_t row = static_cast<int64_t>(i), from = static_cast<int64_t>(j);
+      ORRERY_ASSIGN_OR_RETURN(Tensor dst, out.logits.Slice(row, row + 1));
+      ORRERY_ASSIGN_OR_RETURN(Tensor src, part_out.logits.Slice(from, from + 1));
+      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(src));
       for (int64_t l = 0; l < nmoe; ++l) {
         std::copy_n(part_out.expert_ids.data<int32_t>() + (l * part_out.expert_ids.dim(1) + at) * k,
                     m * k, out.expert_ids.data<int32_t>() + (l * base.back() + base[i]) * k);
@@ -298,22 +416,41 @@ StatusOr<GpuInferenceState::Impl::MhaScratch> GpuInferenceState::Impl::MakeMhaSc
   return scratch;
 }
 
-StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
+Status GpuInferenceState::Impl::CheckDecode(const std::vector<int64_t>& slots,
+                                            const std::vector<int32_t>& tokens) const {
+  if (slots.empty()) return InvalidArgumentError("gpu inference: no slots given");
+  if (slots.size() != tokens.size()) {
+    return InvalidArgumentError("gpu inference: " + std::to_string(slots.size()) + " slots but " +
+                                std::to_string(tokens.size()) + " tokens");
+  }
+  std::vector<bool>& seen = seen_scratch;
+  seen.assign(used.size(), false);
+  int64_t pages = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    ORRERY_RETURN_IF_ERROR(CheckSlotFeed(slots[i], 1, &seen));
+    ORRERY_RETURN_IF_ERROR(CheckToken(tokens[i], slots[i], c.vocab_size));
+    pages += PagesNeeded(slots[i], 1);
+  }
+  return CheckPages(pages);
+}
+
+StatusOr<DeviceStep> GpuInferenceState::Impl::Extend(
     const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& feeds) {
   ORRERY_RETURN_IF_ERROR(Check(slots, feeds));
   const int64_t chunk = options.prefill_chunk;
   bool fits = true;
   for (const auto& f : feeds) fits = fits && static_cast<int64_t>(f.size()) <= chunk;
   if (fits) return Pass(slots, feeds);
-  // Successive chunks: each slot's logits from its last chunk, its expert ids in token order.
+  // Successive chunks: each slot's logits from its last chunk (rows copied on the device), its
+  // expert ids in token order.
   const int64_t ns = static_cast<int64_t>(slots.size()), k = c.moe.top_k;
   const int64_t nmoe = c.num_moe_layers();
   std::vector<int64_t> base(slots.size() + 1, 0);
   for (size_t i = 0; i < slots.size(); ++i) {
     base[i + 1] = base[i] + static_cast<int64_t>(feeds[i].size());
   }
-  StepOutput out;
-  out.logits = Tensor::Empty({ns, c.vocab_size}, DType::kF32);
+  DeviceStep out;
+  ORRERY_ASSIGN_OR_RETURN(out.logits, Tensor::Allocate({ns, c.vocab_size}, DType::kF32, device));
   out.expert_ids = Tensor::Zeros({nmoe, base.back(), nmoe > 0 ? k : 0}, DType::kI32);
   for (int64_t off = 0;; off += chunk) {
     std::vector<int64_t> sub_slots, which;
@@ -326,12 +463,14 @@ StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
       sub_feeds.emplace_back(feeds[i].begin() + off, feeds[i].begin() + std::min(m, off + chunk));
     }
     if (sub_slots.empty()) break;
-    ORRERY_ASSIGN_OR_RETURN(StepOutput part, Pass(sub_slots, sub_feeds));
+    ORRERY_ASSIGN_OR_RETURN(DeviceStep part, Pass(sub_slots, sub_feeds));
     int64_t at = 0;
     for (size_t j = 0; j < which.size(); ++j) {
       const int64_t i = which[j], m = static_cast<int64_t>(sub_feeds[j].size());
-      std::copy_n(part.logits.data<float>() + static_cast<int64_t>(j) * c.vocab_size, c.vocab_size,
-                  out.logits.data<float>() + i * c.vocab_size);
+      const int64_t r = static_cast<int64_t>(j);
+      ORRERY_ASSIGN_OR_RETURN(Tensor dst, out.logits.Slice(i, i + 1));
+      ORRERY_ASSIGN_OR_RETURN(Tensor src, part.logits.Slice(r, r + 1));
+      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(src));
       for (int64_t l = 0; l < nmoe; ++l) {
         std::copy_n(part.expert_ids.data<int32_t>() + (l * part.expert_ids.dim(1) + at) * k, m * k,
                     out.expert_ids.data<int32_t>() + (l * base.back() + base[i] + off) * k);
@@ -342,7 +481,7 @@ StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
   return out;
 }
 
-StatusOr<StepOutput> GpuInferenceState::Impl::Pass(const std::vector<int64_t>& slots,
+StatusOr<DeviceStep> GpuInferenceState::Impl::Pass(const std::vector<int64_t>& slots,
                                                    const std::vector<std::vector<int32_t>>& feeds) {
   // Pages first (copy-on-write of a shared, partially filled last page, then new pages to hold
   // the feed), undone if the pass fails.
@@ -353,6 +492,7 @@ StatusOr<StepOutput> GpuInferenceState::Impl::Pass(const std::vector<int64_t>& s
     for (int64_t s : slots) {
       auto& b = block[static_cast<size_t>(s)];
       saved_blocks.push_back(b);
+      table_dirty[static_cast<size_t>(s)] = 1;
       const int64_t len = length[static_cast<size_t>(s)];
       if (len % ps != 0 && refs[static_cast<size_t>(b.back())] > 1) {
         const int32_t from = b.back(), to = Take();
@@ -377,7 +517,7 @@ StatusOr<StepOutput> GpuInferenceState::Impl::Pass(const std::vector<int64_t>& s
       }
     }
   }
-  StepOutput out;
+  DeviceStep out;
   Status st = RunPass(slots, feeds, &out);
   if (!st.ok()) {
     for (int32_t p : cow_sources) ++refs[static_cast<size_t>(p)];  // shared: never freed
@@ -395,7 +535,7 @@ StatusOr<StepOutput> GpuInferenceState::Impl::Pass(const std::vector<int64_t>& s
 
 Status GpuInferenceState::Impl::RunPass(const std::vector<int64_t>& slots,
                                         const std::vector<std::vector<int32_t>>& feeds,
-                                        StepOutput* out) {
+                                        DeviceStep* out) {
   const int64_t ns = static_cast<int64_t>(slots.size()), ps = options.page_size;
   // Host index arrays of the call.
   gpu::InferenceSegments seg;
@@ -502,9 +642,10 @@ Status GpuInferenceState::Impl::RunPass(const std::vector<int64_t>& slots,
     }
     return a->Infer(x, seg, call, &pools[index], y);
   };
+  ORRERY_RETURN_IF_ERROR(model->SyncInferenceInputs());
   ORRERY_RETURN_IF_ERROR(model->RunInference(&pass));
 
-  ORRERY_ASSIGN_OR_RETURN(out->logits, pass.logits.To(Device::Cpu()));
+  out->logits = pass.logits;
   const int64_t nmoe = static_cast<int64_t>(pass.expert_ids.size()), k = c.moe.top_k;
   out->expert_ids = Tensor::Zeros({nmoe, n, nmoe > 0 ? k : 0}, DType::kI32);
   for (int64_t l = 0; l < nmoe; ++l) {
@@ -519,6 +660,280 @@ Status GpuInferenceState::Impl::RunPass(const std::vector<int64_t>& slots,
       ORRERY_RETURN_IF_ERROR(kernels::ScatterRows(rows, slot_dev, &conv[i][j]));
     }
   }
+  return Status::OK();
+}
+
+Status GpuInferenceState::Impl::SampleOnDevice(const Tensor& logits,
+                                               const std::vector<TokenDraw>& draws,
+                                               SampledStep* out) {
+  const int64_t ns = logits.dim(0);
+  if (static_cast<int64_t>(draws.size()) != ns) {
+    return InvalidArgumentError("gpu inference: " + std::to_string(ns) + " slots but " +
+                                std::to_string(draws.size()) + " draws");
+  }
+  Tensor params = Tensor::Empty({ns, 3}, DType::kF64);
+  for (int64_t i = 0; i < ns; ++i) {
+    params.data<double>()[i * 3] = draws[static_cast<size_t>(i)].temperature;
+    params.data<double>()[i * 3 + 1] = draws[static_cast<size_t>(i)].top_p;
+    params.data<double>()[i * 3 + 2] = draws[static_cast<size_t>(i)].uniform;
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor params_dev, params.To(device));
+  Tensor ids, logprobs;
+  ORRERY_RETURN_IF_ERROR(kernels::SampleTokens(logits, params_dev, &ids, &logprobs));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ids_host, ids.To(Device::Cpu()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor lp_host, logprobs.To(Device::Cpu()));
+  out->ids.assign(ids_host.data<int32_t>(), ids_host.data<int32_t>() + ns);
+  out->logprobs.assign(lp_host.data<float>(), lp_host.data<float>() + ns);
+  return Status::OK();
+}
+
+void GpuInferenceState::Impl::TakeDecodePages(const std::vector<int64_t>& slots) {
+  changes.clear();
+  if (pools.empty()) return;
+  const int64_t ps = options.page_size;
+  for (int64_t s : slots) {
+    auto& b = block[static_cast<size_t>(s)];
+    const int64_t len = length[static_cast<size_t>(s)];
+    if (len % ps != 0 && refs[static_cast<size_t>(b.back())] > 1) {
+      const int32_t from = b.back(), to = Take();
+      b.back() = to;
+      Unref(from);
+      changes.push_back({s, from, to});
+      table_dirty[static_cast<size_t>(s)] = 1;
+    } else if (len % ps == 0) {
+      const int32_t page = Take();
+      b.push_back(page);
+      changes.push_back({s, -1, page});
+      table_dirty[static_cast<size_t>(s)] = 1;
+    }
+  }
+}
+
+void GpuInferenceState::Impl::UndoDecodePages() {
+  for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
+    auto& b = block[static_cast<size_t>(it->slot)];
+    if (it->from < 0) {
+      b.pop_back();
+    } else {
+      b.back() = it->from;
+      ++refs[static_cast<size_t>(it->from)];  // it was shared: never freed meanwhile
+    }
+    Unref(it->to);
+    table_dirty[static_cast<size_t>(it->slot)] = 1;
+  }
+  changes.clear();
+}
+
+Status GpuInferenceState::Impl::UploadTableRows() {
+  int64_t dirty = 0;
+  for (char d : table_dirty) dirty += d != 0;
+  if (dirty == 0) return Status::OK();
+  if (dirty > 8) {  // many rows (after a large prefill): the whole table in one copy
+    for (size_t s = 0; s < table_dirty.size(); ++s) {
+      int32_t* row = table_host.data() + s * static_cast<size_t>(width);
+      std::fill(row, row + width, 0);
+      std::copy(block[s].begin(), block[s].end(), row);
+      table_dirty[s] = 0;
+    }
+    return DeviceCopy(table_dev.raw_data(), device, table_host.data(), Device::Cpu(),
+                      table_dev.nbytes());
+  }
+  for (size_t s = 0; s < table_dirty.size(); ++s) {
+    if (!table_dirty[s]) continue;
+    int32_t* row = table_host.data() + s * static_cast<size_t>(width);
+    const auto& b = block[s];
+    std::fill(row, row + width, 0);
+    std::copy(b.begin(), b.end(), row);
+    ORRERY_ASSIGN_OR_RETURN(Tensor dst,
+                            table_dev.Slice(static_cast<int64_t>(s), static_cast<int64_t>(s) + 1));
+    ORRERY_RETURN_IF_ERROR(DeviceCopy(dst.raw_data(), device, row, Device::Cpu(), dst.nbytes()));
+    table_dirty[s] = 0;
+  }
+  return Status::OK();
+}
+
+Status GpuInferenceState::Impl::StepBody(int64_t b, bool sample, StepTensors* t) {
+  const int64_t nmoe = c.num_moe_layers(), k = c.moe.top_k;
+  auto input = [&](InputRow r) -> StatusOr<Tensor> {
+    ORRERY_ASSIGN_OR_RETURN(Tensor row, in_dev.Slice(r, r + 1));
+    ORRERY_ASSIGN_OR_RETURN(row, row.Reshape({in_dev.dim(1)}));
+    return row.Slice(0, b);
+  };
+  ORRERY_ASSIGN_OR_RETURN(const Tensor tokens, input(kTokens));
+  ORRERY_ASSIGN_OR_RETURN(const Tensor state_rows, input(kStateRows));
+  ORRERY_ASSIGN_OR_RETURN(const Tensor table_rows, input(kTableRows));
+  gpu::MlaPagedCall call;
+  call.uniform = true;
+  ORRERY_ASSIGN_OR_RETURN(call.slot_mapping, input(kSlotMapping));
+  ORRERY_ASSIGN_OR_RETURN(call.context_lens, input(kContext));
+  if (!pools.empty()) {
+    ORRERY_RETURN_IF_ERROR(kernels::GatherRows(table_dev, table_rows, &call.block_table));
+  }
+  const gpu::InferenceSegments& seg = bucket_segments[b];
+  ORRERY_ASSIGN_OR_RETURN(t->out, Tensor::Allocate({2 * b + nmoe * b * k}, DType::kI32, device));
+  gpu::InferencePass pass;
+  pass.tokens = tokens;
+  if (nmoe > 0) {
+    ORRERY_ASSIGN_OR_RETURN(Tensor ids, t->out.Slice(2 * b, 2 * b + nmoe * b * k));
+    ORRERY_ASSIGN_OR_RETURN(pass.expert_ids_out, ids.Reshape({nmoe, b, k}));
+  }
+  pass.mixer = [&](int64_t l, const gpu::GpuKda* kda, const gpu::GpuMla* mla, const Tensor& x,
+                   Tensor* y) -> Status {
+    const size_t index = static_cast<size_t>(kind_index[static_cast<size_t>(l)]);
+    if (kda != nullptr) {
+      gpu::KdaStateRows st;
+      st.rows = state_rows;
+      st.state = &kda_state[index];
+      for (int j = 0; j < 3; ++j) st.conv[j] = &conv[index][static_cast<size_t>(j)];
+      return kda->Decode(x, st, y);
+    }
+    return mla->Infer(x, seg, call, &pools[index], y);
+  };
+  ORRERY_RETURN_IF_ERROR(model->RunInference(&pass));
+  t->logits = pass.logits;
+  if (!sample) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(const Tensor params, draw_dev.Slice(0, b));
+  ORRERY_ASSIGN_OR_RETURN(Tensor ids, t->out.Slice(0, b));
+  ORRERY_ASSIGN_OR_RETURN(Tensor lp_bits, t->out.Slice(b, 2 * b));
+  Tensor logprobs =
+      Tensor::Wrap({b}, DType::kF32, device, lp_bits.raw_data(), std::make_shared<Tensor>(t->out));
+  return kernels::SampleTokens(pass.logits, params, &ids, &logprobs);
+}
+
+Status GpuInferenceState::Impl::FixedDecode(const std::vector<int64_t>& slots,
+                                            const std::vector<int32_t>& tokens,
+                                            const std::vector<TokenDraw>* draws,
+                                            StepOutput* logits_out, SampledStep* sampled) {
+  ORRERY_RETURN_IF_ERROR(CheckDecode(slots, tokens));
+  const bool sample = draws != nullptr;
+  const int64_t ns = static_cast<int64_t>(slots.size()), b = Bucket(ns);
+  const int64_t bmax = in_dev.dim(1), ps = options.page_size;
+  const int64_t nslots = static_cast<int64_t>(used.size());
+  if (sample && static_cast<int64_t>(draws->size()) != ns) {
+    return InvalidArgumentError("gpu inference: " + std::to_string(ns) + " slots but " +
+                                std::to_string(draws->size()) + " draws");
+  }
+  // Pages (copy-on-write of a shared, partially filled last page, or a new page at a page
+  // boundary), then the step's inputs.
+  TakeDecodePages(slots);
+  for (const PageChange& ch : changes) {
+    if (ch.from < 0) continue;
+    for (Tensor& pool : pools) {
+      ORRERY_ASSIGN_OR_RETURN(Tensor dst, pool.Slice(ch.to, ch.to + 1));
+      ORRERY_ASSIGN_OR_RETURN(Tensor src, pool.Slice(ch.from, ch.from + 1));
+      Status st = dst.CopyFrom(src);
+      if (!st.ok()) {
+        UndoDecodePages();
+        return st;
+      }
+    }
+  }
+  int32_t* in = in_host.data();
+  for (int64_t i = 0; i < b; ++i) {
+    const bool real = i < ns;
+    const int64_t s = real ? slots[static_cast<size_t>(i)] : -1;
+    const int64_t len = real ? length[static_cast<size_t>(s)] : 0;
+    in[kTokens * bmax + i] = real ? tokens[static_cast<size_t>(i)] : 0;
+    in[kStateRows * bmax + i] = static_cast<int32_t>(s);
+    in[kTableRows * bmax + i] = static_cast<int32_t>(real ? s : nslots);
+    int32_t slot = -1;
+    if (real && !pools.empty()) {
+      const auto& blk = block[static_cast<size_t>(s)];
+      slot = static_cast<int32_t>(blk[static_cast<size_t>(len / ps)] * ps + len % ps);
+    }
+    in[kSlotMapping * bmax + i] = slot;
+    in[kContext * bmax + i] = static_cast<int32_t>(real ? len + 1 : 1);
+    if (sample) {
+      const TokenDraw d = real ? (*draws)[static_cast<size_t>(i)] : TokenDraw{};
+      draw_host[static_cast<size_t>(i) * 3] = d.temperature;
+      draw_host[static_cast<size_t>(i) * 3 + 1] = d.top_p;
+      draw_host[static_cast<size_t>(i) * 3 + 2] = d.uniform;
+    }
+  }
+  Status st = UploadTableRows();
+  if (st.ok()) st = DeviceCopy(in_dev.raw_data(), device, in, Device::Cpu(), in_dev.nbytes());
+  if (st.ok() && sample) {
+    st = DeviceCopy(draw_dev.raw_data(), device, draw_host.data(), Device::Cpu(),
+                    static_cast<size_t>(b) * 3 * sizeof(double));
+  }
+  if (st.ok()) st = model->SyncInferenceInputs();
+  // The step: a graph's replay, its capture, or the eager ops.
+  StepTensors t;
+  const int64_t key = b * 2 + (sample ? 1 : 0);
+  bool done = false;
+  if (graphs_on && options.decode == GpuInferenceOptions::Decode::kGraph &&
+      (!device.is_cuda() || model->compute_dtype() != DType::kBF16)) {
+    graphs_on = false;  // a graph needs a step without read backs: the bf16 path on CUDA
+    stats.graphs_off = device.is_cuda()
+                           ? "f32 compute: the MoE experts' per-expert loop reads counts back"
+                           : "no CUDA device: the ops' CPU twins run eagerly";
+  }
+  if (st.ok() && options.decode == GpuInferenceOptions::Decode::kGraph && graphs_on) {
+    auto it = graphs.find(key);
+    if (it == graphs.end() && ++uses[key] >= 2) {
+      if (graph_pool == 0) {
+        StatusOr<uint64_t> pool = CudaCreatePrivatePool(device.index);
+        if (pool.ok()) graph_pool = *pool;
+      }
+      StepTensors captured;
+      StatusOr<std::unique_ptr<DeviceGraph>> g =
+          graph_pool == 0 ? StatusOr<std::unique_ptr<DeviceGraph>>(
+                                InternalError("gpu inference: no private pool for the graphs"))
+                          : DeviceGraph::Capture(device.index, graph_pool,
+                                                 [&] { return StepBody(b, sample, &captured); });
+      if (g.ok()) {
+        ++stats.graph_captures;
+        stats.graph_nodes += (*g)->nodes();
+        it = graphs.emplace(key, Graph{std::move(g).value(), captured}).first;
+      } else {
+        graphs_on = false;
+        stats.graphs_off = g.status().ToString();
+        ORRERY_LOG(WARN) << "gpu inference: CUDA graphs turned off, decode runs eagerly: "
+                         << stats.graphs_off;
+      }
+    }
+    if (it != graphs.end()) {
+      st = it->second.graph->Replay();
+      t = it->second.out;
+      ++stats.graph_replays;
+      done = true;
+    }
+  }
+  if (st.ok() && !done) {
+    st = StepBody(b, sample, &t);
+    ++stats.eager_steps;
+  }
+  // The outputs back (the only wait of the step).
+  const int64_t nmoe = c.num_moe_layers(), k = c.moe.top_k;
+  if (st.ok()) {
+    st = DeviceCopy(out_host.data(), Device::Cpu(), t.out.raw_data(), device, t.out.nbytes());
+  }
+  if (st.ok() && logits_out != nullptr) {
+    StatusOr<Tensor> rows = t.logits.Slice(0, ns);
+    st = rows.ok() ? Status::OK() : rows.status();
+    if (st.ok()) {
+      StatusOr<Tensor> host = rows->To(Device::Cpu());
+      st = host.ok() ? Status::OK() : host.status();
+      if (st.ok()) logits_out->logits = *host;
+    }
+  }
+  if (!st.ok()) {
+    UndoDecodePages();
+    return st;
+  }
+  Tensor ids = Tensor::Empty({nmoe, ns, nmoe > 0 ? k : 0}, DType::kI32);
+  for (int64_t l = 0; l < nmoe; ++l) {
+    std::copy_n(out_host.data() + 2 * b + l * b * k, ns * k, ids.data<int32_t>() + l * ns * k);
+  }
+  if (logits_out != nullptr) logits_out->expert_ids = ids;
+  if (sampled != nullptr) {
+    sampled->expert_ids = ids;
+    sampled->ids.assign(out_host.data(), out_host.data() + ns);
+    sampled->logprobs.resize(static_cast<size_t>(ns));
+    std::memcpy(sampled->logprobs.data(), out_host.data() + b, static_cast<size_t>(ns) * 4);
+  }
+  for (int64_t s : slots) ++length[static_cast<size_t>(s)];
+  changes.clear();
   return Status::OK();
 }
 
@@ -557,6 +972,18 @@ StatusOr<std::unique_ptr<GpuInferenceState>> GpuInferenceState::Create(
     const int64_t available = DeviceBytesAvailable(model->device());  // 0: unknown
     if (model->device().is_cuda() && page_bytes > 0 && available > 0) {
       o.num_pages = std::max<int64_t>(1, std::min(o.num_pages, available / 2 / page_bytes));
+    }
+  }
+  if (const char* mode = std::getenv("ORRERY_DECODE"); mode != nullptr && *mode != '\0') {
+    const std::string m = mode;
+    if (m == "graph") {
+      o.decode = GpuInferenceOptions::Decode::kGraph;
+    } else if (m == "eager") {
+      o.decode = GpuInferenceOptions::Decode::kEager;
+    } else if (m == "pass") {
+      o.decode = GpuInferenceOptions::Decode::kPass;
+    } else {
+      return InvalidArgumentError("ORRERY_DECODE: '" + m + "', expected graph, eager or pass");
     }
   }
   if (o.num_pages * o.page_size > (int64_t{1} << 31) - 1) {
@@ -609,6 +1036,29 @@ StatusOr<std::unique_ptr<GpuInferenceState>> GpuInferenceState::Create(
   for (int64_t p = o.num_pages - 1; p >= 0; --p) {
     impl->free_pages.push_back(static_cast<int32_t>(p));
   }
+  // Zeroed pools: the decode step's padding rows read row 0 of page 0.
+  for (Tensor& pool : impl->pools) ORRERY_RETURN_IF_ERROR(pool.SetZero());
+  // The fixed-shape decode step's buffers.
+  impl->width = CeilDiv(o.max_tokens_per_slot, o.page_size);
+  impl->buckets = BucketsUpTo(s);
+  const int64_t bmax = impl->buckets.back();
+  ORRERY_ASSIGN_OR_RETURN(impl->table_dev,
+                          Tensor::Allocate({s + 1, impl->width}, DType::kI32, impl->device));
+  ORRERY_RETURN_IF_ERROR(impl->table_dev.SetZero());
+  impl->table_host.assign(static_cast<size_t>((s + 1) * impl->width), 0);
+  impl->table_dirty.assign(static_cast<size_t>(s), 0);
+  ORRERY_ASSIGN_OR_RETURN(impl->in_dev,
+                          Tensor::Allocate({kInputRows, bmax}, DType::kI32, impl->device));
+  impl->in_host.assign(static_cast<size_t>(kInputRows * bmax), 0);
+  ORRERY_ASSIGN_OR_RETURN(impl->draw_dev, Tensor::Allocate({bmax, 3}, DType::kF64, impl->device));
+  impl->draw_host.assign(static_cast<size_t>(bmax * 3), 0.0);
+  impl->out_host.assign(static_cast<size_t>(2 * bmax + c.num_moe_layers() * bmax * c.moe.top_k), 0);
+  for (int64_t b : impl->buckets) {
+    gpu::InferenceSegments& seg = impl->bucket_segments[b];
+    seg.n = b;
+    for (int64_t i = 0; i <= b; ++i) seg.cu.push_back(i);
+  }
+  impl->changes.reserve(static_cast<size_t>(s));
   return std::unique_ptr<GpuInferenceState>(new GpuInferenceState(std::move(impl)));
 }
 
@@ -670,7 +1120,7 @@ Status GpuInferenceState::CopySlot(int64_t src, int64_t dst) {
       if (t.defined()) ORRERY_RETURN_IF_ERROR(copy_row(t));
     }
   }
-  m.DropPages(dst);
+  m.DropPages(dst);  // marks dst's table row as changed
   m.block[static_cast<size_t>(dst)] = m.block[static_cast<size_t>(src)];
   for (int32_t p : m.block[static_cast<size_t>(dst)]) ++m.refs[static_cast<size_t>(p)];
   m.length[static_cast<size_t>(dst)] = m.length[static_cast<size_t>(src)];
@@ -706,15 +1156,75 @@ int64_t GpuInferenceState::bytes() const {
 
 StatusOr<StepOutput> GpuInferenceState::Prefill(const std::vector<int64_t>& slots,
                                                 const std::vector<std::vector<int32_t>>& tokens) {
-  return impl_->Prefill(slots, tokens);
+  ORRERY_ASSIGN_OR_RETURN(DeviceStep d, impl_->Prefill(slots, tokens));
+  StepOutput out;
+  ORRERY_ASSIGN_OR_RETURN(out.logits, d.logits.To(Device::Cpu()));
+  out.expert_ids = d.expert_ids;
+  return out;
+}
+
+StatusOr<SampledStep> GpuInferenceState::PrefillAndSample(
+    const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& tokens,
+    const std::vector<TokenDraw>& draws) {
+  if (draws.size() != slots.size()) {
+    return InvalidArgumentError("gpu inference: " + std::to_string(slots.size()) + " slots but " +
+                                std::to_string(draws.size()) + " draws");
+  }
+  ORRERY_ASSIGN_OR_RETURN(DeviceStep d, impl_->Prefill(slots, tokens));
+  SampledStep out;
+  out.expert_ids = d.expert_ids;
+  ORRERY_RETURN_IF_ERROR(impl_->SampleOnDevice(d.logits, draws, &out));
+  return out;
 }
 
 StatusOr<StepOutput> GpuInferenceState::DecodeStep(const std::vector<int64_t>& slots,
                                                    const std::vector<int32_t>& tokens) {
+  if (impl_->options.decode != GpuInferenceOptions::Decode::kPass) {
+    StepOutput out;
+    ORRERY_RETURN_IF_ERROR(impl_->FixedDecode(slots, tokens, nullptr, &out, nullptr));
+    return out;
+  }
   std::vector<std::vector<int32_t>> feeds;
   feeds.reserve(tokens.size());
   for (int32_t t : tokens) feeds.push_back({t});
-  return impl_->Extend(slots, feeds);
+  ++impl_->stats.pass_steps;
+  ORRERY_ASSIGN_OR_RETURN(DeviceStep d, impl_->Extend(slots, feeds));
+  StepOutput out;
+  ORRERY_ASSIGN_OR_RETURN(out.logits, d.logits.To(Device::Cpu()));
+  out.expert_ids = d.expert_ids;
+  return out;
+}
+
+StatusOr<SampledStep> GpuInferenceState::DecodeAndSample(const std::vector<int64_t>& slots,
+                                                         const std::vector<int32_t>& tokens,
+                                                         const std::vector<TokenDraw>& draws) {
+  if (draws.size() != slots.size()) {
+    return InvalidArgumentError("gpu inference: " + std::to_string(slots.size()) + " slots but " +
+                                std::to_string(draws.size()) + " draws");
+  }
+  SampledStep out;
+  if (impl_->options.decode != GpuInferenceOptions::Decode::kPass) {
+    ORRERY_RETURN_IF_ERROR(impl_->FixedDecode(slots, tokens, &draws, nullptr, &out));
+    return out;
+  }
+  std::vector<std::vector<int32_t>> feeds;
+  feeds.reserve(tokens.size());
+  for (int32_t t : tokens) feeds.push_back({t});
+  ++impl_->stats.pass_steps;
+  ORRERY_ASSIGN_OR_RETURN(DeviceStep d, impl_->Extend(slots, feeds));
+  out.expert_ids = d.expert_ids;
+  ORRERY_RETURN_IF_ERROR(impl_->SampleOnDevice(d.logits, draws, &out));
+  return out;
+}
+
+const DecodeStats& GpuInferenceState::decode_stats() const { return impl_->stats; }
+
+void GpuInferenceState::set_decode(GpuInferenceOptions::Decode mode) {
+  impl_->options.decode = mode;
+}
+
+int64_t GpuInferenceState::DecodeBucket(int64_t n) const {
+  return n < 1 ? 1 : n > impl_->buckets.back() ? impl_->buckets.back() : impl_->Bucket(n);
 }
 
 }  // namespace orrery::model

@@ -3,8 +3,7 @@
 //
 // Per slot (spec §2.3, §3.3):
 //   * per KDA layer: the recurrent state S [H, K, V] f32 and the short-conv history (the last
-//     conv_size - 1 pre-conv q, k and v rows, compute dtype), stacked over slots ([S, ...]) so a
-//     call gathers the rows of its slots, runs them as one batch and scatters them back;
+//     conv_size - 1 pre-conv q, k and v rows, compute dtype), stacked over slots ([S, ...]);
 //   * the MLA latent rows [c-hat | k^R] (dc + dr wide, compute dtype) in fixed-size pages: one
 //     pool [num_pages, page_size, dc + dr] per MLA layer, page p meaning the same tokens in every
 //     layer's pool, one free list, and per slot a block table (its pages in token order).
@@ -17,7 +16,47 @@
 // Prefill appends tokens (a prompt, tool results: a slot holding a prefix continues, multi-turn)
 // and DecodeStep one token per slot; both return what Model::Prefill / DecodeStep return (the
 // next-token logits, here f32, and the R3 expert ids) for the GpuModel's weights as they are at
-// the call. Feeds longer than prefill_chunk tokens run as successive chunks.
+// the call. Feeds longer than prefill_chunk tokens run as successive chunks. The *AndSample forms
+// draw each slot's next token on the device instead (kernels/token_sampling.h: the rule of
+// rollout/sampling.h with the caller's uniform numbers) and copy out only the ids, behaviour
+// log-probabilities and expert ids.
+//
+// Prefill is one general pass per chunk: host index arrays of the call (packed segments, conv
+// windows, slot mapping, a block table as wide as the call's longest slot) uploaded each time,
+// the KDA and conv state gathered and scattered around the pass. DecodeStep takes the fixed-shape
+// step instead (options.decode):
+//   * the call's n slots are padded to a batch bucket B (1, 2, 3, 4, 6, 8, 12, 16, 24, ...: the
+//     powers of two and their 1.5 multiples, up to the bucket of num_slots); the step reads its
+//     inputs from device buffers of the state, refreshed by one asynchronous copy per step
+//     (tokens; each row's state row, -1 for padding; its row of the block table; its latent slot;
+//     its context length; the sampling parameters) and, when pages changed, the changed rows of a
+//     block table kept on the device at the fixed width W = ceil(max_tokens_per_slot /
+//     page_size);
+//   * the KDA layers run the decode kernel on their rows of the state tables in place
+//     (kernels::KdaDecodeStep with rows and the fused input transforms, kernels::
+//     ShortConvSiluDecode), the MLA layers the absorbed path (per-head products as one
+//     strided-batched matmul) over the call's rows of the block table;
+//   * padding rows compute from a zero KDA state and write nothing; their attention reads one
+//     row of page 0 (the pools are zeroed at creation) and writes no latent;
+//   * decode = kGraph: the step of bucket B is captured as a CUDA graph (core/cuda_graph.h) the
+//     second time B is used (the first runs eagerly, which also warms every lazy initialisation)
+//     and replayed from then on. Memory the capture allocates comes from a private pool of this
+//     state's (shared by its graphs, which run one at a time). A graph is never re-captured: all
+//     it reads is at fixed addresses (the weights, written in place by LoadWeights /
+//     RefreshComputeCopies; the biases' device copies; the state tables, pools, input buffers and
+//     the block table at width W) and nothing in it depends on host values that change between
+//     steps (the split-KV count of kernels::MlaDecodePaged is a function of B and W; context
+//     lengths are read on the device). Graphs need the bf16 path on CUDA (in f32 the MoE
+//     experts' per-expert loop reads counts back): otherwise, or when a capture fails, graphs are
+//     off for this state and the step runs eagerly, the reason in decode_stats().
+//   * decode = kEager runs the same step op by op (the CPU twins run this: graphs and eager give
+//     bit-identical results); decode = kPass runs DecodeStep as a Prefill of one token per slot
+//     (the general pass, kept to A/B). ORRERY_DECODE=graph|eager|pass overrides the option.
+// A step queues its work and waits only for its outputs' copy back (logits, or ids and
+// log-probabilities, and the expert ids), with no allocation of host index arrays. Errors found
+// before the step (bad slots or tokens, too few pages) change nothing; a failure of the device
+// work itself leaves the call's slots' KDA and conv state undefined (reset them): the decode step
+// advances the state tables in place.
 //
 // MLA attention takes one of two forms per slot and call (the rule): a Prefill feed of at least
 // mha_prefill_min_tokens tokens takes the MHA form, when its memory fits, and every other feed
@@ -40,6 +79,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -67,6 +107,34 @@ struct GpuInferenceOptions {
   int64_t mha_prefill_min_tokens = 1024;
   // Device bytes the MHA form leaves free beyond its keys and values, for the pass's activations.
   int64_t mha_prefill_reserve_bytes = int64_t{4} << 30;
+  enum class Decode { kGraph, kEager, kPass };
+  Decode decode = Decode::kGraph;  // see the file comment
+};
+
+// How one slot's next token is drawn on the device (rollout/sampling.h's rule; the caller has
+// validated temperature >= 0 and top_p in (0, 1], and draws `uniform` in [0, 1) from its stream).
+struct TokenDraw {
+  double temperature = 1.0;
+  double top_p = 1.0;
+  float uniform = 0.0f;
+};
+
+// The *AndSample calls' results: per slot of the call, its drawn token and the behaviour
+// log-probability of it (log softmax(z / T)[id]); the R3 expert ids as StepOutput's.
+struct SampledStep {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  Tensor expert_ids;  // i32 [moe_layers, tokens fed, top_k] on the host
+};
+
+// What DecodeStep did so far.
+struct DecodeStats {
+  int64_t graph_replays = 0;  // steps replayed from a captured graph
+  int64_t graph_captures = 0;
+  int64_t graph_nodes = 0;  // nodes of the graphs captured, summed
+  int64_t eager_steps = 0;  // fixed-shape steps run op by op
+  int64_t pass_steps = 0;   // steps run as a general pass (decode = kPass)
+  std::string graphs_off;   // why graphs were turned off (empty: they were not)
 };
 
 class GpuInferenceState {
@@ -108,6 +176,20 @@ class GpuInferenceState {
                                const std::vector<std::vector<int32_t>>& tokens);
   StatusOr<StepOutput> DecodeStep(const std::vector<int64_t>& slots,
                                   const std::vector<int32_t>& tokens);
+  // The same, drawing each slot's next token on the device (draws[i] for slots[i]).
+  StatusOr<SampledStep> PrefillAndSample(const std::vector<int64_t>& slots,
+                                         const std::vector<std::vector<int32_t>>& tokens,
+                                         const std::vector<TokenDraw>& draws);
+  StatusOr<SampledStep> DecodeAndSample(const std::vector<int64_t>& slots,
+                                        const std::vector<int32_t>& tokens,
+                                        const std::vector<TokenDraw>& draws);
+
+  const DecodeStats& decode_stats() const;
+  // How later DecodeSteps run (graphs captured so far are kept for a switch back): A/B runs of
+  // the three paths on one state.
+  void set_decode(GpuInferenceOptions::Decode mode);
+  // The bucket a decode call of n slots is padded to.
+  int64_t DecodeBucket(int64_t n) const;
 
   struct Impl;
 

@@ -157,6 +157,45 @@ Status GpuKda::Infer(const Tensor& x, const InferenceSegments& s, KdaSlotState* 
   return Output(x, s.n, &c, y);
 }
 
+Status GpuKda::Decode(const Tensor& x, const KdaStateRows& st, Tensor* y) const {
+  const int64_t n = x.dim(0);
+  Cache c;
+  ORRERY_RETURN_IF_ERROR(Linear(x, wq_, &c.qh));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wk_, &c.kh));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wv_, &c.vh));
+  Tensor no_history;
+  const struct {
+    const Tensor& pre;
+    const Weight& conv;
+    Tensor* out;
+    Tensor* hist;
+  } streams[3] = {{c.qh, cq_, &c.qc, st.conv[0]},
+                  {c.kh, ck_, &c.kc, st.conv[1]},
+                  {c.vh, cv_, &c.v, st.conv[2]}};
+  for (const auto& stream : streams) {
+    ORRERY_RETURN_IF_ERROR(kernels::ShortConvSiluDecode(
+        stream.pre, stream.conv.compute, st.rows,
+        stream.hist != nullptr ? stream.hist : &no_history, stream.out));
+  }
+  ORRERY_RETURN_IF_ERROR(Linear(x, fa_, &c.fa));
+  ORRERY_RETURN_IF_ERROR(Linear(c.fa, fb_, &c.z));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wb_, &c.bl));
+  kernels::KdaDecodeOptions o;
+  o.transforms = Options(false).transforms;
+  o.a_log = a_log_.master;  // f32 either way, as the forward's transforms take them
+  o.dt_bias = dt_bias_.master;
+  o.rows = st.rows;
+  ORRERY_ASSIGN_OR_RETURN(Tensor q, c.qc.Reshape({n, h_, kd_}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor k, c.kc.Reshape({n, h_, kd_}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor v, c.v.Reshape({n, h_, vd_}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor g, c.z.Reshape({n, h_, kd_}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor beta, c.bl.Reshape({n, h_}));
+  Tensor o_rows;
+  ORRERY_RETURN_IF_ERROR(kernels::KdaDecodeStep(q, k, v, g, beta, o, st.state, &o_rows));
+  ORRERY_ASSIGN_OR_RETURN(c.o, o_rows.Reshape({n * h_, vd_}));
+  return Output(x, n, &c, y);
+}
+
 Status GpuKda::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {
   kernels::PhaseScope scope("bwd.kda");
   Tensor dog, don, dgate;

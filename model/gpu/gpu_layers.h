@@ -72,6 +72,14 @@ struct KdaSlotState {
   Tensor conv[3];  // compute dtype [segments * (conv_size - 1), width]: q, k, v pre-conv rows
 };
 
+// One KDA layer's state tables for a decode step (GpuKda::Decode): each token's slot is a row of
+// the tables, read and written in place (no gather and scatter).
+struct KdaStateRows {
+  Tensor rows;              // i32 [n] on the device: token i's row of the tables
+  Tensor* state = nullptr;  // f32 [S, H, K, V]
+  Tensor* conv[3] = {};     // compute dtype [S, conv_size - 1, width] (undefined with conv_size 1)
+};
+
 // The call's view of the MLA layers' paged latent caches (the same pages in every MLA layer;
 // only the pool tensor differs), in kernels/mla_decode.h's terms.
 struct MlaPagedCall {
@@ -102,17 +110,26 @@ struct MlaContextKv {
 };
 
 // One forward of the stack over an inference call's new tokens (GpuModel::RunInference). The
-// sequence mixers, which read and write the slots' state, are the caller's.
+// sequence mixers, which read and write the slots' state, are the caller's. A decode step captured
+// into a CUDA graph (model/gpu/gpu_inference.h) runs this too: everything it does is queued on
+// the device's stream, with no read back and no host copy (the balancing biases are device
+// copies refreshed by GpuModel::SyncInferenceInputs before the pass).
 class GpuKda;
 class GpuMla;
 using InferenceMixer = std::function<Status(int64_t layer, const GpuKda* kda, const GpuMla* mla,
                                             const Tensor& x, Tensor* y)>;
 struct InferencePass {
-  Tensor tokens;         // i32 [n] on the device
-  Tensor last;           // i32 [segments] on the device: the rows whose next-token logits to return
+  Tensor tokens;  // i32 [n] on the device (checked by the caller: the embedding does not)
+  // i32 [segments] on the device: the rows whose next-token logits to return; undefined: every
+  // row (a decode step, one row per segment).
+  Tensor last;
   InferenceMixer mixer;  // layer l's mixer on its normalised input x [n, d]: *y [n, d]
   Tensor logits;         // out: f32 [segments, vocab] on the device
-  std::vector<Tensor> expert_ids;  // out: per MoE layer, i32 [n, top_k] on the device
+  // out: per MoE layer, i32 [n, top_k] on the device; when `expert_ids_out` is defined (i32
+  // [moe_layers, n, top_k] on the device) the routing writes its slices instead, and these are
+  // views of it.
+  std::vector<Tensor> expert_ids;
+  Tensor expert_ids_out;
 };
 
 // ---- helpers over kernels::Matmul and the element-wise ops ----
@@ -160,6 +177,10 @@ class GpuKda {
   // Inference: the new tokens x [n, d] of the call's segments continue from `st` (the chunked
   // core from each slot's state, the conv over its history), which is advanced; *y [n, d].
   Status Infer(const Tensor& x, const InferenceSegments& s, KdaSlotState* st, Tensor* y) const;
+  // Decode: one new token per row x [n, d], each continuing its row of the state tables: the
+  // short conv against the history row (kernels::ShortConvSiluDecode) and the recurrent step
+  // with the input transforms applied as it loads (kernels::KdaDecodeStep with rows); *y [n, d].
+  Status Decode(const Tensor& x, const KdaStateRows& st, Tensor* y) const;
 
  private:
   kernels::KdaOptions Options(bool training) const;
@@ -205,6 +226,10 @@ class GpuMla {
   Status Queries(const Tensor& x, Cache* c) const;
   // The sigmoid gate (when configured) and W_o from the attention output o [n, H * dv]; *y.
   Status Output(const Tensor& x, const Tensor& o, Cache* c, Tensor* y) const;
+  // The absorbed query qa [n, H * (dc + dr)] = per head [q^N_h W_UK,h | q^R_h] from q [n, H * dqk].
+  Status AbsorbQueries(const Tensor& q, Tensor* qa) const;
+  // o2 [n, H * dv] = per head ol_h W_UV,h^T from the latent output ol [n, H * dc].
+  Status AbsorbOutput(const Tensor& ol, Tensor* o2) const;
   const ModelConfig* c_ = nullptr;
   int64_t h_ = 0, dn_ = 0, dv_ = 0, dqk_ = 0;
   double scale_ = 1;

@@ -100,20 +100,13 @@ Status GpuMla::Infer(const Tensor& x, const InferenceSegments& s, const MlaPaged
   ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c.chat, 0, dc, &latents, 0));
   ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(kr, 0, dr, &latents, dc));
   ORRERY_RETURN_IF_ERROR(kernels::PagedLatentWrite(latents, call.slot_mapping, pages));
-  // Absorbed queries qa [n, H, dc + dr] = [q^N_h W_UK,h | q^R_h], W_UK,h the rows
-  // h*(dn+dv) .. h*(dn+dv)+dn of W_kvb [H*(dn+dv), dc] (W_UV,h the next dv rows).
-  ORRERY_ASSIGN_OR_RETURN(Tensor qa, Tensor::Allocate({n, h_ * w}, dt, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor qn, Tensor::Allocate({n, dn_}, dt, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor qk, Tensor::Allocate({n, dc}, dt, dev));
-  for (int64_t h = 0; h < h_; ++h) {
-    ORRERY_ASSIGN_OR_RETURN(Weight uk, wkvb_.Rows(h * (dn_ + dv_), h * (dn_ + dv_) + dn_));
-    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c.q, h * dqk_, dn_, &qn, 0));
-    ORRERY_RETURN_IF_ERROR(kernels::Matmul(qn, uk.compute, kernels::MatmulOptions{}, &qk));
-    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(qk, 0, dc, &qa, h * w));
-    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c.q, h * dqk_ + dn_, dr, &qa, h * w + dc));
-  }
+  Tensor qa;
+  ORRERY_RETURN_IF_ERROR(AbsorbQueries(c.q, &qa));
   // Attention over each slot's pages: the latent output ol [n, H, dc].
-  ORRERY_ASSIGN_OR_RETURN(Tensor ol, Tensor::Allocate({n, h_ * dc}, dt, dev));
+  Tensor ol;
+  if (!call.uniform) {
+    ORRERY_ASSIGN_OR_RETURN(ol, Tensor::Allocate({n, h_ * dc}, dt, dev));
+  }
   const int64_t segments = static_cast<int64_t>(s.cu.size()) - 1;
   const int64_t calls = call.uniform ? 1 : segments;
   for (int64_t i = 0; i < calls; ++i) {
@@ -133,23 +126,44 @@ Status GpuMla::Infer(const Tensor& x, const InferenceSegments& s, const MlaPaged
     Tensor o, lse;
     ORRERY_RETURN_IF_ERROR(
         kernels::MlaDecodePaged(q4, cache, dc, static_cast<float>(scale_), &o, &lse));
-    ORRERY_ASSIGN_OR_RETURN(Tensor dst, ol.Slice(b, e));
     ORRERY_ASSIGN_OR_RETURN(o, o.Reshape({e - b, h_ * dc}));
+    if (call.uniform) {
+      ol = o;  // one call over every row: its output is ol
+      break;
+    }
+    ORRERY_ASSIGN_OR_RETURN(Tensor dst, ol.Slice(b, e));
     ORRERY_RETURN_IF_ERROR(dst.CopyFrom(o));
   }
-  // Per head o_h = ol_h W_UV,h^T, then the gate and W_o.
-  ORRERY_ASSIGN_OR_RETURN(Tensor o2, Tensor::Allocate({n, h_ * dv_}, dt, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor olh, Tensor::Allocate({n, dc}, dt, dev));
-  ORRERY_ASSIGN_OR_RETURN(Tensor oh, Tensor::Allocate({n, dv_}, dt, dev));
+  Tensor o2;
+  ORRERY_RETURN_IF_ERROR(AbsorbOutput(ol, &o2));
+  return Output(x, o2, &c, y);
+}
+
+// W_UK,h is rows h*(dn+dv) .. h*(dn+dv)+dn of W_kvb [H*(dn+dv), dc], W_UV,h the next dv rows:
+// every head's product is one strided-batched matmul over those row blocks.
+Status GpuMla::AbsorbQueries(const Tensor& q, Tensor* qa) const {
+  const int64_t n = q.dim(0), dc = c_->mla.kv_lora_rank, dr = c_->mla.qk_rope_head_dim;
+  const int64_t w = dc + dr;
+  ORRERY_ASSIGN_OR_RETURN(*qa, Tensor::Allocate({n, h_ * w}, q.dtype(), q.device()));
+  const kernels::MatrixBatch qn{q, 0, n, dn_, h_ * dqk_, dqk_};
+  const kernels::MatrixBatch uk{wkvb_.compute, 0, dn_, dc, dc, (dn_ + dv_) * dc};
+  const kernels::MatrixBatch out{*qa, 0, n, dc, h_ * w, w};
+  ORRERY_RETURN_IF_ERROR(kernels::MatmulStridedBatched(qn, uk, h_, kernels::MatmulOptions{}, out));
+  // q^R_h behind each head's absorbed part: one column copy over the [n * H] head rows.
+  ORRERY_ASSIGN_OR_RETURN(Tensor q_rows, q.Reshape({n * h_, dqk_}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor qa_rows, qa->Reshape({n * h_, w}));
+  return kernels::CopyColumns(q_rows, dn_, dr, &qa_rows, dc);
+}
+
+Status GpuMla::AbsorbOutput(const Tensor& ol, Tensor* o2) const {
+  const int64_t n = ol.dim(0), dc = c_->mla.kv_lora_rank;
+  ORRERY_ASSIGN_OR_RETURN(*o2, Tensor::Allocate({n, h_ * dv_}, ol.dtype(), ol.device()));
+  const kernels::MatrixBatch olh{ol, 0, n, dc, h_ * dc, dc};
+  const kernels::MatrixBatch uv{wkvb_.compute, dn_ * dc, dv_, dc, dc, (dn_ + dv_) * dc};
+  const kernels::MatrixBatch out{*o2, 0, n, dv_, h_ * dv_, dv_};
   kernels::MatmulOptions nt;
   nt.trans_b = true;
-  for (int64_t h = 0; h < h_; ++h) {
-    ORRERY_ASSIGN_OR_RETURN(Weight uv, wkvb_.Rows(h * (dn_ + dv_) + dn_, (h + 1) * (dn_ + dv_)));
-    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(ol, h * dc, dc, &olh, 0));
-    ORRERY_RETURN_IF_ERROR(kernels::Matmul(olh, uv.compute, nt, &oh));
-    ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(oh, 0, dv_, &o2, h * dv_));
-  }
-  return Output(x, o2, &c, y);
+  return kernels::MatmulStridedBatched(olh, uv, h_, nt, out);
 }
 
 Status GpuMla::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Tensor* dx) const {

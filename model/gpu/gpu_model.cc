@@ -4,6 +4,7 @@
 // the loss (kernels/lm_head_loss.h).
 #include "model/gpu/gpu_model.h"
 
+#include <cstring>
 #include <string>
 #include <unordered_map>
 
@@ -142,6 +143,8 @@ class GpuModel::Impl {
   std::vector<Weight> roots;  // the tensors that own storage (compute copies refreshed from them)
   gpu::WeightTable table;
   std::vector<Tensor> biases;
+  // Inference's device copies of the biases and the host values they hold (SyncInferenceInputs).
+  std::vector<Tensor> bias_device, bias_uploaded;
   std::vector<std::vector<Tensor>> kept_scores;  // per MoE layer, per micro-batch: f32, device
   std::vector<Layer> layers;
   Weight embed, out_res_w, out_res_g, final_norm, head;
@@ -326,11 +329,40 @@ class GpuModel::Impl {
 
   // The forward of Run without caches or loss (the same residual graph, layer by layer), the
   // mixers the pass's, then the next-token logits of the rows pass->last.
+  // Uploads the balancing biases that changed since the last call (a small async copy each).
+  Status SyncBiases() {
+    if (bias_device.size() != biases.size()) {
+      bias_device.clear();
+      bias_uploaded.clear();
+      for (const Tensor& b : biases) {
+        ORRERY_ASSIGN_OR_RETURN(Tensor d, b.To(device));
+        bias_device.push_back(d);
+        bias_uploaded.push_back(b.Clone());
+      }
+      return Status::OK();
+    }
+    for (size_t l = 0; l < biases.size(); ++l) {
+      if (std::memcmp(biases[l].raw_data(), bias_uploaded[l].raw_data(), biases[l].nbytes()) == 0) {
+        continue;
+      }
+      ORRERY_RETURN_IF_ERROR(bias_device[l].CopyFrom(biases[l]));
+      ORRERY_RETURN_IF_ERROR(bias_uploaded[l].CopyFrom(biases[l]));
+    }
+    return Status::OK();
+  }
+
   Status Infer(gpu::InferencePass* pass) {
     const ModelConfig& c = config;
     const int64_t s = c.attn_res_block_size;
+    if (bias_device.size() != biases.size()) {
+      return FailedPreconditionError(
+          "gpu model: inference before SyncInferenceInputs (the balancing biases' device copies)");
+    }
     Tensor p, n1, r1, n2, r2;
-    ORRERY_RETURN_IF_ERROR(kernels::EmbeddingGather(embed.compute, pass->tokens, &p));
+    kernels::EmbeddingGatherOptions unchecked;  // the caller checked the ids: no read back
+    unchecked.check_ids = false;
+    ORRERY_RETURN_IF_ERROR(kernels::EmbeddingGather(embed.compute, pass->tokens, unchecked, &p));
+    const int64_t n = pass->tokens.numel();
     std::vector<Tensor> blocks;
     pass->expert_ids.clear();
     int64_t moe_index = 0;
@@ -365,9 +397,14 @@ class GpuModel::Impl {
           kernels::RmsNorm(mlp_in, layer.norm2.compute, c.rms_norm_eps, &n2, &r2));
       Tensor f;
       if (layer.moe) {
-        ORRERY_ASSIGN_OR_RETURN(Tensor bias, biases[moe_index].To(device));
         gpu::GpuMoe::Cache mc;
-        ORRERY_RETURN_IF_ERROR(layer.moe->Forward(n2, bias, Tensor(), &f, &mc));
+        if (pass->expert_ids_out.defined()) {  // the routing writes its slice of the output
+          ORRERY_ASSIGN_OR_RETURN(Tensor slice,
+                                  pass->expert_ids_out.Slice(moe_index, moe_index + 1));
+          ORRERY_ASSIGN_OR_RETURN(mc.ids, slice.Reshape({n, c.moe.top_k}));
+        }
+        ORRERY_RETURN_IF_ERROR(
+            layer.moe->Forward(n2, bias_device[static_cast<size_t>(moe_index)], Tensor(), &f, &mc));
         pass->expert_ids.push_back(mc.ids);
         ++moe_index;
       } else {
@@ -385,7 +422,11 @@ class GpuModel::Impl {
     }
     Tensor hn, hr, last;
     ORRERY_RETURN_IF_ERROR(kernels::RmsNorm(h, final_norm.compute, c.rms_norm_eps, &hn, &hr));
-    ORRERY_RETURN_IF_ERROR(kernels::GatherRows(hn, pass->last, &last));
+    if (pass->last.defined()) {
+      ORRERY_RETURN_IF_ERROR(kernels::GatherRows(hn, pass->last, &last));
+    } else {
+      last = hn;
+    }
     // f32 logits: bf16 operands accumulate into an f32 output with beta = 1 (kernels/matmul.h).
     ORRERY_ASSIGN_OR_RETURN(pass->logits,
                             gpu::ZerosOn({last.dim(0), c.vocab_size}, DType::kF32, device));
@@ -621,6 +662,8 @@ const gpu::GpuMla* GpuModel::mla_layer(int64_t layer) const {
   if (layer < 0 || layer >= static_cast<int64_t>(impl_->layers.size())) return nullptr;
   return impl_->layers[static_cast<size_t>(layer)].mla.get();
 }
+
+Status GpuModel::SyncInferenceInputs() { return impl_->SyncBiases(); }
 
 Status GpuModel::UpdateBalancing(BalancingMetrics* metrics, const RankGroup& group) {
   const ModelConfig& c = impl_->config;

@@ -131,11 +131,16 @@ class GpuModel {
 
   // Inference, internal to model/gpu (GpuInferenceState, model/gpu/gpu_inference.h): one forward
   // of the stack over the pass's new tokens with its sequence mixers, the balancing biases of the
-  // time and no routing forced; fills the pass's logits and expert ids.
+  // time and no routing forced; fills the pass's logits and expert ids. It queues device work
+  // only (no read back, no host copy: a decode step captures it into a CUDA graph), so the
+  // inputs it reads from the host side are refreshed before it by SyncInferenceInputs: the
+  // balancing biases' device copies (uploaded when their host values changed). Token ids are
+  // the caller's to check.
   Status RunInference(gpu::InferencePass* pass);
   // Internal to model/gpu (GpuInferenceState's MHA-form prefill): layer `layer`'s gated MLA, or
   // null for a KDA layer or a layer outside the stack.
   const gpu::GpuMla* mla_layer(int64_t layer) const;
+  Status SyncInferenceInputs();
 
   class Impl;
 

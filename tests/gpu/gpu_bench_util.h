@@ -10,6 +10,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/cuda_allocator.h"
 #include "core/philox.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -39,19 +40,22 @@ inline Tensor RandomOnGpu(const Shape& shape, DType dt, uint64_t seed, bool posi
   return out;
 }
 
-// Median milliseconds of `fn` over `runs` timed runs after `warmups` (-1 when a run fails).
+// Median milliseconds of `fn` over `runs` timed runs after `warmups` (-1 when a run fails), by
+// events on device 0's stream, where the ops queue their work (core/cuda_allocator.h).
 inline double TimeMs(const std::function<Status()>& fn, int warmups, int runs) {
   for (int i = 0; i < warmups; ++i) {
     if (!fn().ok()) return -1;
   }
+  StatusOr<CUstream_st*> stream = CudaStream(0);
+  if (!stream.ok()) return -1;
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
   std::vector<double> ms;
   for (int i = 0; i < runs; ++i) {
-    cudaEventRecord(a);
+    cudaEventRecord(a, *stream);
     if (!fn().ok()) return -1;
-    cudaEventRecord(b);
+    cudaEventRecord(b, *stream);
     cudaEventSynchronize(b);
     float t = 0;
     cudaEventElapsedTime(&t, a, b);

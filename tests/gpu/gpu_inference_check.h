@@ -426,4 +426,74 @@ inline void PoolExhaustion(Device device, DType dtype) {
   EXPECT_EQ((*gs)->length(a), 13);
 }
 
+// Decode calls that do not fill their bucket (5 of 7 slots -> bucket 6, 7 -> 8, 2 -> 2): the
+// fixed-shape step's padding rows (no KDA state, no latent written, attention over row 0 of page
+// 0) must leave the real rows as the host computes them, across page boundaries (pages of 4) and a
+// slot released and prefilled again in the middle.
+inline void PaddedDecode(Device device, DType dtype, const Tolerance& tol) {
+  auto host = HostModel();
+  ASSERT_TRUE(host);
+  auto gpu = Upload(*host, device, dtype);
+  ASSERT_TRUE(gpu);
+  constexpr int64_t kSlots = 7;
+  auto hs = InferenceState::Create(*host, InferenceOptions{kSlots, 0});
+  ASSERT_TRUE(hs.ok());
+  GpuInferenceOptions go;
+  go.num_slots = kSlots;
+  go.page_size = 4;
+  go.num_pages = 120;
+  go.max_tokens_per_slot = 64;
+  auto gs = GpuInferenceState::Create(gpu.get(), go);
+  ASSERT_TRUE(gs.ok()) << gs.status().ToString();
+  EXPECT_EQ((*gs)->DecodeBucket(5), 6);
+  EXPECT_EQ((*gs)->DecodeBucket(7), 8);
+  for (int64_t i = 0; i < kSlots; ++i) {
+    ASSERT_EQ(*(*hs)->Allocate(), i);
+    ASSERT_EQ(*(*gs)->Allocate(), i);
+  }
+  Stats stats;
+  std::vector<int64_t> all(kSlots);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t i = 0; i < kSlots; ++i) prompts.push_back(Tokens(3 + 2 * i, 40 + i));
+  auto prefill = [&](const std::vector<int64_t>& slots,
+                     const std::vector<std::vector<int32_t>>& feeds) {
+    auto h = host->Prefill(hs->get(), slots, feeds);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    auto g = (*gs)->Prefill(slots, feeds);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    std::vector<int64_t> lengths;
+    for (const auto& f : feeds) lengths.push_back(static_cast<int64_t>(f.size()));
+    Compare(*h, *g, tol, "prefill", &stats, slots, lengths);
+  };
+  prefill(all, prompts);
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::vector<std::vector<int64_t>> calls = {all, {4, 0, 2, 6, 5}, {6, 1}, {1, 2, 3, 4, 5}};
+  for (int step = 0; step < 12; ++step) {
+    if (step == 6) {  // slot 3 leaves and a new episode takes it
+      ASSERT_TRUE((*hs)->Release(3).ok());
+      ASSERT_TRUE((*gs)->Release(3).ok());
+      ASSERT_EQ(*(*hs)->Allocate(), 3);
+      ASSERT_EQ(*(*gs)->Allocate(), 3);
+      prefill({3}, {Tokens(6, 99)});
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    const std::vector<int64_t>& slots = calls[static_cast<size_t>(step) % calls.size()];
+    const std::vector<int32_t> t = Tokens(static_cast<int64_t>(slots.size()), 700 + step);
+    auto h = host->DecodeStep(hs->get(), slots, t);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    auto g = (*gs)->DecodeStep(slots, t);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    Compare(*h, *g, tol, "padded decode " + std::to_string(step), &stats, slots,
+            std::vector<int64_t>(slots.size(), 1));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  for (int64_t s = 0; s < kSlots; ++s) {
+    EXPECT_EQ((*gs)->length(s), (*hs)->length(s)) << s;
+    ASSERT_TRUE((*gs)->Release(s).ok());
+  }
+  EXPECT_EQ((*gs)->free_pages(), go.num_pages) << "every page back after the releases";
+  Report("padded decode", stats, tol);
+}
+
 }  // namespace orrery::model::inference_check

@@ -182,6 +182,56 @@ TEST(KdaGpu, DecodeMatchesCpuDecode) {
   CheckDecode(48, 30);
 }
 
+// The inference engine's form: raw inputs with the transforms fused (L2 norm, gate from z with
+// A_log and dt_bias, beta sigmoid), states as rows of a table (scrambled, one padding row), bf16
+// and f32 inputs (K = 128 and 64: the wide kernel; K = 48: the general one), over several steps,
+// against the CPU twin in f64 on the same (rounded) inputs.
+void CheckEngineDecode(int64_t kd, int64_t vd, DType dt, double tol) {
+  const int64_t n = 4, h = 2, table = 6, steps = 5;
+  const std::vector<int32_t> rows = {3, -1, 0, 5};
+  PhiloxGenerator rng(17 + kd, 1);
+  Tensor state = testing::RandomNormal({table, h, kd, vd}, DType::kF64, rng);
+  const Tensor a_log = testing::RandomNormal({h}, DType::kF64, rng);
+  const Tensor dt_bias = testing::RandomNormal({h * kd}, DType::kF64, rng);
+  Tensor gpu_state = state.Cast(DType::kF32).value().To(Device::Cuda(0)).value();
+  KdaDecodeOptions cpu_o, gpu_o;
+  for (KdaDecodeOptions* o : {&cpu_o, &gpu_o}) {
+    o->transforms.qk_l2norm = o->transforms.beta_sigmoid = o->transforms.gate = true;
+  }
+  cpu_o.a_log = a_log;
+  cpu_o.dt_bias = dt_bias;
+  cpu_o.rows = Tensor::FromVector<int32_t>({n}, rows);
+  gpu_o.a_log = ToGpu(a_log, DType::kF32);
+  gpu_o.dt_bias = ToGpu(dt_bias, DType::kF32);
+  gpu_o.rows = ToGpu(cpu_o.rows, DType::kI32);
+  for (int64_t step = 0; step < steps; ++step) {
+    auto in = [&](const Shape& shape) {
+      return Round(testing::RandomNormal(shape, DType::kF64, rng), dt);
+    };
+    const Tensor q = in({n, h, kd}), k = in({n, h, kd}), v = in({n, h, vd}), z = in({n, h, kd});
+    const Tensor beta = in({n, h});
+    Tensor o_cpu, o_gpu;
+    ASSERT_TRUE(KdaDecodeStep(q, k, v, z, beta, cpu_o, &state, &o_cpu).ok());
+    const Status s = KdaDecodeStep(ToGpu(q, dt), ToGpu(k, dt), ToGpu(v, dt), ToGpu(z, dt),
+                                   ToGpu(beta, dt), gpu_o, &gpu_state, &o_gpu);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const Tensor got = o_gpu.To(Device::Cpu()).value().Cast(DType::kF64).value();
+    EXPECT_LT(RelRmsError(got, o_cpu), tol) << "K=" << kd << " step " << step;
+  }
+  // f32 state arithmetic on the GPU against f64, from the same rounded inputs: 1e-5 (the plain
+  // decode test's bound; five steps of f32 rounding are about 1e-6).
+  const Tensor got = gpu_state.To(Device::Cpu()).value().Cast(DType::kF64).value();
+  EXPECT_LT(RelRmsError(got, state), 1e-5) << "state table, K=" << kd;
+}
+
+TEST(KdaGpu, EngineDecodeWithTransformsAndRowsMatchesCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  // o in bf16: its rounding (~1.1e-3 relative) under 5e-3; in f32, summation order: 1e-5.
+  CheckEngineDecode(128, 128, DType::kBF16, 5e-3);
+  CheckEngineDecode(64, 64, DType::kF32, 1e-5);
+  CheckEngineDecode(48, 40, DType::kF32, 1e-5);
+}
+
 // Every gradient of the CUDA backward against the f64 CPU chunked backward on the same (rounded)
 // inputs, d_o and d_final_state. segments > 0 calls the tensor-core backward directly with that
 // many segments per sequence in its reverse state pass; 0 goes through KdaBackward's dispatch.

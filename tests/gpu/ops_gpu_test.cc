@@ -86,6 +86,51 @@ INSTANTIATE_TEST_SUITE_P(All, MatmulGpuTest,
                                   std::string(DTypeName(std::get<3>(info.param)));
                          });
 
+// The strided-batched form on the absorbed MLA's shapes (`small`'s: 8 heads, q [n, H * 192] with
+// the first 128 columns of each head, W_kvb [H * 256, 256] in row blocks, outputs at column blocks
+// of [n, H * w]; both transposes of b), bf16 and f32, against the CPU twin in f64; the elements
+// of c outside the blocks must keep their values.
+TEST(MatmulGpuTest, StridedBatchedMatchesCpuTwinOnTheAbsorbedMlaShapes) {
+  SKIP_WITHOUT_GPU();
+  const int64_t heads = 8, dqk = 192, dn = 128, dv = 128, dc = 256, w = 320;
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{64}}) {
+      PhiloxGenerator rng(70 + n, dt == DType::kBF16);
+      const Tensor q = Round(RandomNormal({n, heads * dqk}, DType::kF64, rng), dt);
+      const Tensor wkvb = Round(RandomNormal({heads * (dn + dv), dc}, DType::kF64, rng, 0.06), dt);
+      const Tensor c0 = Round(RandomNormal({n, heads * w}, DType::kF64, rng), dt);
+      // Queries: c_h [n, dc] at columns h * w of [n, H * w] = q_h [n, dn] W_UK,h [dn, dc].
+      Tensor ref = c0.Clone();
+      const MatrixBatch a_ref{q, 0, n, dn, heads * dqk, dqk};
+      const MatrixBatch b_ref{wkvb, 0, dn, dc, dc, (dn + dv) * dc};
+      ASSERT_TRUE(
+          MatmulStridedBatched(a_ref, b_ref, heads, {}, {ref, 0, n, dc, heads * w, w}).ok());
+      const Tensor qg = ToGpu(q, dt), wg = ToGpu(wkvb, dt);
+      Tensor cg = ToGpu(c0, dt);
+      Status st = MatmulStridedBatched({qg, 0, n, dn, heads * dqk, dqk},
+                                       {wg, 0, dn, dc, dc, (dn + dv) * dc}, heads, {},
+                                       {cg, 0, n, dc, heads * w, w});
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ExpectClose(cg, ref, TolFor(dt), "absorbed queries, n = " + std::to_string(n));
+      // Outputs: o_h [n, dv] at columns h * dv = ol_h [n, dc] W_UV,h^T (W_UV,h [dv, dc]).
+      const Tensor ol = Round(RandomNormal({n, heads * dc}, DType::kF64, rng), dt);
+      Tensor o_ref = Tensor::Zeros({n, heads * dv}, DType::kF64);
+      MatmulOptions nt;
+      nt.trans_b = true;
+      ASSERT_TRUE(MatmulStridedBatched({ol, 0, n, dc, heads * dc, dc},
+                                       {wkvb, dn * dc, dv, dc, dc, (dn + dv) * dc}, heads, nt,
+                                       {o_ref, 0, n, dv, heads * dv, dv})
+                      .ok());
+      Tensor og = Poisoned({n, heads * dv}, dt);
+      st = MatmulStridedBatched({ToGpu(ol, dt), 0, n, dc, heads * dc, dc},
+                                {wg, dn * dc, dv, dc, dc, (dn + dv) * dc}, heads, nt,
+                                {og, 0, n, dv, heads * dv, dv});
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ExpectClose(og, o_ref, TolFor(dt), "absorbed output, n = " + std::to_string(n));
+    }
+  }
+}
+
 TEST(MatmulGpuErrors, RejectsF32InputsWithBf16Output) {
   SKIP_WITHOUT_GPU();
   Tensor a = Poisoned({4, 4}, DType::kF32), b = Poisoned({4, 4}, DType::kF32);

@@ -102,6 +102,35 @@ TEST_P(ShortConvGpuTest, ForwardAndBackwardMatchCpuTwin) {
   }
 }
 
+// The decode form: steps of one token per sequence against the CPU twin, the history table's
+// rows scrambled and one padding row (-1), bf16 and f32, widths 1 to 16; y and the whole table
+// compared (the history is stored in the inputs' dtype: a bf16 table holds the same bf16 values).
+TEST_P(ShortConvGpuTest, DecodeStepsMatchCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  const auto [dt, width] = GetParam();
+  const int64_t c = 200, n = 4, table = 6;
+  const std::vector<int32_t> rows = {5, 0, -1, 2};
+  PhiloxGenerator rng(900 + width, 0);
+  const Tensor w = Round(
+      RandomNormal({c, width}, DType::kF64, rng, 1.0 / std::sqrt(static_cast<double>(width))), dt);
+  Tensor hist, hist_gpu;
+  if (width > 1) {
+    hist = Round(RandomNormal({table, width - 1, c}, DType::kF64, rng), dt);
+    hist_gpu = ToGpu(hist, dt);
+  }
+  const Tensor rows_cpu = Tensor::FromVector<int32_t>({n}, rows);
+  const Tensor rows_gpu = ToGpu(rows_cpu);
+  for (int step = 0; step < 5; ++step) {
+    const Tensor x = Round(RandomNormal({n, c}, DType::kF64, rng, 2.0), dt);
+    Tensor y_ref, y = Poisoned({n, c}, dt);
+    ASSERT_TRUE(ShortConvSiluDecode(x, w, rows_cpu, &hist, &y_ref).ok());
+    const Status st = ShortConvSiluDecode(ToGpu(x, dt), ToGpu(w, dt), rows_gpu, &hist_gpu, &y);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectClose(y, y_ref, TolFor(dt), "decode y, step " + std::to_string(step));
+  }
+  if (width > 1) ExpectClose(hist_gpu, hist, 0.0, "history table (copied values)");
+}
+
 // W = 1 (no history), 4 (the spec's), 16 (the largest the config and the kernel take).
 INSTANTIATE_TEST_SUITE_P(All, ShortConvGpuTest,
                          ::testing::Combine(::testing::Values(DType::kBF16, DType::kF32),

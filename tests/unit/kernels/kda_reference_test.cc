@@ -2,10 +2,12 @@
 // packed rows == sequences alone, decode == recurrent forward, and clear errors on bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/kda.h"
 #include "tests/unit/kernels/kda_test_util.h"
@@ -316,6 +318,108 @@ TEST(KdaDecode, StepsEqualRecurrentForward) {
     EXPECT_EQ(worst, 0.0) << DTypeName(dt);
     EXPECT_EQ(MaxRelError(state, ref.final_state), 0.0) << DTypeName(dt);
   }
+}
+
+// The inference engine's decode step: raw inputs with the op's transforms, and states as rows of
+// a table (in a scrambled order, some rows untouched), against KdaForward with the same
+// transforms on one-token sequences from the gathered states (recurrent algorithm).
+TEST(KdaDecode, TransformsAndStateRowsEqualForwardFromGatheredStates) {
+  const int64_t n = 3, h = 2, kd = 16, vd = 8, table = 6;
+  const std::vector<int32_t> rows = {4, 0, 2};
+  for (KdaGateKind kind : {KdaGateKind::kBounded, KdaGateKind::kOriginal}) {
+    PhiloxGenerator rng(77 + static_cast<int>(kind), 3);
+    const Tensor q = RandomNormal({n, h, kd}, DType::kF64, rng);
+    const Tensor k = RandomNormal({n, h, kd}, DType::kF64, rng);
+    const Tensor v = RandomNormal({n, h, vd}, DType::kF64, rng);
+    const Tensor z = RandomNormal({n, h, kd}, DType::kF64, rng);
+    const Tensor beta = RandomNormal({n, h}, DType::kF64, rng);
+    const Tensor a_log = RandomNormal({h}, DType::kF64, rng);
+    const Tensor dt_bias = RandomNormal({h * kd}, DType::kF64, rng);
+    Tensor states = RandomNormal({table, h, kd, vd}, DType::kF64, rng);
+    const Tensor before = states.Clone();
+
+    KdaDecodeOptions o;
+    o.transforms.qk_l2norm = o.transforms.beta_sigmoid = o.transforms.gate = true;
+    o.transforms.gate_kind = kind;
+    o.a_log = a_log;
+    o.dt_bias = dt_bias;
+    o.rows = Tensor::FromVector<int32_t>({n}, rows);
+    Tensor out;
+    ASSERT_TRUE(KdaDecodeStep(q, k, v, z, beta, o, &states, &out).ok());
+
+    KdaInputs in;
+    in.q = q.Reshape({1, n, h, kd}).value();
+    in.k = k.Reshape({1, n, h, kd}).value();
+    in.v = v.Reshape({1, n, h, vd}).value();
+    in.g = z.Reshape({1, n, h, kd}).value();
+    in.beta = beta.Reshape({1, n, h}).value();
+    in.a_log = a_log;
+    in.dt_bias = dt_bias;
+    in.cu_seqlens = Tensor::FromVector<int64_t>({n + 1}, {0, 1, 2, 3});
+    in.initial_state = Tensor::Empty({n, h, kd, vd}, DType::kF64);
+    const int64_t row = h * kd * vd;
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(in.initial_state.data<double>() + i * row, before.data<double>() + rows[i] * row,
+                  row * sizeof(double));
+    }
+    KdaOptions fo;
+    fo.algorithm = KdaAlgorithm::kRecurrent;
+    fo.transforms = o.transforms;
+    KdaOutputs ref;
+    ASSERT_TRUE(KdaForward(in, fo, &ref).ok());
+    EXPECT_LT(MaxRelError(out, ref.o.Reshape({n, h, vd}).value()), 1e-12);
+    for (int64_t r = 0; r < table; ++r) {
+      const auto at = std::find(rows.begin(), rows.end(), static_cast<int32_t>(r));
+      const Tensor got = states.Slice(r, r + 1).value();
+      if (at == rows.end()) {
+        EXPECT_EQ(MaxRelError(got, before.Slice(r, r + 1).value()), 0.0) << "row " << r;
+      } else {
+        const int64_t i = at - rows.begin();
+        EXPECT_LT(MaxRelError(got, ref.final_state.Slice(i, i + 1).value()), 1e-12) << "row " << r;
+      }
+    }
+  }
+  // A padding row (-1) computes from a zero state and writes nothing: its output is a
+  // one-token forward from no initial state; the table is untouched.
+  {
+    PhiloxGenerator rng(9, 9);
+    const Tensor q = RandomNormal({1, h, kd}, DType::kF64, rng);
+    const Tensor k = RandomNormal({1, h, kd}, DType::kF64, rng);
+    const Tensor v = RandomNormal({1, h, vd}, DType::kF64, rng);
+    const Tensor z = RandomNormal({1, h, kd}, DType::kF64, rng);
+    const Tensor beta = RandomNormal({1, h}, DType::kF64, rng);
+    Tensor states = RandomNormal({table, h, kd, vd}, DType::kF64, rng), out;
+    const Tensor before = states.Clone();
+    KdaDecodeOptions o;
+    o.transforms.qk_l2norm = o.transforms.beta_sigmoid = o.transforms.gate = true;
+    o.rows = Tensor::FromVector<int32_t>({1}, {-1});
+    ASSERT_TRUE(KdaDecodeStep(q, k, v, z, beta, o, &states, &out).ok());
+    EXPECT_EQ(MaxRelError(states, before), 0.0);
+    KdaInputs in;
+    in.q = q.Reshape({1, 1, h, kd}).value();
+    in.k = k.Reshape({1, 1, h, kd}).value();
+    in.v = v.Reshape({1, 1, h, vd}).value();
+    in.g = z.Reshape({1, 1, h, kd}).value();
+    in.beta = beta.Reshape({1, 1, h}).value();
+    KdaOptions fo;
+    fo.algorithm = KdaAlgorithm::kRecurrent;
+    fo.transforms = o.transforms;
+    KdaOutputs ref;
+    ASSERT_TRUE(KdaForward(in, fo, &ref).ok());
+    EXPECT_LT(MaxRelError(out, ref.o.Reshape({1, h, vd}).value()), 1e-12);
+  }
+  // A row outside the table is one clear error.
+  PhiloxGenerator rng(5, 5);
+  const Tensor q = RandomNormal({1, h, kd}, DType::kF64, rng);
+  const Tensor v = RandomNormal({1, h, vd}, DType::kF64, rng);
+  const Tensor beta = RandomNormal({1, h}, DType::kF64, rng);
+  Tensor states = RandomNormal({table, h, kd, vd}, DType::kF64, rng), out;
+  KdaDecodeOptions o;
+  o.rows = Tensor::FromVector<int32_t>({1}, {6});
+  const Status st = KdaDecodeStep(q, q, v, q, beta, o, &states, &out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("rows[0] = 6 is outside the state table [0, 6)"), std::string::npos)
+      << st.message();
 }
 
 TEST(KdaErrors, BadInputsGetOneClearLine) {

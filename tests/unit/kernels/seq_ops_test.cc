@@ -3,6 +3,7 @@
 // differences, the Tensor forms against the templates, and their bad-input errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -68,6 +69,74 @@ TEST(ShortConvTest, ForwardMatchesItsDefinitionPerDocument) {
       }
     }
   }
+}
+
+// The decode form over several steps equals the forward over each sequence's whole history (the
+// rows of a history table in a scrambled order; an untouched row stays as it was).
+TEST(ShortConvTest, DecodeStepsEqualTheForwardOverTheWholeSequence) {
+  for (int64_t width : {1, 2, 4, 7}) {
+    const int64_t c = 5, steps = 6, seqs = 3, table = 5;
+    const std::vector<int32_t> rows = {3, 0, 4};
+    PhiloxGenerator rng(30 + width, 0);
+    const Tensor w = RandomNormal({c, width}, DType::kF64, rng);
+    const Tensor xs = RandomNormal({seqs * steps, c}, DType::kF64, rng);  // [seq][step] rows
+    Tensor hist;
+    if (width > 1) {
+      hist = Tensor::Zeros({table, width - 1, c}, DType::kF64);
+      D(hist)[1 * (width - 1) * c] = 7.0;  // row 1 is nobody's: must stay
+    }
+    std::vector<double> got(static_cast<size_t>(seqs * steps * c));
+    for (int64_t t = 0; t < steps; ++t) {
+      Tensor x = Tensor::Empty({seqs, c}, DType::kF64), y;
+      for (int64_t i = 0; i < seqs; ++i) {
+        std::copy_n(D(xs) + (i * steps + t) * c, c, D(x) + i * c);
+      }
+      ASSERT_TRUE(
+          ShortConvSiluDecode(x, w, Tensor::FromVector<int32_t>({seqs}, rows), &hist, &y).ok());
+      for (int64_t i = 0; i < seqs; ++i) {
+        std::copy_n(D(y) + i * c, c, got.data() + (i * steps + t) * c);
+      }
+    }
+    Tensor ref;
+    const Tensor cu = Tensor::FromVector<int64_t>({seqs + 1}, {0, steps, 2 * steps, 3 * steps});
+    ASSERT_TRUE(ShortConvSilu(xs, w, cu, &ref).ok());
+    for (int64_t e = 0; e < ref.numel(); ++e) {
+      EXPECT_NEAR(got[static_cast<size_t>(e)], D(ref)[e], 1e-14) << "width " << width << " " << e;
+    }
+    if (width > 1) {
+      EXPECT_EQ(D(hist)[1 * (width - 1) * c], 7.0);
+      // Row rows[i] holds the last W - 1 inputs of sequence i.
+      for (int64_t i = 0; i < seqs; ++i) {
+        for (int64_t j = 0; j < width - 1; ++j) {
+          const int64_t t = steps - (width - 1) + j;
+          for (int64_t ch = 0; ch < c; ++ch) {
+            const double want = t >= 0 ? D(xs)[(i * steps + t) * c + ch] : 0.0;
+            EXPECT_EQ(D(hist)[(rows[i] * (width - 1) + j) * c + ch], want);
+          }
+        }
+      }
+    }
+  }
+  // A padding row (-1) sees a zero history and writes none.
+  {
+    PhiloxGenerator rng(3, 3);
+    const int64_t c = 4, width = 3;
+    const Tensor w = RandomNormal({c, width}, DType::kF64, rng);
+    const Tensor x = RandomNormal({1, c}, DType::kF64, rng);
+    Tensor hist = RandomNormal({2, width - 1, c}, DType::kF64, rng), y, ref;
+    const Tensor before = hist.Clone();
+    ASSERT_TRUE(ShortConvSiluDecode(x, w, Tensor::FromVector<int32_t>({1}, {-1}), &hist, &y).ok());
+    for (int64_t e = 0; e < hist.numel(); ++e) EXPECT_EQ(D(hist)[e], D(before)[e]);
+    ASSERT_TRUE(ShortConvSilu(x, w, Tensor::FromVector<int64_t>({2}, {0, 1}), &ref).ok());
+    for (int64_t e = 0; e < c; ++e) EXPECT_NEAR(D(y)[e], D(ref)[e], 1e-15);
+  }
+  // A row outside the table is one clear line.
+  const Tensor w = Tensor::Zeros({2, 3}, DType::kF32), x = Tensor::Zeros({1, 2}, DType::kF32);
+  Tensor hist = Tensor::Zeros({2, 2, 2}, DType::kF32), y;
+  ExpectInvalid(ShortConvSiluDecode(x, w, Tensor::FromVector<int32_t>({1}, {2}), &hist, &y),
+                "rows[0] = 2 is outside the history table [0, 2)");
+  ExpectInvalid(ShortConvSiluDecode(x, w, Tensor::FromVector<int32_t>({2}, {0, 1}), &hist, &y),
+                "rows");
 }
 
 TEST(ShortConvTest, GradientsMatchFiniteDifferences) {

@@ -42,6 +42,10 @@ TEST(GpuInferenceCpuTest, ReleasedEpisodesReturnEveryPage) {
   inference_check::PagesNeverLeak(Device::Cpu(), DType::kF32, 60);
 }
 
+TEST(GpuInferenceCpuTest, DecodeCallsPaddedToTheirBucketMatchTheHost) {
+  inference_check::PaddedDecode(Device::Cpu(), DType::kF32, kF32);
+}
+
 TEST(GpuInferenceCpuTest, AnEmptyPoolIsResourceExhausted) {
   inference_check::PoolExhaustion(Device::Cpu(), DType::kF32);
 }

@@ -18,11 +18,13 @@
 #include "env/calc/calc_env.h"
 #include "env/calc/prompt.h"
 #include "env/calc/task.h"
+#include "kernels/token_sampling.h"
 #include "learner/rl/policy_loss.h"
 #include "model/chat_format.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "rollout/agent_loop.h"
+#include "rollout/gpu_model_backend.h"
 #include "rollout/model_backend.h"
 #include "rollout/sampling.h"
 #include "tests/unit/rollout/agent_test_util.h"
@@ -66,6 +68,82 @@ TEST(RolloutSampling, TopPAndGreedy) {
   EXPECT_EQ(SampleToken(z.data(), 4, o, rng).id, 0);
   EXPECT_FALSE(ValidateSamplingOptions({1.0, 0.0}).ok());
   EXPECT_FALSE(ValidateSamplingOptions({-1.0, 1.0}).ok());
+}
+
+// Logits of several shapes: spread, peaked, quantised to a coarse grid (many exact ties, the
+// case the device sampler's tie order must match) and all equal.
+std::vector<float> TestLogits(int kind, int64_t v, PhiloxGenerator& rng) {
+  std::vector<float> z(static_cast<size_t>(v));
+  for (auto& x : z) {
+    const double n = rng.Normal();
+    switch (kind) {
+      case 0:
+        x = static_cast<float>(n);
+        break;
+      case 1:
+        x = static_cast<float>(8.0 * n);
+        break;
+      case 2:
+        x = static_cast<float>(std::round(2.0 * n) / 2.0);
+        break;
+      default:
+        x = 0.25f;
+    }
+  }
+  return z;
+}
+
+// kernels::SampleTokens' CPU twin (the radix descent the CUDA kernel runs) draws what
+// SampleTokenWithUniform draws from the same logits and uniform numbers: every id equal, the
+// log-probabilities to rounding, over temperatures (greedy included), nucleus sizes (none, wide,
+// narrow, one token) and uniform numbers at and near the ends.
+TEST(RolloutSampling, TheDeviceSamplersTwinDrawsWhatSampleTokenDraws) {
+  const int64_t v = 197;
+  const double temperatures[] = {0.0, 0.3, 1.0, 1.7};
+  const double top_ps[] = {1.0, 0.95, 0.5, 0.1, 1e-9};
+  PhiloxGenerator rng(71, 1);
+  int64_t rows = 0, nucleus_rows = 0;
+  double worst_lp = 0;
+  for (int kind = 0; kind < 4; ++kind) {
+    for (int rep = 0; rep < 6; ++rep) {
+      const std::vector<float> z = TestLogits(kind, v, rng);
+      std::vector<double> params;
+      std::vector<SampledToken> want;
+      for (double t : temperatures) {
+        for (double top_p : top_ps) {
+          for (float u : {0.0f, 1e-7f, rng.Uniform(), rng.Uniform(), rng.Uniform(), 0.9999999f}) {
+            params.insert(params.end(), {t, top_p, static_cast<double>(u)});
+            want.push_back(SampleTokenWithUniform(z.data(), v, {t, top_p}, u));
+          }
+        }
+      }
+      const int64_t n = static_cast<int64_t>(want.size());
+      Tensor logits = Tensor::Empty({n, v}, DType::kF32);
+      for (int64_t i = 0; i < n; ++i) std::copy(z.begin(), z.end(), logits.data<float>() + i * v);
+      Tensor ids, logprobs;
+      ASSERT_TRUE(
+          kernels::SampleTokens(logits, Tensor::FromVector<double>({n, 3}, params), &ids, &logprobs)
+              .ok());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(ids.data<int32_t>()[i], want[i].id)
+            << "kind " << kind << " T " << params[i * 3] << " top_p " << params[i * 3 + 1] << " u "
+            << params[i * 3 + 2];
+        worst_lp = std::max(
+            worst_lp, static_cast<double>(std::abs(logprobs.data<float>()[i] - want[i].logprob)));
+        nucleus_rows += params[i * 3 + 1] < 1.0 && params[i * 3] > 0;
+      }
+      rows += n;
+    }
+  }
+  EXPECT_LT(worst_lp, 1e-5);
+  EXPECT_GT(nucleus_rows, rows / 2);
+  // Bad parameters are one clear line.
+  Tensor ids, logprobs;
+  const Status st =
+      kernels::SampleTokens(Tensor::Zeros({1, 4}, DType::kF32),
+                            Tensor::FromVector<double>({1, 3}, {1.0, 0.0, 0.5}), &ids, &logprobs);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("top_p 0"), std::string::npos) << st.message();
 }
 
 std::unique_ptr<model::Model> TinyModel(uint64_t seed, DType dtype = DType::kF32) {
@@ -561,6 +639,124 @@ TEST(RolloutAgentLoop, RealModelLogprobsAndRoutingMatchTheLearner) {
         }
       }
     }
+  }
+}
+
+// The agent loop over a backend that samples itself draws what the host draws from the same
+// logits: the CPU backend with the device sampler's twin (kernels::SampleTokens) against the
+// default FeedAndSample (Feed, then SampleToken), and the GPU backend on the ops' CPU twins
+// (sampling inside its fixed-shape decode step and its prefill) against the same backend type
+// through the default path. Same seed: the same tokens, log-probabilities to rounding.
+class TwinSamplingBackend : public PolicyBackend {
+ public:
+  explicit TwinSamplingBackend(PolicyBackend* inner) : inner_(inner) {}
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  int moe_layers() const override { return inner_->moe_layers(); }
+  int top_k() const override { return inner_->top_k(); }
+  int max_slots() const override { return inner_->max_slots(); }
+  int64_t max_context() const override { return inner_->max_context(); }
+  StatusOr<FeedResult> Feed(const std::vector<int>& slots,
+                            const std::vector<std::vector<int32_t>>& tokens) override {
+    return inner_->Feed(slots, tokens);
+  }
+  StatusOr<SampledFeed> FeedAndSample(const std::vector<int>& slots,
+                                      const std::vector<std::vector<int32_t>>& tokens,
+                                      const std::vector<SlotDraw>& draws) override {
+    ORRERY_ASSIGN_OR_RETURN(FeedResult fed, inner_->Feed(slots, tokens));
+    std::vector<double> params;
+    for (const SlotDraw& d : draws) {
+      params.insert(params.end(), {d.options.temperature, d.options.top_p, d.uniform});
+    }
+    const int64_t n = static_cast<int64_t>(slots.size());
+    Tensor ids, logprobs;
+    ORRERY_RETURN_IF_ERROR(kernels::SampleTokens(
+        fed.logits, Tensor::FromVector<double>({n, 3}, params), &ids, &logprobs));
+    SampledFeed out;
+    out.expert_ids = fed.expert_ids;
+    for (int64_t i = 0; i < n; ++i) {
+      out.tokens.push_back({ids.data<int32_t>()[i], logprobs.data<float>()[i]});
+    }
+    return out;
+  }
+  void Release(int slot) override { inner_->Release(slot); }
+  Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
+                     int64_t version) override {
+    return inner_->LoadWeights(named, version);
+  }
+  int64_t version() const override { return inner_->version(); }
+
+ private:
+  PolicyBackend* inner_;
+};
+
+// A backend that takes the default FeedAndSample of whatever it wraps.
+class HostSamplingBackend : public TwinSamplingBackend {
+ public:
+  using TwinSamplingBackend::TwinSamplingBackend;
+  StatusOr<SampledFeed> FeedAndSample(const std::vector<int>& slots,
+                                      const std::vector<std::vector<int32_t>>& tokens,
+                                      const std::vector<SlotDraw>& draws) override {
+    return PolicyBackend::FeedAndSample(slots, tokens, draws);  // Feed, then SampleToken
+  }
+};
+
+std::vector<Trajectory> RunEpisodes(PolicyBackend* backend, const CalcFixture& f,
+                                    const SamplingOptions& sampling) {
+  AgentOptions o;
+  o.max_turn_tokens = 8;
+  o.max_episode_tokens = 400;
+  o.seed = 13;
+  o.sampling = sampling;
+  AgentLoop loop(backend, f.format.get(), f.env.get(), o);
+  loop.AddGroup(f.task, 5, 3);
+  auto groups = loop.RunUntilIdle();
+  EXPECT_TRUE(groups.ok()) << groups.status().ToString();
+  if (!groups.ok() || groups->size() != 1) return {};
+  return (*groups)[0].trajectories;
+}
+
+void ExpectSameEpisodes(const std::vector<Trajectory>& a, const std::vector<Trajectory>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t e = 0; e < a.size(); ++e) {
+    ASSERT_EQ(a[e].tokens, b[e].tokens) << "episode " << e;
+    ASSERT_EQ(a[e].logprobs.size(), b[e].logprobs.size());
+    for (size_t i = 0; i < a[e].logprobs.size(); ++i) {
+      EXPECT_NEAR(a[e].logprobs[i], b[e].logprobs[i], 1e-5) << e << " " << i;
+    }
+    EXPECT_EQ(a[e].routed_experts, b[e].routed_experts);
+    EXPECT_GT(a[e].model_tokens(), 0);
+  }
+}
+
+TEST(RolloutAgentLoop, BackendsThatSampleThemselvesDrawWhatTheHostDraws) {
+  CalcFixture f;
+  for (const SamplingOptions& sampling :
+       {SamplingOptions{1.0, 1.0}, SamplingOptions{0.8, 0.7}, SamplingOptions{0.0, 1.0}}) {
+    auto m = TinyModel(23);
+    auto cpu = ModelBackend::Create(m.get(), 3, 512);
+    ASSERT_TRUE(cpu.ok());
+    HostSamplingBackend host_side(cpu->get());
+    const std::vector<Trajectory> want = RunEpisodes(&host_side, f, sampling);
+    auto cpu2 = ModelBackend::Create(m.get(), 3, 512);
+    ASSERT_TRUE(cpu2.ok());
+    TwinSamplingBackend twin(cpu2->get());
+    ExpectSameEpisodes(RunEpisodes(&twin, f, sampling), want);
+
+    GpuBackendOptions go;
+    go.model.device = Device::Cpu();
+    go.model.compute_dtype = DType::kF32;
+    go.max_slots = 3;
+    go.max_context = 512;
+    go.page_size = 16;
+    auto gpu_a = GpuModelBackend::Create(*m, go);
+    ASSERT_TRUE(gpu_a.ok()) << gpu_a.status().ToString();
+    auto gpu_b = GpuModelBackend::Create(*m, go);
+    ASSERT_TRUE(gpu_b.ok()) << gpu_b.status().ToString();
+    HostSamplingBackend gpu_host_side(gpu_b->get());
+    ExpectSameEpisodes(RunEpisodes(gpu_a->get(), f, sampling),
+                       RunEpisodes(&gpu_host_side, f, sampling));
+    EXPECT_GT((*gpu_a)->state().decode_stats().eager_steps, 0);
   }
 }
 
