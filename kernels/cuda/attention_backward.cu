@@ -287,7 +287,8 @@ Status CausalAttentionBackwardCuda(const Tensor& q, const Tensor& k, const Tenso
                                    Tensor* dv, AttentionKernels kernels) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
   if (q.dtype() == DType::kBF16) {
-    const bool tc = kernels == AttentionKernels::kFastest && AttentionTcSupported(q, v);
+    // The wgmma set has no backward of its own yet: it runs the mma.sync kernels.
+    const bool tc = kernels != AttentionKernels::kSimt && AttentionTcSupported(q, v);
     return attention::Backward<__nv_bfloat16>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv,
                                               tc, ctx->stream());
   }

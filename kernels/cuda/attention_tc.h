@@ -1,7 +1,9 @@
-// The tensor-core causal attention kernels (attention_forward_tc.cu, attention_backward_tc.cu)
-// behind CausalAttentionForwardCuda / CausalAttentionBackwardCuda (ops_cuda.h): bf16 operands on
-// `mma.sync.m16n8k16` with f32 accumulation, for the model's head dims. Same contract as the SIMT
-// kernels (kernels/attention.h); callers have checked the inputs and allocated the outputs.
+// The tensor-core causal attention kernels behind CausalAttentionForwardCuda /
+// CausalAttentionBackwardCuda (ops_cuda.h), for the model's head dims, bf16 operands with f32
+// accumulation: the Hopper forward on wgmma with TMA loads and warp specialisation
+// (attention_forward_wgmma.cu), and the forward and backward on `mma.sync.m16n8k16`
+// (attention_forward_tc.cu, attention_backward_tc.cu). Same contract as the SIMT kernels
+// (kernels/attention.h); callers have checked the inputs and allocated the outputs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,7 +17,16 @@ namespace orrery::kernels::cuda {
 // (192, 128) or (128, 128).
 bool AttentionTcSupported(const Tensor& q, const Tensor& v);
 
-// o and the natural log-sum-exp lse (f32 [N, H]) of causal attention within documents.
+// Whether the wgmma forward takes q [N, H, dqk], k, v [N, H, dv] with this scale: bf16, (dqk, dv)
+// (192, 128) or (128, 128), scale > 0, q, k, v 16-byte aligned (TMA), N < 2^31 - 256, and the
+// device an sm_90 (Hopper).
+bool AttentionWgmmaSupported(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+
+// o and the natural log-sum-exp lse (f32 [N, H]) of causal attention within documents, on wgmma
+// (where AttentionWgmmaSupported) or on mma.sync (where AttentionTcSupported).
+Status AttentionForwardWgmma(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
+                             cudaStream_t stream);
 Status AttentionForwardTc(const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
                           cudaStream_t stream);

@@ -1,0 +1,272 @@
+// The Hopper attention forward's index maps (kernels/cuda/wgmma_layout.h) against a host model of
+// the hardware, without a GPU:
+//   TMA's 128-byte swizzle, modelled as the address-bit rule of CUDA's tensor-map documentation
+//     (16-byte chunk bits 4-6 XOR row bits 7-9 of the shared address);
+//   wgmma's shared-memory operands, modelled from the PTX ISA's canonical layouts (the element
+//     address of a K-major or MN-major 128-byte-swizzled operand from the descriptor's start, LBO
+//     and SBO fields, then the same swizzle);
+//   the register fragments of wgmma.m64nNk16 (accumulators, A from registers).
+// The forward's two products are then formed through the descriptors and fragment maps the kernel
+// uses (attention_forward_wgmma.cu: the 128-row Q tile, a 128-key K tile, V read transposed, S's
+// accumulators repacked as P) on tiles at the kernel's shared-memory offsets, and compared with the
+// plain matrix products; and the kernel's tile ranges and masks are checked to compute every
+// visible (query, key) pair exactly once and no hidden one.
+#include "kernels/cuda/wgmma_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/philox.h"
+#include "kernels/cuda/attention_tc_layout.h"
+
+namespace orrery::kernels::cuda::wgmma {
+namespace {
+
+// The swizzle of a shared address (both TMA's writes and wgmma's reads apply it).
+uint32_t Swizzle(uint32_t addr) { return addr ^ (((addr >> 7) & 7u) << 4); }
+
+struct Descriptor {
+  uint32_t start, lbo, sbo, base_offset, mode;
+};
+Descriptor Decode(uint64_t d) {
+  return {static_cast<uint32_t>(d & 0x3FFF) << 4, static_cast<uint32_t>((d >> 16) & 0x3FFF) << 4,
+          static_cast<uint32_t>((d >> 32) & 0x3FFF) << 4, static_cast<uint32_t>((d >> 49) & 7),
+          static_cast<uint32_t>(d >> 62)};
+}
+
+// The shared address wgmma reads for element (r, k) (r < M or N, k < 16) of a K-major operand
+// (canonical ((8, m), (8, 2)) : ((128 B, SBO), (2 B, 16 B))) and for element (k, n) of an MN-major
+// one (((64, n), (8, k)) : ((2 B, LBO), (128 B, SBO))), both with the 128-byte swizzle.
+uint32_t KMajorAddress(uint64_t desc, int r, int k) {
+  const Descriptor d = Decode(desc);
+  EXPECT_EQ(d.mode, 1u) << "not the 128-byte swizzle";
+  EXPECT_EQ(d.base_offset, 0u);
+  return Swizzle(d.start + static_cast<uint32_t>(r % 8) * 128 +
+                 static_cast<uint32_t>(r / 8) * d.sbo + static_cast<uint32_t>(k) * 2);
+}
+uint32_t MnMajorAddress(uint64_t desc, int k, int n) {
+  const Descriptor d = Decode(desc);
+  EXPECT_EQ(d.mode, 1u) << "not the 128-byte swizzle";
+  EXPECT_EQ(d.base_offset, 0u);
+  return Swizzle(d.start + static_cast<uint32_t>(n % 64) * 2 +
+                 static_cast<uint32_t>(n / 64) * d.lbo + static_cast<uint32_t>(k % 8) * 128 +
+                 static_cast<uint32_t>(k / 8) * d.sbo);
+}
+
+TEST(WgmmaLayout, Sw128OffsetIsTheAddressSwizzle) {
+  // A box written at a 1024-aligned address: Sw128Offset is the swizzle of the linear offset.
+  for (const uint32_t base : {0u, 1024u, 7u * 1024}) {
+    for (int r = 0; r < 128; ++r) {
+      for (int c = 0; c < 64; ++c) {
+        ASSERT_EQ(base + Sw128Offset(r, c), Swizzle(base + static_cast<uint32_t>(r * 128 + 2 * c)))
+            << "row " << r << " column " << c;
+      }
+    }
+  }
+  // ... a permutation of the block's 16-byte chunks.
+  std::vector<int> seen(128 * 8, 0);
+  for (int r = 0; r < 128; ++r) {
+    for (int c = 0; c < 64; c += 8) ++seen[Sw128Offset(r, c) / 16];
+  }
+  for (int i = 0; i < 128 * 8; ++i) EXPECT_EQ(seen[i], 1) << "chunk " << i;
+}
+
+TEST(WgmmaLayout, DescriptorFields) {
+  const uint64_t d = SmemDescriptor(0x2F400, 16 * 1024, 1024);
+  const Descriptor f = Decode(d);
+  EXPECT_EQ(f.start, 0x2F400u);
+  EXPECT_EQ(f.lbo, 16u * 1024);
+  EXPECT_EQ(f.sbo, 1024u);
+  EXPECT_EQ(f.base_offset, 0u);
+  EXPECT_EQ(f.mode, 1u);
+  EXPECT_EQ((d >> 14) & 3, 0u);  // reserved bits stay clear
+  EXPECT_EQ((d >> 30) & 3, 0u);
+  EXPECT_EQ((d >> 46) & 7, 0u);
+  EXPECT_EQ((d >> 52) & 0x3FF, 0u);
+}
+
+// Every accumulator element of m64n128 is held by exactly one (thread, register), and the A
+// fragment map covers [64][16] once.
+TEST(WgmmaLayout, FragmentsArePermutations) {
+  std::vector<int> acc(64 * 128, 0), a(64 * 16, 0);
+  for (int w = 0; w < 4; ++w) {
+    for (int l = 0; l < 32; ++l) {
+      for (int i = 0; i < 64; ++i) ++acc[AccRow(w, l, i) * 128 + AccCol(l, i)];
+      for (int j = 0; j < 4; ++j) {
+        for (int h = 0; h < 2; ++h) ++a[FragARow(w, l, j) * 16 + FragACol(l, j, h)];
+      }
+    }
+  }
+  for (int e : acc) ASSERT_EQ(e, 1);
+  for (int e : a) ASSERT_EQ(e, 1);
+}
+
+// A host shared memory of bf16 values (small integers: exact sums in double).
+struct Smem {
+  std::vector<double> mem = std::vector<double>(232448 / 2, 0.0);
+  double& At(uint32_t addr) {
+    EXPECT_EQ(addr % 2, 0u);
+    return mem.at(addr / 2);
+  }
+  // The [rows][cols] tile x as TMA writes it at `base` (64-column boxes, TileOffset).
+  void Store(uint32_t base, int rows, int cols, const std::vector<double>& x) {
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) At(base + TileOffset(rows, r, c)) = x[r * cols + c];
+    }
+  }
+};
+
+std::vector<double> Random(int count, PhiloxGenerator& rng) {
+  std::vector<double> x(count);
+  for (double& v : x) v = static_cast<double>(static_cast<int>(rng.UniformInt(9)) - 4);
+  return x;
+}
+
+// The forward's products for one consumer warpgroup through the kernel's descriptors: Q [128][dqk]
+// at 0, the K tile [128][dqk] and the V tile [128][128] of stage 1 at the kernel's offsets.
+void CheckForwardProducts(int dqk) {
+  SCOPED_TRACE("dqk " + std::to_string(dqk));
+  constexpr int kM = 128, kN = 128, kDv = 128;
+  PhiloxGenerator rng(static_cast<uint64_t>(dqk), 0);
+  const std::vector<double> q = Random(kM * dqk, rng), k = Random(kN * dqk, rng),
+                            v = Random(kN * kDv, rng);
+  const uint32_t q_base = 0, q_bytes = kM * dqk * 2, k_bytes = kN * dqk * 2;
+  const uint32_t k_tile = q_bytes + k_bytes;                     // stage 1 of the K ring
+  const uint32_t v_tile = q_bytes + 2 * k_bytes + kN * kDv * 2;  // stage 1 of the V ring
+  ASSERT_EQ(k_tile % 1024, 0u);
+  ASSERT_EQ(v_tile % 1024, 0u);
+  Smem smem;
+  smem.Store(q_base, kM, dqk, q);
+  smem.Store(k_tile, kN, dqk, k);
+  smem.Store(v_tile, kN, kDv, v);
+
+  for (int consumer = 0; consumer < 2; ++consumer) {
+    const uint32_t q_rows = q_base + static_cast<uint32_t>(consumer) * 64 * kRowBytes;
+    // S = Q K^T over dqk / 16 k steps (IssueQK).
+    std::vector<double> s(64 * kN, 0.0);
+    for (int kk = 0; kk < dqk / 16; ++kk) {
+      const uint64_t a = KMajorDescriptor(q_rows, kM * kRowBytes, kk);
+      const uint64_t b = KMajorDescriptor(k_tile, kN * kRowBytes, kk);
+      for (int m = 0; m < 64; ++m) {
+        for (int n = 0; n < kN; ++n) {
+          for (int kx = 0; kx < 16; ++kx) {
+            s[m * kN + n] += smem.At(KMajorAddress(a, m, kx)) * smem.At(KMajorAddress(b, n, kx));
+          }
+        }
+      }
+    }
+    for (int m = 0; m < 64; ++m) {
+      for (int n = 0; n < kN; ++n) {
+        double want = 0.0;
+        for (int c = 0; c < dqk; ++c) want += q[(64 * consumer + m) * dqk + c] * k[n * dqk + c];
+        ASSERT_EQ(s[m * kN + n], want)
+            << "S consumer " << consumer << " (" << m << ", " << n << ")";
+      }
+    }
+    // S's accumulators per thread, repacked as P's A fragments (PackP), then O = P V through the
+    // MN-major descriptor of V (IssuePV).
+    std::vector<double> o(64 * kDv, 0.0);
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      const uint64_t b = MnMajorDescriptor(v_tile, kN, kk);
+      std::vector<double> a(64 * 16, -1e9);  // the A operand the registers carry
+      for (int w = 0; w < 4; ++w) {
+        for (int l = 0; l < 32; ++l) {
+          for (int j = 0; j < 4; ++j) {
+            for (int h = 0; h < 2; ++h) {
+              const int i = AccumulatorOfA(kk, j, h);
+              a[FragARow(w, l, j) * 16 + FragACol(l, j, h)] =
+                  s[AccRow(w, l, i) * kN + AccCol(l, i)];
+            }
+          }
+        }
+      }
+      for (int m = 0; m < 64; ++m) {
+        for (int kx = 0; kx < 16; ++kx) {
+          ASSERT_EQ(a[m * 16 + kx], s[m * kN + 16 * kk + kx]) << "P fragment k step " << kk;
+        }
+        for (int n = 0; n < kDv; ++n) {
+          for (int kx = 0; kx < 16; ++kx) {
+            o[m * kDv + n] += a[m * 16 + kx] * smem.At(MnMajorAddress(b, kx, n));
+          }
+        }
+      }
+    }
+    for (int m = 0; m < 64; ++m) {
+      for (int n = 0; n < kDv; ++n) {
+        double want = 0.0;
+        for (int c = 0; c < kN; ++c) want += s[m * kN + c] * v[c * kDv + n];
+        ASSERT_EQ(o[m * kDv + n], want)
+            << "O consumer " << consumer << " (" << m << ", " << n << ")";
+      }
+    }
+  }
+}
+
+TEST(WgmmaLayout, ForwardProductsThroughTheDescriptors) {
+  CheckForwardProducts(192);
+  CheckForwardProducts(128);
+}
+
+// Visibility: the wgmma forward's CTAs (128 query rows, key tiles of 128 from the first query's
+// document start, per-element masks on tiles not wholly visible; no skips) compute every visible
+// pair once and no hidden one (padding rows past n are never written and not counted).
+void CheckVisibility(const std::vector<int64_t>& lengths) {
+  using attention_tc::ClampToTile;
+  using attention_tc::DocStart;
+  using attention_tc::KeyTiles;
+  using attention_tc::KeyTileWhollyVisible;
+  constexpr int kRows = 128, kTile = 128;
+  std::vector<int64_t> cu = {0};
+  for (int64_t len : lengths) cu.push_back(cu.back() + len);
+  const int64_t n = cu.back(), entries = static_cast<int64_t>(cu.size());
+  SCOPED_TRACE("n " + std::to_string(n));
+  const auto start = [&](int64_t i) { return DocStart(cu.data(), entries, n, i); };
+  const int64_t width = n + kTile;  // keys padded: a tile may run past n
+  std::vector<int> count(static_cast<size_t>(n * width), 0);
+  for (int64_t q0 = 0; q0 < n; q0 += kRows) {
+    const int64_t q_last = std::min<int64_t>(q0 + kRows, n) - 1;
+    const int64_t kv_begin = start(q0), last_start = start(q_last);
+    for (int it = 0; it < KeyTiles(kv_begin, q_last, kTile); ++it) {
+      const int64_t kb = kv_begin + int64_t{it} * kTile;
+      const bool wholly = KeyTileWhollyVisible(kb, kTile, q0, last_start);
+      for (int64_t row = q0; row < std::min(q0 + kRows, n); ++row) {
+        const int lo = ClampToTile(start(row) - kb, kTile), hi = ClampToTile(row - kb, kTile);
+        for (int c = 0; c < kTile; ++c) {
+          if (wholly || (lo <= c && c <= hi)) ++count[row * width + kb + c];
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < width; ++j) {
+      const bool visible = j < n && j <= i && start(i) == start(j);
+      ASSERT_EQ(count[i * width + j], visible ? 1 : 0) << "query " << i << " key " << j;
+    }
+  }
+}
+
+TEST(WgmmaLayout, TilesCoverEachVisiblePairOnce) {
+  for (const auto& lengths :
+       std::vector<std::vector<int64_t>>{{1, 63, 64, 65, 200, 1, 130, 17},
+                                         {1, 7, 130, 0, 300, 45, 32, 65, 1100},
+                                         {128, 128, 256},
+                                         {0, 5, 0},
+                                         {1},
+                                         {127, 0, 129, 31, 33},
+                                         {1000, 1, 300}}) {
+    CheckVisibility(lengths);
+  }
+  PhiloxGenerator rng(91, 0);
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<int64_t> lengths(1 + rng.UniformInt(10));
+    for (int64_t& len : lengths) len = static_cast<int64_t>(rng.UniformInt(trial % 2 ? 9 : 400));
+    CheckVisibility(lengths);
+  }
+}
+
+}  // namespace
+}  // namespace orrery::kernels::cuda::wgmma
