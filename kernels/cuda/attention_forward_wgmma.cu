@@ -2,7 +2,7 @@
 // structure (warp specialisation, TMA, wgmma) for the model's head dims, bf16 in, f32 accumulate.
 //
 // One CTA of three warpgroups per (128-query tile, head), one CTA per SM:
-//   producer (warpgroup 0, 32 registers by setmaxnreg; one thread works): TMA loads of the
+//   producer (warpgroup 0, 24 registers by setmaxnreg; one thread works): TMA loads of the
 //     query tile Q [128][dqk] once, then of the key tiles K [128][dqk] and V [128][dv] into a ring
 //     of kStages stages (2 at dqk 192, 3 at 128), each tile as 64-column boxes with the 128-byte
 //     swizzle (wgmma_layout.h). Every stage has a "full" mbarrier per tensor that the loads
@@ -33,6 +33,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/attention_tc_layout.h"
@@ -70,7 +71,12 @@ constexpr int kConsumerRows = 64;  // query rows of a consumer warpgroup (one wg
 constexpr int kBlockN = 128;       // keys of a streamed tile (the wgmma N of S)
 constexpr int kThreads = 3 * 128;  // producer warpgroup + two consumer warpgroups
 constexpr int kConsumerWarps = 8;  // arrivals that release a stage
-constexpr int kProducerRegisters = 32, kConsumerRegisters = 240;  // 128 * 32 + 256 * 240 = 64K
+// setmaxnreg moves registers inside the CTA's pool, which is what the launch gave it: 384 threads
+// at 168 (__launch_bounds__(384, 1)). 128 * 24 + 256 * 240 = 384 * 168: a larger share would make
+// setmaxnreg.inc wait forever.
+constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+constexpr int kLaunchRegisters = 168;  // 65536 / 384, rounded down to a multiple of 8
+static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters == kThreads * kLaunchRegisters);
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 constexpr size_t kSharedLimit = 227 * 1024;
 
@@ -152,6 +158,14 @@ __device__ __forceinline__ void Release(uint64_t* bar) {
   if (threadIdx.x % 32 == 0) BarrierArrive(bar);
 }
 
+// 2^x in one MUFU instruction: subnormal results flush to 0 (exp2f without fast math adds a
+// rescaling around it for them), harmless for probabilities scaled to a row maximum of 1.
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // A consumer warpgroup's rows of the online softmax over one key tile.
 struct SoftmaxRows {
   int64_t row[2], start[2];  // this thread's rows (accumulator rows g, g + 8) and doc starts
@@ -182,13 +196,13 @@ struct SoftmaxRows {
       // A row with no visible key yet keeps m = -inf and uses 0 as its reference (p = 0 and
       // alpha = 0 instead of NaN).
       const float ref = mx == -INFINITY ? 0.0f : mx * scale_log2;
-      alpha[r] = exp2f(m[r] * scale_log2 - ref);
+      alpha[r] = Exp2(m[r] * scale_log2 - ref);
       m[r] = mx;
       float sum = 0.0f;
 #pragma unroll
       for (int i = 2 * r; i < 64; i += 4) {
-        s[i] = exp2f(fmaf(s[i], scale_log2, -ref));
-        s[i + 1] = exp2f(fmaf(s[i + 1], scale_log2, -ref));
+        s[i] = Exp2(fmaf(s[i], scale_log2, -ref));
+        s[i + 1] = Exp2(fmaf(s[i + 1], scale_log2, -ref));
         sum += s[i] + s[i + 1];
       }
       l[r] = l[r] * alpha[r] + sum;
@@ -387,6 +401,15 @@ Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   ORRERY_RETURN_IF_ERROR(
       CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "AttentionForwardWgmmaKernel shared memory"));
+  // The register shares assume the launch's count (see kLaunchRegisters); another would deadlock.
+  cudaFuncAttributes attr;
+  ORRERY_RETURN_IF_ERROR(
+      CudaStatus(cudaFuncGetAttributes(&attr, kernel), "AttentionForwardWgmmaKernel attributes"));
+  if (attr.numRegs != kLaunchRegisters) {
+    return InternalError("AttentionForwardWgmmaKernel: compiled to " +
+                         std::to_string(attr.numRegs) + " registers per thread, expected " +
+                         std::to_string(kLaunchRegisters) + " (the setmaxnreg shares assume it)");
+  }
   const int64_t blocks = static_cast<int64_t>(pr.m_blocks) * heads;
   kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(q_map, k_map, v_map, pr);
   return LastLaunchStatus("AttentionForwardWgmmaKernel");
