@@ -15,8 +15,11 @@
 //     V [keys][dv] read transposed (MN-major descriptor, imm-trans-b). The two products overlap
 //     inside the warpgroup: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued together, the
 //     softmax of S_j runs while the second still computes, and O is rescaled once it lands
-//     (FlashAttention-3's intra-warpgroup overlap); the other consumer warpgroup fills the tensor
-//     cores during this one's softmax.
+//     (FlashAttention-3's intra-warpgroup overlap). The two consumer warpgroups take turns to
+//     issue their products (ping-pong, by a pair of mbarriers: warpgroup 0 issues round r, then
+//     warpgroup 1 its round r, then warpgroup 0 round r + 1, ...), so that one's softmax runs
+//     while the tensor cores work on the other's products (kPingPong; without it the two issue
+//     whenever they are ready).
 // Keys run from the first query's document start (DocStart, attention_tc_layout.h) to the last
 // query; the TMA box is fixed, so keys outside a row's document or past its position are masked
 // per element, only on the tiles that cross the diagonal or a document start
@@ -92,7 +95,7 @@ struct Plan {
   static constexpr uint32_t kK = kQBytes;  // byte offsets, 1024-aligned
   static constexpr uint32_t kV = kK + kStages * kKBytes;
   static constexpr uint32_t kBarriers = kV + kStages * kVBytes;
-  static constexpr size_t kSmemBytes = kBarriers + (2 + 4 * kStages) * 8 + 1024;  // + alignment
+  static constexpr size_t kSmemBytes = kBarriers + (4 + 4 * kStages) * 8 + 1024;  // + alignment
   static_assert(kSmemBytes <= kSharedLimit, "shared memory plan too large");
 };
 
@@ -101,6 +104,7 @@ struct Barriers {
   uint64_t q_full;
   uint64_t k_full[kStages], k_empty[kStages];
   uint64_t v_full[kStages], v_empty[kStages];
+  uint64_t turn[2];  // ping-pong: consumer c may issue its next products when turn[c] completes
   uint32_t stalled;  // set by a wait that gave up (hopper::BarrierWait): outputs become NaN
 };
 
@@ -152,11 +156,33 @@ __device__ void Produce(const CUtensorMap* q_map, const CUtensorMap* k_map,
   }
 }
 
-// One warp's share of releasing a stage.
+// One warp's share of releasing a stage (or passing the turn).
 __device__ __forceinline__ void Release(uint64_t* bar) {
   __syncwarp();
   if (threadIdx.x % 32 == 0) BarrierArrive(bar);
 }
+
+// The consumers' ping-pong: consumer c issues its round r (the products of one step) when turn[c]
+// has completed phase r, and then passes the turn to the other, whose arrivals (its 4 warps)
+// complete that phase. Consumer 1 passes once before its first round, so consumer 0 goes first.
+// Both consumers run the same rounds (one per key tile, and one for the last P V), so every
+// wait is matched; the last pass completes a phase nobody waits for.
+template <bool kPingPong, int kStages>
+struct Turns {
+  Barriers<kStages>* bars;
+  int consumer;
+  uint32_t round = 0;
+  __device__ __forceinline__ void Start() {
+    if (kPingPong && consumer == 1) Release(&bars->turn[0]);
+  }
+  __device__ __forceinline__ void Take() {
+    if (kPingPong) BarrierWait(&bars->turn[consumer], round & 1, &bars->stalled);
+  }
+  __device__ __forceinline__ void Pass() {
+    if (kPingPong) Release(&bars->turn[1 - consumer]);
+    ++round;
+  }
+};
 
 // 2^x in one MUFU instruction: subnormal results flush to 0 (exp2f without fast math adds a
 // rescaling around it for them), harmless for probabilities scaled to a row maximum of 1.
@@ -242,7 +268,7 @@ __device__ __forceinline__ void IssuePV(float (&o)[64], const uint32_t (&p)[32],
   WgmmaCommit();
 }
 
-template <int kDqk, int kDv>
+template <int kDqk, int kDv, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     AttentionForwardWgmmaKernel(const __grid_constant__ CUtensorMap q_map,
                                 const __grid_constant__ CUtensorMap k_map,
@@ -271,6 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::BarrierInit(&bars->k_empty[s], kConsumerWarps);
       hopper::BarrierInit(&bars->v_empty[s], kConsumerWarps);
     }
+    hopper::BarrierInit(&bars->turn[0], kConsumerWarps / 2);
+    hopper::BarrierInit(&bars->turn[1], kConsumerWarps / 2);
     bars->stalled = 0;
     hopper::BarrierInitFence();
   }
@@ -305,12 +333,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = s[i] = 0.0f;
 
+  Turns<kPingPong, kStages> turns{bars, consumer};
+  turns.Start();
   BarrierWait(&bars->q_full, 0, &bars->stalled);
   // Tile 0: S_0 alone (there is no P yet).
   BarrierWait(&bars->k_full[0], 0, &bars->stalled);
+  turns.Take();
   FenceRegisters(s);
   WgmmaFence();
   IssueQK<kDqk>(s, q_rows, k_ring);
+  turns.Pass();
   WgmmaWait<0>();
   FenceRegisters(s);
   Release(&bars->k_empty[0]);
@@ -324,12 +356,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // with K_{t-1}, so the second wait is rarely a wait).
     BarrierWait(&bars->k_full[st], (t / kStages) & 1, &bars->stalled);
     BarrierWait(&bars->v_full[sp], ((t - 1) / kStages) & 1, &bars->stalled);
+    turns.Take();
     FenceRegisters(s);
     FenceRegisters(p);
     FenceRegisters(o);
     WgmmaFence();
     IssueQK<kDqk>(s, q_rows, k_ring + st * P::kKBytes);
     IssuePV(o, p, v_ring + sp * P::kVBytes);
+    turns.Pass();
     WgmmaWait<1>();  // S_t landed; P_{t-1} V_{t-1} may still run
     FenceRegisters(s);
     Release(&bars->k_empty[st]);
@@ -344,10 +378,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The last tile's P V.
   const int sl = (tiles - 1) % kStages;
   BarrierWait(&bars->v_full[sl], ((tiles - 1) / kStages) & 1, &bars->stalled);
+  turns.Take();
   FenceRegisters(p);
   FenceRegisters(o);
   WgmmaFence();
   IssuePV(o, p, v_ring + sl * P::kVBytes);
+  turns.Pass();
   WgmmaWait<0>();
   FenceRegisters(o);
   Release(&bars->v_empty[sl]);
@@ -377,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int kDqk, int kDv>
+template <int kDqk, int kDv, bool kPingPong>
 Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu, double scale,
                Tensor* o, Tensor* lse, cudaStream_t stream) {
   const int64_t n = q.dim(0), heads = q.dim(1);
@@ -397,7 +433,7 @@ Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   pr.o = static_cast<bf16*>(o->raw_data());
   pr.lse = lse->data<float>();
   constexpr size_t kSmem = Plan<kDqk, kDv>::kSmemBytes;
-  auto* kernel = AttentionForwardWgmmaKernel<kDqk, kDv>;
+  auto* kernel = AttentionForwardWgmmaKernel<kDqk, kDv, kPingPong>;
   ORRERY_RETURN_IF_ERROR(
       CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "AttentionForwardWgmmaKernel shared memory"));
@@ -439,11 +475,14 @@ bool AttentionWgmmaSupported(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 Status AttentionForwardWgmma(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, bool ping_pong) {
+  using attention_wgmma::Forward;
   if (q.dim(2) == 192) {
-    return attention_wgmma::Forward<192, 128>(q, k, v, cu_seqlens, scale, o, lse, stream);
+    return ping_pong ? Forward<192, 128, true>(q, k, v, cu_seqlens, scale, o, lse, stream)
+                     : Forward<192, 128, false>(q, k, v, cu_seqlens, scale, o, lse, stream);
   }
-  return attention_wgmma::Forward<128, 128>(q, k, v, cu_seqlens, scale, o, lse, stream);
+  return ping_pong ? Forward<128, 128, true>(q, k, v, cu_seqlens, scale, o, lse, stream)
+                   : Forward<128, 128, false>(q, k, v, cu_seqlens, scale, o, lse, stream);
 }
 
 }  // namespace orrery::kernels::cuda

@@ -23,10 +23,12 @@ bool AttentionTcSupported(const Tensor& q, const Tensor& v);
 bool AttentionWgmmaSupported(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 
 // o and the natural log-sum-exp lse (f32 [N, H]) of causal attention within documents, on wgmma
-// (where AttentionWgmmaSupported) or on mma.sync (where AttentionTcSupported).
+// (where AttentionWgmmaSupported) or on mma.sync (where AttentionTcSupported). ping_pong = false
+// lets the wgmma forward's two consumer warpgroups issue their products independently instead of
+// in turns (attention_forward_wgmma.cu), for the benchmark's A/B; the op always takes turns.
 Status AttentionForwardWgmma(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
-                             cudaStream_t stream);
+                             cudaStream_t stream, bool ping_pong = true);
 Status AttentionForwardTc(const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
                           cudaStream_t stream);

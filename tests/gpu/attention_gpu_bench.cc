@@ -1,8 +1,9 @@
 // Times the causal attention kernels (kernels/attention.h) on the GPU with CUDA events: the median
 // of 10 runs after 2 warm-ups, on random bf16 inputs (tests/gpu/gpu_bench_util.h), for the kernel
 // sets of ops_cuda.h that take the model's heads: the forward of kWgmma
-// (attention_forward_wgmma.cu) and of kMma (attention_forward_tc.cu), and the backward
-// (attention_backward_tc.cu, which both sets run). Issue 23's shapes, (B, T, H) = (4, 8192, 16),
+// (attention_forward_wgmma.cu, with its consumers' ping-pong and without: AttentionForwardWgmma's
+// ping_pong) and of kMma (attention_forward_tc.cu), and the backward (attention_backward_tc.cu,
+// which both sets run). Issue 23's shapes, (B, T, H) = (4, 8192, 16),
 // (1, 65536, 16) and (1, 8192, 128), each a packed batch of B documents of T tokens, with the
 // model's full-size head (qk 192, v 128) and the square 128/128 head;
 // scripts/gpu_attention_torch.py times cuDNN on the same shapes. Prints one line per kernel set,
@@ -26,6 +27,7 @@
 #include "core/philox.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_tc.h"
+#include "kernels/cuda/device_context.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "tests/gpu/gpu_bench_util.h"
 
@@ -64,6 +66,7 @@ bool RunShape(const BenchShape& s) {
   for (int64_t d = 0; d <= s.docs; ++d) offsets.push_back(d * s.len);
   const Tensor cu = Tensor::FromVector<int64_t>({s.docs + 1}, offsets).To(Device::Cuda(0)).value();
   const DType dt = DType::kBF16;
+  const cudaStream_t stream = cuda::DeviceContext::Get(0).value()->stream();
   // Per document and head: T^2 / 2 visible (query, key) pairs, 2 FLOPs per multiply-add.
   const double pairs = static_cast<double>(s.docs * s.heads) * 0.5 * static_cast<double>(s.len) *
                        static_cast<double>(s.len);
@@ -85,12 +88,13 @@ bool RunShape(const BenchShape& s) {
     };
     Tensor o_w = alloc({tokens, s.heads, kV}, dt), lse_w = alloc({tokens, s.heads}, DType::kF32);
     Tensor o_m = alloc({tokens, s.heads, kV}, dt), lse_m = alloc({tokens, s.heads}, DType::kF32);
+    Tensor o_f = alloc({tokens, s.heads, kV}, dt), lse_f = alloc({tokens, s.heads}, DType::kF32);
     Tensor dq = alloc({tokens, s.heads, qk}, dt), dk = alloc({tokens, s.heads, qk}, dt),
            dv = alloc({tokens, s.heads, kV}, dt);
     const std::string label = s.Name();
     const auto print = [&](const char* pass, const char* set, double ms, double flops) {
       std::printf(
-          "attention %s %-5s bf16 (B,T,H)=(%lld,%lld,%lld) qk%lld v128 causal %10.3f ms %8.2f "
+          "attention %s %-17s bf16 (B,T,H)=(%lld,%lld,%lld) qk%lld v128 causal %10.3f ms %8.2f "
           "TFLOP/s\n",
           pass, set, static_cast<long long>(s.docs), static_cast<long long>(s.len),
           static_cast<long long>(s.heads), static_cast<long long>(qk), ms,
@@ -100,6 +104,10 @@ bool RunShape(const BenchShape& s) {
       return cuda::CausalAttentionForwardCuda(q, k, v, cu, scale, &o_w, &lse_w,
                                               cuda::AttentionKernels::kWgmma);
     });
+    const double fwd_free = TimeMs([&] {
+      return cuda::AttentionForwardWgmma(q, k, v, cu, scale, &o_f, &lse_f, stream,
+                                         /*ping_pong=*/false);
+    });
     const double fwd_m = TimeMs([&] {
       return cuda::CausalAttentionForwardCuda(q, k, v, cu, scale, &o_m, &lse_m,
                                               cuda::AttentionKernels::kMma);
@@ -108,20 +116,21 @@ bool RunShape(const BenchShape& s) {
       return cuda::CausalAttentionBackwardCuda(q, k, v, o_m, lse_m, d_o, cu, scale, &dq, &dk, &dv,
                                                cuda::AttentionKernels::kMma);
     });
-    if (fwd_w < 0 || fwd_m < 0 || bwd < 0) {
+    if (fwd_w < 0 || fwd_free < 0 || fwd_m < 0 || bwd < 0) {
       std::fprintf(stderr, "attention_gpu_bench: a run at %s qk %lld failed\n", label.c_str(),
                    static_cast<long long>(qk));
       return false;
     }
     print("fwd", "wgmma", fwd_w, fwd_flops);
+    print("fwd", "wgmma-no-pingpong", fwd_free, fwd_flops);
     print("fwd", "mma", fwd_m, fwd_flops);
     print("bwd", "mma", bwd, bwd_flops);
     std::printf(
         "attention fwd wgmma vs mma (B,T,H)=(%lld,%lld,%lld) qk%lld: o rel RMS %.3g, lse rel "
-        "RMS %.3g, wgmma %.2fx mma\n",
+        "RMS %.3g, wgmma %.2fx mma; without ping-pong o rel RMS %.3g to with\n",
         static_cast<long long>(s.docs), static_cast<long long>(s.len),
         static_cast<long long>(s.heads), static_cast<long long>(qk), RelRms(o_w, o_m),
-        RelRms(lse_w, lse_m), fwd_m / fwd_w);
+        RelRms(lse_w, lse_m), fwd_m / fwd_w, RelRms(o_f, o_w));
   }
   return true;
 }
