@@ -40,6 +40,7 @@
 
 #include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/attention_tc_layout.h"
+#include "kernels/cuda/attention_wgmma.cuh"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/kda_mma.cuh"
@@ -64,24 +65,12 @@ using hopper::WgmmaCommit;
 using hopper::WgmmaFence;
 using hopper::WgmmaWait;
 using wgmma::AccCol;
-using wgmma::AccumulatorOfA;
 using wgmma::KMajorDescriptor;
 using wgmma::kRowBytes;
 using wgmma::MnMajorDescriptor;
 
-constexpr int kBlockM = 128;       // query rows of a CTA
-constexpr int kConsumerRows = 64;  // query rows of a consumer warpgroup (one wgmma M)
-constexpr int kBlockN = 128;       // keys of a streamed tile (the wgmma N of S)
-constexpr int kThreads = 3 * 128;  // producer warpgroup + two consumer warpgroups
-constexpr int kConsumerWarps = 8;  // arrivals that release a stage
-// setmaxnreg moves registers inside the CTA's pool, which is what the launch gave it: 384 threads
-// at 168 (__launch_bounds__(384, 1)). 128 * 24 + 256 * 240 = 384 * 168: a larger share would make
-// setmaxnreg.inc wait forever.
-constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
-constexpr int kLaunchRegisters = 168;  // 65536 / 384, rounded down to a multiple of 8
-static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters == kThreads * kLaunchRegisters);
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-constexpr size_t kSharedLimit = 227 * 1024;
+constexpr int kBlockM = 128;  // query rows of a CTA
+constexpr int kBlockN = 128;  // keys of a streamed tile (the wgmma N of S)
 
 // The shared-memory plan of a head-dim pair: Q, the K ring, the V ring, the mbarriers.
 template <int kDqk, int kDv>
@@ -138,7 +127,7 @@ __device__ void Produce(const CUtensorMap* q_map, const CUtensorMap* k_map,
     const uint32_t parity = ((t / kStages) & 1) ^ 1;  // the previous use's release
     const int kb = static_cast<int>(kv_begin + static_cast<int64_t>(t) * kBlockN);
     BarrierWait(&bars->k_empty[s], parity, &bars->stalled);
-    if (*static_cast<volatile uint32_t*>(&bars->stalled) != 0) return;
+    if (Stalled(&bars->stalled)) return;
     BarrierArriveExpectTx(&bars->k_full[s], P::kKBytes);
 #pragma unroll
     for (int b = 0; b < kDqk / 64; ++b) {
@@ -146,7 +135,7 @@ __device__ void Produce(const CUtensorMap* q_map, const CUtensorMap* k_map,
                         qk_col + 64 * b, kb, &bars->k_full[s]);
     }
     BarrierWait(&bars->v_empty[s], parity, &bars->stalled);
-    if (*static_cast<volatile uint32_t*>(&bars->stalled) != 0) return;
+    if (Stalled(&bars->stalled)) return;
     BarrierArriveExpectTx(&bars->v_full[s], P::kVBytes);
 #pragma unroll
     for (int b = 0; b < kDv / 64; ++b) {
@@ -154,42 +143,6 @@ __device__ void Produce(const CUtensorMap* q_map, const CUtensorMap* k_map,
                         v_col + 64 * b, kb, &bars->v_full[s]);
     }
   }
-}
-
-// One warp's share of releasing a stage (or passing the turn).
-__device__ __forceinline__ void Release(uint64_t* bar) {
-  __syncwarp();
-  if (threadIdx.x % 32 == 0) BarrierArrive(bar);
-}
-
-// The consumers' ping-pong: consumer c issues its round r (the products of one step) when turn[c]
-// has completed phase r, and then passes the turn to the other, whose arrivals (its 4 warps)
-// complete that phase. Consumer 1 passes once before its first round, so consumer 0 goes first.
-// Both consumers run the same rounds (one per key tile, and one for the last P V), so every
-// wait is matched; the last pass completes a phase nobody waits for.
-template <bool kPingPong, int kStages>
-struct Turns {
-  Barriers<kStages>* bars;
-  int consumer;
-  uint32_t round = 0;
-  __device__ __forceinline__ void Start() {
-    if (kPingPong && consumer == 1) Release(&bars->turn[0]);
-  }
-  __device__ __forceinline__ void Take() {
-    if (kPingPong) BarrierWait(&bars->turn[consumer], round & 1, &bars->stalled);
-  }
-  __device__ __forceinline__ void Pass() {
-    if (kPingPong) Release(&bars->turn[1 - consumer]);
-    ++round;
-  }
-};
-
-// 2^x in one MUFU instruction: subnormal results flush to 0 (exp2f without fast math adds a
-// rescaling around it for them), harmless for probabilities scaled to a row maximum of 1.
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // A consumer warpgroup's rows of the online softmax over one key tile.
@@ -236,17 +189,6 @@ struct SoftmaxRows {
   }
 };
 
-// P's A fragments (bf16 pairs) from the probabilities in the S accumulators.
-__device__ __forceinline__ void PackP(uint32_t (&p)[32], const float (&s)[64]) {
-#pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      p[4 * kk + j] = PackBf16(s[AccumulatorOfA(kk, j, 0)], s[AccumulatorOfA(kk, j, 1)]);
-    }
-  }
-}
-
 // Issues S = Q K^T for the consumer's 64 rows against the K tile at k_tile (one commit group).
 template <int kDqk>
 __device__ __forceinline__ void IssueQK(float (&s)[64], uint32_t q_rows, uint32_t k_tile) {
@@ -277,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStages = P::kStages;
   extern __shared__ unsigned char smem_raw[];
   // The tiles need 1024-byte aligned shared addresses (the swizzle atom).
-  unsigned char* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  unsigned char* smem = AlignedShared(smem_raw);
   auto* bars = reinterpret_cast<Barriers<kStages>*>(smem + P::kBarriers);
 
   const int h = static_cast<int>(blockIdx.x % pr.heads);
@@ -333,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = s[i] = 0.0f;
 
-  Turns<kPingPong, kStages> turns{bars, consumer};
+  Turns<kPingPong> turns{bars->turn, &bars->stalled, consumer};
   turns.Start();
   BarrierWait(&bars->q_full, 0, &bars->stalled);
   // Tile 0: S_0 alone (there is no P yet).
@@ -347,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   FenceRegisters(s);
   Release(&bars->k_empty[0]);
   rows.Step(s, kv_begin, !KeyTileWhollyVisible(kv_begin, kBlockN, q0, last_start), alpha);
-  PackP(p, s);
+  AccumulatorsAsA<kBlockN>(p, s);
 
   for (int t = 1; t < tiles; ++t) {
     const int st = t % kStages, sp = (t - 1) % kStages;
@@ -373,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     Release(&bars->v_empty[sp]);
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
-    PackP(p, s);
+    AccumulatorsAsA<kBlockN>(p, s);
   }
   // The last tile's P V.
   const int sl = (tiles - 1) % kStages;
@@ -391,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // o = O / l, lse = (m scale_log2 + log2 l) ln 2 for the rows below n (a row's sum over its
   // quad by two shuffles; > 0 since every row sees its own key).
   // A stalled pipeline (hopper::BarrierWait) poisons the rows instead of hanging.
-  const bool poisoned = *static_cast<volatile uint32_t*>(&bars->stalled) != 0;
+  const bool poisoned = Stalled(&bars->stalled);
   const int t4 = lane % 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -437,15 +379,7 @@ Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   ORRERY_RETURN_IF_ERROR(
       CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "AttentionForwardWgmmaKernel shared memory"));
-  // The register shares assume the launch's count (see kLaunchRegisters); another would deadlock.
-  cudaFuncAttributes attr;
-  ORRERY_RETURN_IF_ERROR(
-      CudaStatus(cudaFuncGetAttributes(&attr, kernel), "AttentionForwardWgmmaKernel attributes"));
-  if (attr.numRegs != kLaunchRegisters) {
-    return InternalError("AttentionForwardWgmmaKernel: compiled to " +
-                         std::to_string(attr.numRegs) + " registers per thread, expected " +
-                         std::to_string(kLaunchRegisters) + " (the setmaxnreg shares assume it)");
-  }
+  ORRERY_RETURN_IF_ERROR(CheckLaunchRegisters(kernel, "AttentionForwardWgmmaKernel"));
   const int64_t blocks = static_cast<int64_t>(pr.m_blocks) * heads;
   kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(q_map, k_map, v_map, pr);
   return LastLaunchStatus("AttentionForwardWgmmaKernel");
