@@ -239,11 +239,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // With `tensor_cores` (AttentionTcSupported inputs), the preprocess here and then the
-// tensor-core kernels (attention_backward_tc.cu); else the SIMT passes.
+// tensor-core kernels (attention_backward_tc.cu; its dq pass replaced by
+// attention_backward_wgmma.cu's with `wgmma_dq`); else the SIMT passes.
 template <typename T>
 Status Backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                 const Tensor& lse, const Tensor& d_o, const Tensor& cu, double scale, Tensor* dq,
-                Tensor* dk, Tensor* dv, bool tensor_cores, cudaStream_t stream) {
+                Tensor* dk, Tensor* dv, bool tensor_cores, bool wgmma_dq, cudaStream_t stream) {
   const int64_t n = q.dim(0);
   const int heads = static_cast<int>(q.dim(1)), dqk = static_cast<int>(q.dim(2)),
             dvd = static_cast<int>(v.dim(2));
@@ -258,7 +259,10 @@ Status Backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
       static_cast<const T*>(o.raw_data()), gp, n * heads, dvd, dsum.data<float>());
   ORRERY_RETURN_IF_ERROR(LastLaunchStatus("AttentionRowDotKernel"));
   if (tensor_cores) {
-    return AttentionBackwardTc(q, k, v, lse, dsum, d_o, cu, scale, dq, dk, dv, stream);
+    ORRERY_RETURN_IF_ERROR(
+        AttentionBackwardTc(q, k, v, lse, dsum, d_o, cu, scale, dq, dk, dv, stream, !wgmma_dq));
+    if (!wgmma_dq) return Status::OK();
+    return AttentionDqWgmma(q, k, v, lse, dsum, d_o, cu, scale, dq, stream);
   }
 
   const size_t smem = BackwardSharedBytes(dqk, dvd);
@@ -287,13 +291,17 @@ Status CausalAttentionBackwardCuda(const Tensor& q, const Tensor& k, const Tenso
                                    Tensor* dv, AttentionKernels kernels) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
   if (q.dtype() == DType::kBF16) {
-    // The wgmma set has no backward of its own yet: it runs the mma.sync kernels.
     const bool tc = kernels != AttentionKernels::kSimt && AttentionTcSupported(q, v);
+    // The wgmma set's dq pass is its own; its dk/dv pass is still the mma.sync one.
+    const bool wgmma_dq =
+        tc && (kernels == AttentionKernels::kFastest || kernels == AttentionKernels::kWgmma) &&
+        AttentionWgmmaSupported(q, k, v, scale) &&
+        reinterpret_cast<uintptr_t>(d_o.raw_data()) % 16 == 0;
     return attention::Backward<__nv_bfloat16>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv,
-                                              tc, ctx->stream());
+                                              tc, wgmma_dq, ctx->stream());
   }
   return attention::Backward<float>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv, false,
-                                    ctx->stream());
+                                    false, ctx->stream());
 }
 
 }  // namespace orrery::kernels::cuda

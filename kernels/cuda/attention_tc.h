@@ -34,9 +34,17 @@ Status AttentionForwardTc(const Tensor& q, const Tensor& k, const Tensor& v,
                           cudaStream_t stream);
 
 // dq, dk, dv given dsum = rowsum(dO * O) (f32 [N, H], the backward's preprocess) and the forward's
-// lse; deterministic (each output element written once by one thread, no atomics).
+// lse; deterministic (each output element written once by one thread, no atomics). On mma.sync;
+// without with_dq, dk and dv only (AttentionDqWgmma writes dq).
 Status AttentionBackwardTc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
                            const Tensor& dsum, const Tensor& d_o, const Tensor& cu_seqlens,
-                           double scale, Tensor* dq, Tensor* dk, Tensor* dv, cudaStream_t stream);
+                           double scale, Tensor* dq, Tensor* dk, Tensor* dv, cudaStream_t stream,
+                           bool with_dq = true);
+
+// dq alone, the same way, on wgmma (attention_backward_wgmma.cu) where AttentionWgmmaSupported and
+// d_o is 16-byte aligned; ping_pong as for AttentionForwardWgmma.
+Status AttentionDqWgmma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+                        const Tensor& dsum, const Tensor& d_o, const Tensor& cu_seqlens,
+                        double scale, Tensor* dq, cudaStream_t stream, bool ping_pong = true);
 
 }  // namespace orrery::kernels::cuda

@@ -2,16 +2,17 @@
 // of 10 runs after 2 warm-ups, on random bf16 inputs (tests/gpu/gpu_bench_util.h), for the kernel
 // sets of ops_cuda.h that take the model's heads: the forward of kWgmma
 // (attention_forward_wgmma.cu, with its consumers' ping-pong and without: AttentionForwardWgmma's
-// ping_pong) and of kMma (attention_forward_tc.cu), and the backward (attention_backward_tc.cu,
-// which both sets run). Issue 23's shapes, (B, T, H) = (4, 8192, 16),
-// (1, 65536, 16) and (1, 8192, 128), each a packed batch of B documents of T tokens, with the
-// model's full-size head (qk 192, v 128) and the square 128/128 head;
-// scripts/gpu_attention_torch.py times cuDNN on the same shapes. Prints one line per kernel set,
-// pass and shape with its causal TFLOP/s: the forward's 2 products cost 2 T^2/2 (dqk + dv) FLOPs
-// per document and head, the backward's 5 (dq, dk, dv and the recomputed S and dP) 2 T^2/2 (3 dqk +
-// 2 dv); work a kernel adds (a separate dq pass recomputing S and dP) is not counted. Each shape
-// also prints how far the wgmma forward's o and lse are from the mma forward's (relative RMS; both
-// round o to bf16, so ~2e-3 is agreement and a broken tile shows as >= 1e-1).
+// ping_pong) and of kMma (attention_forward_tc.cu), and the backward of each (kMma:
+// attention_backward_tc.cu; kWgmma: its dk/dv pass and the dq pass of
+// attention_backward_wgmma.cu). Issue 23's shapes, (B, T, H) = (4, 8192, 16), (1, 65536, 16) and
+// (1, 8192, 128), each a packed batch of B documents of T tokens, with the model's full-size head
+// (qk 192, v 128) and the square 128/128 head; scripts/gpu_attention_torch.py times cuDNN on the
+// same shapes. Prints one line per kernel set, pass and shape with its causal TFLOP/s: the
+// forward's 2 products cost 2 T^2/2 (dqk + dv) FLOPs per document and head, the backward's 5 (dq,
+// dk, dv and the recomputed S and dP) 2 T^2/2 (3 dqk + 2 dv); work a kernel adds (a separate dq
+// pass recomputing S and dP) is not counted. Each shape also prints how far the wgmma set's o,
+// lse and dq are from the mma set's (relative RMS; both round to bf16, so ~2e-3 is agreement and
+// a broken tile shows as >= 1e-1).
 //
 //   attention_gpu_bench [SHAPE...]   SHAPE: 4x8192x16, 1x65536x16 or 1x8192x128 (default: all)
 #include <cuda_runtime.h>
@@ -89,6 +90,7 @@ bool RunShape(const BenchShape& s) {
     Tensor o_w = alloc({tokens, s.heads, kV}, dt), lse_w = alloc({tokens, s.heads}, DType::kF32);
     Tensor o_m = alloc({tokens, s.heads, kV}, dt), lse_m = alloc({tokens, s.heads}, DType::kF32);
     Tensor o_f = alloc({tokens, s.heads, kV}, dt), lse_f = alloc({tokens, s.heads}, DType::kF32);
+    Tensor dq_w = alloc({tokens, s.heads, qk}, dt);
     Tensor dq = alloc({tokens, s.heads, qk}, dt), dk = alloc({tokens, s.heads, qk}, dt),
            dv = alloc({tokens, s.heads, kV}, dt);
     const std::string label = s.Name();
@@ -112,11 +114,15 @@ bool RunShape(const BenchShape& s) {
       return cuda::CausalAttentionForwardCuda(q, k, v, cu, scale, &o_m, &lse_m,
                                               cuda::AttentionKernels::kMma);
     });
+    const double bwd_w = TimeMs([&] {
+      return cuda::CausalAttentionBackwardCuda(q, k, v, o_m, lse_m, d_o, cu, scale, &dq_w, &dk, &dv,
+                                               cuda::AttentionKernels::kWgmma);
+    });
     const double bwd = TimeMs([&] {
       return cuda::CausalAttentionBackwardCuda(q, k, v, o_m, lse_m, d_o, cu, scale, &dq, &dk, &dv,
                                                cuda::AttentionKernels::kMma);
     });
-    if (fwd_w < 0 || fwd_free < 0 || fwd_m < 0 || bwd < 0) {
+    if (fwd_w < 0 || fwd_free < 0 || fwd_m < 0 || bwd_w < 0 || bwd < 0) {
       std::fprintf(stderr, "attention_gpu_bench: a run at %s qk %lld failed\n", label.c_str(),
                    static_cast<long long>(qk));
       return false;
@@ -124,13 +130,15 @@ bool RunShape(const BenchShape& s) {
     print("fwd", "wgmma", fwd_w, fwd_flops);
     print("fwd", "wgmma-no-pingpong", fwd_free, fwd_flops);
     print("fwd", "mma", fwd_m, fwd_flops);
+    print("bwd", "wgmma", bwd_w, bwd_flops);
     print("bwd", "mma", bwd, bwd_flops);
     std::printf(
         "attention fwd wgmma vs mma (B,T,H)=(%lld,%lld,%lld) qk%lld: o rel RMS %.3g, lse rel "
-        "RMS %.3g, wgmma %.2fx mma; without ping-pong o rel RMS %.3g to with\n",
+        "RMS %.3g, wgmma %.2fx mma; without ping-pong o rel RMS %.3g to with; bwd dq rel RMS "
+        "%.3g, wgmma %.2fx mma\n",
         static_cast<long long>(s.docs), static_cast<long long>(s.len),
         static_cast<long long>(s.heads), static_cast<long long>(qk), RelRms(o_w, o_m),
-        RelRms(lse_w, lse_m), fwd_m / fwd_w, RelRms(o_f, o_w));
+        RelRms(lse_w, lse_m), fwd_m / fwd_w, RelRms(o_f, o_w), RelRms(dq_w, dq), bwd / bwd_w);
   }
   return true;
 }

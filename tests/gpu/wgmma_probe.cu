@@ -39,9 +39,10 @@ __device__ Shared Carve(unsigned char* raw, uint32_t tile_bytes) {
   return {tiles, bar, reinterpret_cast<uint32_t*>(bar + 1)};
 }
 
-// Thread 0 loads `count` [128][cols] tiles (maps[i], at rows y0) back to back; everyone waits.
-__device__ void LoadTiles(const Shared& sh, const CUtensorMap* const* maps, const int* cols,
-                          int count, int x0, int y0) {
+// Thread 0 loads `count` [rows[i]][cols[i]] tiles (maps[i], boxes of rows[i] rows, at column x0
+// and row y0) back to back, each as 64-column blocks; everyone waits.
+__device__ void LoadTiles(const Shared& sh, const CUtensorMap* const* maps, const int* rows,
+                          const int* cols, int count, int x0, int y0) {
   if (threadIdx.x == 0) {
     BarrierInit(sh.bar, 1);
     *sh.stalled = 0;
@@ -50,26 +51,28 @@ __device__ void LoadTiles(const Shared& sh, const CUtensorMap* const* maps, cons
   __syncthreads();
   if (threadIdx.x == 0) {
     uint32_t bytes = 0;
-    for (int i = 0; i < count; ++i) bytes += kRows * cols[i] * 2;
+    for (int i = 0; i < count; ++i) bytes += rows[i] * cols[i] * 2;
     BarrierArriveExpectTx(sh.bar, bytes);
     uint32_t off = 0;
     for (int i = 0; i < count; ++i) {
       for (int b = 0; b < cols[i] / 64; ++b) {
-        TmaLoad2d(sh.tiles + off + b * kTileBlock, maps[i], x0 + 64 * b, y0, sh.bar);
+        TmaLoad2d(sh.tiles + off + b * rows[i] * kRowBytes, maps[i], x0 + 64 * b, y0, sh.bar);
       }
-      off += kRows * cols[i] * 2;
+      off += rows[i] * cols[i] * 2;
     }
   }
   BarrierWait(sh.bar, 0, sh.stalled);
 }
 
-// Writes the m64n128 accumulators to d [64][128] (NaN everywhere when the wait stalled).
-__device__ void StoreAccumulators(const Shared& sh, const float (&acc)[64], float* d) {
+// Writes the m64nN accumulators (kRegs = N / 2) to d [64][N] (NaN everywhere when the wait
+// stalled).
+template <int kRegs>
+__device__ void StoreAccumulators(const Shared& sh, const float (&acc)[kRegs], float* d) {
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const bool stalled = *static_cast<volatile uint32_t*>(sh.stalled) != 0;
 #pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    d[AccRow(warp, lane, i) * 128 + AccCol(lane, i)] =
+  for (int i = 0; i < kRegs; ++i) {
+    d[AccRow(warp, lane, i) * 2 * kRegs + AccCol(lane, i)] =
         stalled ? __int_as_float(0x7fc00000) : acc[i];
   }
 }
@@ -79,8 +82,8 @@ __global__ void __launch_bounds__(128)
   extern __shared__ unsigned char raw[];
   const Shared sh = Carve(raw, kRows * 64 * 2);
   const CUtensorMap* maps[1] = {&map};
-  const int cols[1] = {64};
-  LoadTiles(sh, maps, cols, 1, x0, y0);
+  const int rows[1] = {kRows}, cols[1] = {64};
+  LoadTiles(sh, maps, rows, cols, 1, x0, y0);
   const bool stalled = *static_cast<volatile uint32_t*>(sh.stalled) != 0;
   const bf16* box = reinterpret_cast<const bf16*>(sh.tiles);
   for (int e = static_cast<int>(threadIdx.x); e < kRows * 64; e += 128) {
@@ -88,26 +91,32 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-template <int kK>
+// d [64][kN] = A[64 half ..][kK] B^T, A a [128][kK] tile, B a [kN][kK] tile.
+template <int kK, int kN>
 __global__ void __launch_bounds__(128)
     ProductSSKernel(const __grid_constant__ CUtensorMap a_map,
                     const __grid_constant__ CUtensorMap b_map, int half, float* d) {
   extern __shared__ unsigned char raw[];
-  const Shared sh = Carve(raw, 2 * kRows * kK * 2);
+  const Shared sh = Carve(raw, (kRows + kN) * kK * 2);
   const CUtensorMap* maps[2] = {&a_map, &b_map};
-  const int cols[2] = {kK, kK};
-  LoadTiles(sh, maps, cols, 2, 0, 0);
+  const int rows[2] = {kRows, kN}, cols[2] = {kK, kK};
+  LoadTiles(sh, maps, rows, cols, 2, 0, 0);
   const uint32_t a = SmemAddr(sh.tiles) + static_cast<uint32_t>(half) * 64 * kRowBytes;
   const uint32_t b = SmemAddr(sh.tiles) + kRows * kK * 2;
-  float acc[64];
+  float acc[kN / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
   FenceRegisters(acc);
   WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < kK / 16; ++kk) {
-    WgmmaM64N128K16SS(acc, KMajorDescriptor(a, kTileBlock, kk), KMajorDescriptor(b, kTileBlock, kk),
-                      kk > 0 ? 1 : 0);
+    const uint64_t da = KMajorDescriptor(a, kTileBlock, kk);
+    const uint64_t db = KMajorDescriptor(b, kN * kRowBytes, kk);
+    if constexpr (kN == 64) {
+      WgmmaM64N64K16SS(acc, da, db, kk > 0 ? 1 : 0);
+    } else {
+      WgmmaM64N128K16SS(acc, da, db, kk > 0 ? 1 : 0);
+    }
   }
   WgmmaCommit();
   WgmmaWait<0>();
@@ -125,24 +134,31 @@ __device__ void LoadFragA(uint32_t (&r)[4], const float* a, int cols, int kk) {
   }
 }
 
+// d [64][kN] = a [64][kK] B, A from registers, B a row-major [kK][kN] tile read transposed.
+template <int kK, int kN>
 __global__ void __launch_bounds__(128)
     ProductRSKernel(const __grid_constant__ CUtensorMap b_map, const float* a, float* d) {
   extern __shared__ unsigned char raw[];
-  const Shared sh = Carve(raw, kRows * 128 * 2);
+  const Shared sh = Carve(raw, kK * kN * 2);
   const CUtensorMap* maps[1] = {&b_map};
-  const int cols[1] = {128};
-  LoadTiles(sh, maps, cols, 1, 0, 0);
-  uint32_t frag[8][4];
+  const int rows[1] = {kK}, cols[1] = {kN};
+  LoadTiles(sh, maps, rows, cols, 1, 0, 0);
+  uint32_t frag[kK / 16][4];
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) LoadFragA(frag[kk], a, 128, kk);
-  float acc[64];
+  for (int kk = 0; kk < kK / 16; ++kk) LoadFragA(frag[kk], a, kK, kk);
+  float acc[kN / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
   FenceRegisters(acc);
   WgmmaFence();
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
-    WgmmaM64N128K16RS(acc, frag[kk], MnMajorDescriptor(SmemAddr(sh.tiles), kRows, kk), 1);
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    const uint64_t db = MnMajorDescriptor(SmemAddr(sh.tiles), kK, kk);
+    if constexpr (kN == 192) {
+      WgmmaM64N192K16RS(acc, frag[kk], db, 1);
+    } else {
+      WgmmaM64N128K16RS(acc, frag[kk], db, 1);
+    }
   }
   WgmmaCommit();
   WgmmaWait<0>();
@@ -158,8 +174,8 @@ __global__ void __launch_bounds__(128)
   extern __shared__ unsigned char raw[];
   const Shared sh = Carve(raw, 2 * kRows * kDqk * 2 + kRows * 128 * 2);
   const CUtensorMap* maps[3] = {&q_map, &k_map, &v_map};
-  const int cols[3] = {kDqk, kDqk, 128};
-  LoadTiles(sh, maps, cols, 3, 0, 0);
+  const int rows[3] = {kRows, kRows, kRows}, cols[3] = {kDqk, kDqk, 128};
+  LoadTiles(sh, maps, rows, cols, 3, 0, 0);
   const uint32_t q = SmemAddr(sh.tiles) + static_cast<uint32_t>(half) * 64 * kRowBytes;
   const uint32_t k = SmemAddr(sh.tiles) + kRows * kDqk * 2;
   const uint32_t v = SmemAddr(sh.tiles) + 2 * kRows * kDqk * 2;
@@ -252,36 +268,50 @@ Status TmaBox(const std::vector<float>& x, int rows, int cols, int x0, int y0,
   return Fetch(out, kRows * 64, smem);
 }
 
-Status ProductSS(const std::vector<float>& a, const std::vector<float>& b, int k, int half,
-                 std::vector<float>* d) {
-  if (k != 128 && k != 192) return InvalidArgumentError("ProductSS: k must be 128 or 192");
+Status ProductSS(const std::vector<float>& a, const std::vector<float>& b, int k, int b_rows,
+                 int half, std::vector<float>* d) {
+  if ((k != 128 && k != 192) || (b_rows != 64 && b_rows != 128)) {
+    return InvalidArgumentError("ProductSS: k must be 128 or 192, b_rows 64 or 128");
+  }
   DeviceBuffers buf;
   ORRERY_ASSIGN_OR_RETURN(bf16 * da, buf.Bf16(a));
   ORRERY_ASSIGN_OR_RETURN(bf16 * db, buf.Bf16(b));
-  ORRERY_ASSIGN_OR_RETURN(float* out, buf.F32(std::vector<float>(64 * 128, 0.0f)));
+  ORRERY_ASSIGN_OR_RETURN(float* out, buf.F32(std::vector<float>(64 * b_rows, 0.0f)));
   ORRERY_ASSIGN_OR_RETURN(const CUtensorMap a_map, cuda::Bf16TileMap(da, kRows, k, k, kRows));
-  ORRERY_ASSIGN_OR_RETURN(const CUtensorMap b_map, cuda::Bf16TileMap(db, kRows, k, k, kRows));
-  if (k == 192) {
-    ORRERY_RETURN_IF_ERROR(AllowSmem(ProductSSKernel<192>));
-    ProductSSKernel<192><<<1, 128, kSmem>>>(a_map, b_map, half, out);
-  } else {
-    ORRERY_RETURN_IF_ERROR(AllowSmem(ProductSSKernel<128>));
-    ProductSSKernel<128><<<1, 128, kSmem>>>(a_map, b_map, half, out);
-  }
-  ORRERY_RETURN_IF_ERROR(LastLaunchStatus("ProductSSKernel"));
-  return Fetch(out, 64 * 128, d);
+  ORRERY_ASSIGN_OR_RETURN(const CUtensorMap b_map, cuda::Bf16TileMap(db, b_rows, k, k, b_rows));
+  const auto launch = [&](auto kernel) -> Status {
+    ORRERY_RETURN_IF_ERROR(AllowSmem(kernel));
+    kernel<<<1, 128, kSmem>>>(a_map, b_map, half, out);
+    return LastLaunchStatus("ProductSSKernel");
+  };
+  const Status st =
+      k == 192
+          ? (b_rows == 64 ? launch(ProductSSKernel<192, 64>) : launch(ProductSSKernel<192, 128>))
+          : (b_rows == 64 ? launch(ProductSSKernel<128, 64>) : launch(ProductSSKernel<128, 128>));
+  ORRERY_RETURN_IF_ERROR(st);
+  return Fetch(out, 64 * b_rows, d);
 }
 
-Status ProductRS(const std::vector<float>& a, const std::vector<float>& b, std::vector<float>* d) {
+Status ProductRS(const std::vector<float>& a, const std::vector<float>& b, int k, int n,
+                 std::vector<float>* d) {
+  if ((k != 64 && k != 128) || (n != 128 && n != 192)) {
+    return InvalidArgumentError("ProductRS: k must be 64 or 128, n 128 or 192");
+  }
   DeviceBuffers buf;
   ORRERY_ASSIGN_OR_RETURN(float* da, buf.F32(a));
   ORRERY_ASSIGN_OR_RETURN(bf16 * db, buf.Bf16(b));
-  ORRERY_ASSIGN_OR_RETURN(float* out, buf.F32(std::vector<float>(64 * 128, 0.0f)));
-  ORRERY_ASSIGN_OR_RETURN(const CUtensorMap b_map, cuda::Bf16TileMap(db, kRows, 128, 128, kRows));
-  ORRERY_RETURN_IF_ERROR(AllowSmem(ProductRSKernel));
-  ProductRSKernel<<<1, 128, kSmem>>>(b_map, da, out);
-  ORRERY_RETURN_IF_ERROR(LastLaunchStatus("ProductRSKernel"));
-  return Fetch(out, 64 * 128, d);
+  ORRERY_ASSIGN_OR_RETURN(float* out, buf.F32(std::vector<float>(64 * n, 0.0f)));
+  ORRERY_ASSIGN_OR_RETURN(const CUtensorMap b_map, cuda::Bf16TileMap(db, k, n, n, k));
+  const auto launch = [&](auto kernel) -> Status {
+    ORRERY_RETURN_IF_ERROR(AllowSmem(kernel));
+    kernel<<<1, 128, kSmem>>>(b_map, da, out);
+    return LastLaunchStatus("ProductRSKernel");
+  };
+  const Status st =
+      k == 64 ? (n == 192 ? launch(ProductRSKernel<64, 192>) : launch(ProductRSKernel<64, 128>))
+              : (n == 192 ? launch(ProductRSKernel<128, 192>) : launch(ProductRSKernel<128, 128>));
+  ORRERY_RETURN_IF_ERROR(st);
+  return Fetch(out, 64 * n, d);
 }
 
 Status Chain(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,

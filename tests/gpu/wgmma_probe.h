@@ -3,10 +3,11 @@
 // fails with the layer's name (tests/gpu/wgmma_probe_gpu_test.cc):
 //   TmaBox: a TMA box as it lands in shared memory (tensor map, 128-byte swizzle, mbarrier
 //     transaction count, zero fill past the matrix);
-//   ProductSS: D = A B^T by wgmma.m64n128k16 with both operands K-major in shared memory (the
-//     descriptors of S = Q K^T, the accumulator map);
-//   ProductRS: D = A B with A from registers (the A-fragment map) and B a row-major [k][n] tile
-//     read transposed (the MN-major descriptor of O += P V);
+//   ProductSS: D = A B^T by wgmma.m64n{64,128}k16 with both operands K-major in shared memory
+//     (the descriptors of S = Q K^T and dP = dO V^T, the accumulator map);
+//   ProductRS: D = A B by wgmma.m64n{128,192}k16 with A from registers (the A-fragment map) and
+//     B a row-major [k][n] tile read transposed (the MN-major descriptor of O += P V and of
+//     dQ += dS K);
 //   Chain: O = bf16(Q K^T) V, S's accumulators repacked as P's A fragments (AccumulatorOfA), the
 //     forward's two products in its own order.
 // Matrices are row-major float vectors holding bf16-exact values; results come back as floats.
@@ -23,12 +24,14 @@ namespace orrery::kernels::wgmma_probe {
 Status TmaBox(const std::vector<float>& x, int rows, int cols, int x0, int y0,
               std::vector<float>* smem);
 
-// d [64][128] = A[64 half .. 64 half + 63][:] B^T for a [128][k] and b [128][k], k 128 or 192.
-Status ProductSS(const std::vector<float>& a, const std::vector<float>& b, int k, int half,
-                 std::vector<float>* d);
+// d [64][b_rows] = A[64 half .. 64 half + 63][:] B^T for a [128][k] and b [b_rows][k], k 128 or
+// 192, b_rows 64 or 128.
+Status ProductSS(const std::vector<float>& a, const std::vector<float>& b, int k, int b_rows,
+                 int half, std::vector<float>* d);
 
-// d [64][128] = a [64][128] b [128][128].
-Status ProductRS(const std::vector<float>& a, const std::vector<float>& b, std::vector<float>* d);
+// d [64][n] = a [64][k] b [k][n], k 64 or 128, n 128 or 192.
+Status ProductRS(const std::vector<float>& a, const std::vector<float>& b, int k, int n,
+                 std::vector<float>* d);
 
 // s [64][128] = Q[64 half ..][:] K^T and o [64][128] = bf16(s) V for q, k [128][dqk], v
 // [128][128], dqk 128 or 192.

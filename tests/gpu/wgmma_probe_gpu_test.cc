@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/philox.h"
@@ -24,36 +25,38 @@ std::vector<float> Ints(int count, int lo, int hi, uint64_t seed) {
   return x;
 }
 
-// got [64][128] equals want exactly; the first difference is reported with its (row, column).
-void ExpectSame(const std::vector<float>& got, const std::vector<float>& want,
+// got [64][cols] equals want exactly; the first difference is reported with its (row, column).
+void ExpectSame(const std::vector<float>& got, const std::vector<float>& want, int cols,
                 const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i], want[i]) << what << ": first wrong element (row " << i / 128 << ", column "
-                               << i % 128 << ")";
+    ASSERT_EQ(got[i], want[i]) << what << ": first wrong element (row " << i / cols << ", column "
+                               << i % cols << ")";
   }
 }
 
-// a [rows of a from a0][k] times b [128][k] transposed.
+// Rows a0 .. a0 + 63 of a [*][k] times b [n][k] transposed: [64][n].
 std::vector<float> ProductABt(const std::vector<float>& a, int a0, const std::vector<float>& b,
-                              int k) {
-  std::vector<float> d(64 * 128, 0.0f);
+                              int k, int n) {
+  std::vector<float> d(64 * n, 0.0f);
   for (int m = 0; m < 64; ++m) {
-    for (int n = 0; n < 128; ++n) {
+    for (int j = 0; j < n; ++j) {
       double acc = 0.0;
-      for (int c = 0; c < k; ++c) acc += double{a[(a0 + m) * k + c]} * b[n * k + c];
-      d[m * 128 + n] = static_cast<float>(acc);
+      for (int c = 0; c < k; ++c) acc += double{a[(a0 + m) * k + c]} * b[j * k + c];
+      d[m * n + j] = static_cast<float>(acc);
     }
   }
   return d;
 }
-std::vector<float> ProductAB(const std::vector<float>& a, const std::vector<float>& b) {
-  std::vector<float> d(64 * 128, 0.0f);
+// a [64][k] times b [k][n]: [64][n].
+std::vector<float> ProductAB(const std::vector<float>& a, const std::vector<float>& b, int k,
+                             int n) {
+  std::vector<float> d(64 * n, 0.0f);
   for (int m = 0; m < 64; ++m) {
-    for (int n = 0; n < 128; ++n) {
+    for (int j = 0; j < n; ++j) {
       double acc = 0.0;
-      for (int c = 0; c < 128; ++c) acc += double{a[m * 128 + c]} * b[c * 128 + n];
-      d[m * 128 + n] = static_cast<float>(acc);
+      for (int c = 0; c < k; ++c) acc += double{a[m * k + c]} * b[c * n + j];
+      d[m * n + j] = static_cast<float>(acc);
     }
   }
   return d;
@@ -79,28 +82,39 @@ TEST(WgmmaProbeGpuTest, TmaBoxLandsSwizzledAndZeroFilled) {
   }
 }
 
+// N = 128 is S = Q K^T of the forward, N = 64 S and dP of the dq pass.
 TEST(WgmmaProbeGpuTest, ProductSSWithKMajorDescriptors) {
   SKIP_WITHOUT_GPU();
   for (const int k : {192, 128}) {
-    const std::vector<float> a = Ints(128 * k, -4, 4, 10 + k), b = Ints(128 * k, -4, 4, 20 + k);
-    for (const int half : {0, 1}) {
-      std::vector<float> d;
-      const Status st = ProductSS(a, b, k, half, &d);
-      ASSERT_TRUE(st.ok()) << st.ToString();
-      ExpectSame(d, ProductABt(a, 64 * half, b, k),
-                 "A B^T (K-major descriptors, accumulator map), k " + std::to_string(k) +
-                     ", rows from " + std::to_string(64 * half));
+    for (const int b_rows : {128, 64}) {
+      const std::vector<float> a = Ints(128 * k, -4, 4, 10 + k),
+                               b = Ints(b_rows * k, -4, 4, 20 + k + b_rows);
+      for (const int half : {0, 1}) {
+        std::vector<float> d;
+        const Status st = ProductSS(a, b, k, b_rows, half, &d);
+        ASSERT_TRUE(st.ok()) << st.ToString();
+        ExpectSame(d, ProductABt(a, 64 * half, b, k, b_rows), b_rows,
+                   "A B^T (m64n" + std::to_string(b_rows) +
+                       "k16, K-major descriptors, accumulator map), k " + std::to_string(k) +
+                       ", rows from " + std::to_string(64 * half));
+      }
     }
   }
 }
 
+// (k, n) = (128, 128) is O += P V of the forward, (64, 192) and (64, 128) dQ += dS K of the dq
+// pass.
 TEST(WgmmaProbeGpuTest, ProductRSWithTransposedB) {
   SKIP_WITHOUT_GPU();
-  const std::vector<float> a = Ints(64 * 128, -4, 4, 30), b = Ints(128 * 128, -4, 4, 31);
-  std::vector<float> d;
-  const Status st = ProductRS(a, b, &d);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  ExpectSame(d, ProductAB(a, b), "A B (A-fragment map, MN-major descriptor of B)");
+  for (const auto& [k, n] : std::vector<std::pair<int, int>>{{128, 128}, {64, 192}, {64, 128}}) {
+    const std::vector<float> a = Ints(64 * k, -4, 4, 30 + k), b = Ints(k * n, -4, 4, 31 + n);
+    std::vector<float> d;
+    const Status st = ProductRS(a, b, k, n, &d);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectSame(d, ProductAB(a, b, k, n), n,
+               "A B (m64n" + std::to_string(n) +
+                   "k16, A-fragment map, MN-major descriptor of B), k " + std::to_string(k));
+  }
 }
 
 TEST(WgmmaProbeGpuTest, ChainRepacksScoresAsTheNextOperand) {
@@ -113,9 +127,9 @@ TEST(WgmmaProbeGpuTest, ChainRepacksScoresAsTheNextOperand) {
       std::vector<float> s, o;
       const Status st = Chain(q, k, v, dqk, half, &s, &o);
       ASSERT_TRUE(st.ok()) << st.ToString();
-      const std::vector<float> s_want = ProductABt(q, 64 * half, k, dqk);
-      ExpectSame(s, s_want, "S = Q K^T, dqk " + std::to_string(dqk));
-      ExpectSame(o, ProductAB(s_want, v),
+      const std::vector<float> s_want = ProductABt(q, 64 * half, k, dqk, 128);
+      ExpectSame(s, s_want, 128, "S = Q K^T, dqk " + std::to_string(dqk));
+      ExpectSame(o, ProductAB(s_want, v, 128, 128), 128,
                  "O = P V with P repacked from S's accumulators (AccumulatorOfA), dqk " +
                      std::to_string(dqk));
     }

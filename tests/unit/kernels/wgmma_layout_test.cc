@@ -211,19 +211,108 @@ TEST(WgmmaLayout, ForwardProductsThroughTheDescriptors) {
   CheckForwardProducts(128);
 }
 
-// Visibility: the wgmma forward's CTAs (128 query rows, key tiles of 128 from the first query's
-// document start, per-element masks on tiles not wholly visible; no skips) compute every visible
-// pair once and no hidden one (padding rows past n are never written and not counted).
-void CheckVisibility(const std::vector<int64_t>& lengths) {
+// The dq pass's products (attention_backward_wgmma.cu) through its descriptors: S = Q K^T and
+// dP = dO V^T with 64-key tiles (N = 64), and dQ = dS K with dS repacked from the accumulators and
+// the K tile [64][dqk] read transposed (N = dqk).
+void CheckDqProducts(int dqk) {
+  SCOPED_TRACE("dq pass, dqk " + std::to_string(dqk));
+  constexpr int kM = 128, kN = 64, kDv = 128;
+  PhiloxGenerator rng(static_cast<uint64_t>(dqk) + 7, 0);
+  const std::vector<double> q = Random(kM * dqk, rng), d_o = Random(kM * kDv, rng),
+                            k = Random(kN * dqk, rng), v = Random(kN * kDv, rng);
+  const uint32_t q_base = 0, do_base = kM * dqk * 2;
+  const uint32_t k_tile = do_base + kM * kDv * 2 + kN * dqk * 2;  // stage 1 of the K ring
+  const uint32_t v_tile = k_tile + 2 * kN * dqk * 2;              // a V stage after the ring
+  ASSERT_EQ(k_tile % 1024, 0u);
+  ASSERT_EQ(v_tile % 1024, 0u);
+  Smem smem;
+  smem.Store(q_base, kM, dqk, q);
+  smem.Store(do_base, kM, kDv, d_o);
+  smem.Store(k_tile, kN, dqk, k);
+  smem.Store(v_tile, kN, kDv, v);
+  for (int consumer = 0; consumer < 2; ++consumer) {
+    const uint32_t rows = static_cast<uint32_t>(consumer) * 64 * kRowBytes;
+    // S and dP (IssueSdP): A from the 128-row tiles, B from the 64-row tiles.
+    std::vector<double> s(64 * kN, 0.0), dp(64 * kN, 0.0);
+    const auto product = [&](std::vector<double>& d, uint32_t a_base, uint32_t b_tile, int kdim) {
+      for (int kk = 0; kk < kdim / 16; ++kk) {
+        const uint64_t a = KMajorDescriptor(a_base + rows, kM * kRowBytes, kk);
+        const uint64_t b = KMajorDescriptor(b_tile, kN * kRowBytes, kk);
+        for (int m = 0; m < 64; ++m) {
+          for (int n = 0; n < kN; ++n) {
+            for (int kx = 0; kx < 16; ++kx) {
+              d[m * kN + n] += smem.At(KMajorAddress(a, m, kx)) * smem.At(KMajorAddress(b, n, kx));
+            }
+          }
+        }
+      }
+    };
+    product(s, q_base, k_tile, dqk);
+    product(dp, do_base, v_tile, kDv);
+    for (int m = 0; m < 64; ++m) {
+      for (int n = 0; n < kN; ++n) {
+        double ws = 0.0, wdp = 0.0;
+        for (int c = 0; c < dqk; ++c) ws += q[(64 * consumer + m) * dqk + c] * k[n * dqk + c];
+        for (int c = 0; c < kDv; ++c) wdp += d_o[(64 * consumer + m) * kDv + c] * v[n * kDv + c];
+        ASSERT_EQ(s[m * kN + n], ws) << "S (" << m << ", " << n << ")";
+        ASSERT_EQ(dp[m * kN + n], wdp) << "dP (" << m << ", " << n << ")";
+      }
+    }
+    // dQ = dS K with dS = S - dP standing in for the elementwise step (IssueDsK).
+    std::vector<double> ds(64 * kN), dq(64 * dqk, 0.0);
+    for (int i = 0; i < 64 * kN; ++i) ds[i] = s[i] - dp[i];
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      const uint64_t b = MnMajorDescriptor(k_tile, kN, kk);
+      std::vector<double> a(64 * 16, -1e9);
+      for (int w = 0; w < 4; ++w) {
+        for (int l = 0; l < 32; ++l) {
+          for (int j = 0; j < 4; ++j) {
+            for (int h = 0; h < 2; ++h) {
+              const int i = AccumulatorOfA(kk, j, h);
+              a[FragARow(w, l, j) * 16 + FragACol(l, j, h)] =
+                  ds[AccRow(w, l, i) * kN + AccCol(l, i)];
+            }
+          }
+        }
+      }
+      for (int m = 0; m < 64; ++m) {
+        for (int n = 0; n < dqk; ++n) {
+          for (int kx = 0; kx < 16; ++kx) {
+            dq[m * dqk + n] += a[m * 16 + kx] * smem.At(MnMajorAddress(b, kx, n));
+          }
+        }
+      }
+    }
+    for (int m = 0; m < 64; ++m) {
+      for (int n = 0; n < dqk; ++n) {
+        double want = 0.0;
+        for (int c = 0; c < kN; ++c) want += ds[m * kN + c] * k[c * dqk + n];
+        ASSERT_EQ(dq[m * dqk + n], want) << "dQ (" << m << ", " << n << ")";
+      }
+    }
+  }
+}
+
+TEST(WgmmaLayout, DqPassProductsThroughTheDescriptors) {
+  CheckDqProducts(192);
+  CheckDqProducts(128);
+}
+
+// Visibility: the wgmma kernels' CTAs (128 query rows, key tiles of `tile` (128 in the forward, 64
+// in the dq pass) from the first query's document start, per-element masks on tiles not wholly
+// visible; no skips) compute every visible pair once and no hidden one (padding rows past n are
+// never written and not counted).
+void CheckVisibility(const std::vector<int64_t>& lengths, int tile) {
   using attention_tc::ClampToTile;
   using attention_tc::DocStart;
   using attention_tc::KeyTiles;
   using attention_tc::KeyTileWhollyVisible;
-  constexpr int kRows = 128, kTile = 128;
+  constexpr int kRows = 128;
+  const int kTile = tile;
   std::vector<int64_t> cu = {0};
   for (int64_t len : lengths) cu.push_back(cu.back() + len);
   const int64_t n = cu.back(), entries = static_cast<int64_t>(cu.size());
-  SCOPED_TRACE("n " + std::to_string(n));
+  SCOPED_TRACE("n " + std::to_string(n) + ", key tile " + std::to_string(tile));
   const auto start = [&](int64_t i) { return DocStart(cu.data(), entries, n, i); };
   const int64_t width = n + kTile;  // keys padded: a tile may run past n
   std::vector<int> count(static_cast<size_t>(n * width), 0);
@@ -258,13 +347,15 @@ TEST(WgmmaLayout, TilesCoverEachVisiblePairOnce) {
                                          {1},
                                          {127, 0, 129, 31, 33},
                                          {1000, 1, 300}}) {
-    CheckVisibility(lengths);
+    CheckVisibility(lengths, 128);  // the forward
+    CheckVisibility(lengths, 64);   // the dq pass
   }
   PhiloxGenerator rng(91, 0);
   for (int trial = 0; trial < 12; ++trial) {
     std::vector<int64_t> lengths(1 + rng.UniformInt(10));
     for (int64_t& len : lengths) len = static_cast<int64_t>(rng.UniformInt(trial % 2 ? 9 : 400));
-    CheckVisibility(lengths);
+    CheckVisibility(lengths, 128);
+    CheckVisibility(lengths, 64);
   }
 }
 
