@@ -12,8 +12,9 @@
 //
 // Plain f32 FMAs (bf16 inputs widened on load), no tensor cores: the reference fallback. bf16
 // inputs with the model's head dims run the preprocess here and then the tensor-core kernels
-// (attention_backward_tc.cu) instead, unless the caller asks for AttentionKernels::kSimt; f32
-// inputs and other head dims always run these passes.
+// (attention_backward_tc.cu, its dq pass on Hopper attention_backward_wgmma.cu) instead, unless
+// the caller asks for AttentionKernels::kSimt; f32 inputs and other head dims always run these
+// passes.
 // Measured time (tests/gpu/attention_gpu_bench.cc, H200, bf16, (B, T, H) = (4, 8192, 16), qk 192 /
 // v 128): 5.5 causal TFLOP/s.
 #include <cmath>

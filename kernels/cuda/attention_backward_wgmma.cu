@@ -388,14 +388,12 @@ Status Dq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, 
 
 Status AttentionDqWgmma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
                         const Tensor& dsum, const Tensor& d_o, const Tensor& cu_seqlens,
-                        double scale, Tensor* dq, cudaStream_t stream, bool ping_pong) {
+                        double scale, Tensor* dq, cudaStream_t stream) {
   using attention_wgmma::Dq;
   if (q.dim(2) == 192) {
-    return ping_pong ? Dq<192, 128, true>(q, k, v, lse, dsum, d_o, cu_seqlens, scale, dq, stream)
-                     : Dq<192, 128, false>(q, k, v, lse, dsum, d_o, cu_seqlens, scale, dq, stream);
+    return Dq<192, 128, true>(q, k, v, lse, dsum, d_o, cu_seqlens, scale, dq, stream);
   }
-  return ping_pong ? Dq<128, 128, true>(q, k, v, lse, dsum, d_o, cu_seqlens, scale, dq, stream)
-                   : Dq<128, 128, false>(q, k, v, lse, dsum, d_o, cu_seqlens, scale, dq, stream);
+  return Dq<128, 128, true>(q, k, v, lse, dsum, d_o, cu_seqlens, scale, dq, stream);
 }
 
 }  // namespace orrery::kernels::cuda

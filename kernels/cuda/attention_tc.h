@@ -42,9 +42,9 @@ Status AttentionBackwardTc(const Tensor& q, const Tensor& k, const Tensor& v, co
                            bool with_dq = true);
 
 // dq alone, the same way, on wgmma (attention_backward_wgmma.cu) where AttentionWgmmaSupported and
-// d_o is 16-byte aligned; ping_pong as for AttentionForwardWgmma.
+// d_o is 16-byte aligned.
 Status AttentionDqWgmma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
                         const Tensor& dsum, const Tensor& d_o, const Tensor& cu_seqlens,
-                        double scale, Tensor* dq, cudaStream_t stream, bool ping_pong = true);
+                        double scale, Tensor* dq, cudaStream_t stream);
 
 }  // namespace orrery::kernels::cuda
