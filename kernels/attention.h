@@ -3,11 +3,11 @@
 // templates of kernels/mla_attention.h (the CPU model's core and this op's twin); the CUDA path
 // runs flash-attention style kernels that stream key tiles through an online softmax and never
 // hold an [N, N] score matrix: on tensor cores for bf16 inputs with head dims 192/128 or 128/128
-// (bf16 products with f32 accumulation, P and dS rounded to bf16; on Hopper the forward and the
-// backward's dq pass are kernels/cuda/attention_forward_wgmma.cu and attention_backward_wgmma.cu,
-// wgmma with TMA loads and warp specialisation, else attention_forward_tc.cu and
-// attention_backward_tc.cu on mma.sync, which also has the dk/dv pass), else in f32 on
-// SIMT cores (attention_forward.cu, attention_backward.cu). The environment variable
+// (bf16 products with f32 accumulation, P and dS rounded to bf16; on Hopper
+// kernels/cuda/attention_forward_wgmma.cu, attention_backward_dq_wgmma.cu and
+// attention_backward_dkdv_wgmma.cu, wgmma with TMA loads and warp specialisation, else
+// attention_forward_tc.cu and attention_backward_tc.cu on mma.sync), else in f32 on SIMT cores
+// (attention_forward.cu, attention_backward.cu). The environment variable
 // ORRERY_ATTENTION=wgmma|mma|simt forces one kernel set where it takes the inputs (the next one
 // down elsewhere), so that benchmarks and bisections can A/B them; another value is an error.
 //

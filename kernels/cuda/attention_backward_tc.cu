@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 2) AttentionDqTcKernel(BackwardArgs 
 }
 
 template <int kDqk, int kDv>
-Status Backward(const BackwardArgs& args, bool with_dq, cudaStream_t stream) {
+Status Backward(const BackwardArgs& args, cudaStream_t stream) {
   constexpr size_t kSmem = BackwardSharedBytes<kDqk, kDv>();
   const dim3 grid(static_cast<unsigned>((args.n + kBlockRows - 1) / kBlockRows),
                   static_cast<unsigned>(args.heads));
@@ -365,7 +365,6 @@ Status Backward(const BackwardArgs& args, bool with_dq, cudaStream_t stream) {
                  "AttentionDkDvTcKernel shared memory"));
   dkdv<<<grid, kThreads, kSmem, stream>>>(args);
   ORRERY_RETURN_IF_ERROR(LastLaunchStatus("AttentionDkDvTcKernel"));
-  if (!with_dq) return Status::OK();
   auto* dq = AttentionDqTcKernel<kDqk, kDv>;
   ORRERY_RETURN_IF_ERROR(
       CudaStatus(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
@@ -379,8 +378,7 @@ Status Backward(const BackwardArgs& args, bool with_dq, cudaStream_t stream) {
 
 Status AttentionBackwardTc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
                            const Tensor& dsum, const Tensor& d_o, const Tensor& cu_seqlens,
-                           double scale, Tensor* dq, Tensor* dk, Tensor* dv, cudaStream_t stream,
-                           bool with_dq) {
+                           double scale, Tensor* dq, Tensor* dk, Tensor* dv, cudaStream_t stream) {
   using attention_tc::bf16;
   attention_tc::BackwardArgs args;
   args.q = static_cast<const bf16*>(q.raw_data());
@@ -398,8 +396,8 @@ Status AttentionBackwardTc(const Tensor& q, const Tensor& k, const Tensor& v, co
   args.dq = static_cast<bf16*>(dq->raw_data());
   args.dk = static_cast<bf16*>(dk->raw_data());
   args.dv = static_cast<bf16*>(dv->raw_data());
-  if (q.dim(2) == 192) return attention_tc::Backward<192, 128>(args, with_dq, stream);
-  return attention_tc::Backward<128, 128>(args, with_dq, stream);
+  if (q.dim(2) == 192) return attention_tc::Backward<192, 128>(args, stream);
+  return attention_tc::Backward<128, 128>(args, stream);
 }
 
 }  // namespace orrery::kernels::cuda

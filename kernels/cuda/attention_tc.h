@@ -34,17 +34,18 @@ Status AttentionForwardTc(const Tensor& q, const Tensor& k, const Tensor& v,
                           cudaStream_t stream);
 
 // dq, dk, dv given dsum = rowsum(dO * O) (f32 [N, H], the backward's preprocess) and the forward's
-// lse; deterministic (each output element written once by one thread, no atomics). On mma.sync;
-// without with_dq, dk and dv only (AttentionDqWgmma writes dq).
+// lse; deterministic (each output element written once by one thread, no atomics). On mma.sync.
 Status AttentionBackwardTc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
                            const Tensor& dsum, const Tensor& d_o, const Tensor& cu_seqlens,
-                           double scale, Tensor* dq, Tensor* dk, Tensor* dv, cudaStream_t stream,
-                           bool with_dq = true);
+                           double scale, Tensor* dq, Tensor* dk, Tensor* dv, cudaStream_t stream);
 
-// dq alone, the same way, on wgmma (attention_backward_wgmma.cu) where AttentionWgmmaSupported and
-// d_o is 16-byte aligned.
+// The same on wgmma, where AttentionWgmmaSupported and d_o is 16-byte aligned, as two passes:
+// dq (attention_backward_dq_wgmma.cu) and dk, dv (attention_backward_dkdv_wgmma.cu).
 Status AttentionDqWgmma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
                         const Tensor& dsum, const Tensor& d_o, const Tensor& cu_seqlens,
                         double scale, Tensor* dq, cudaStream_t stream);
+Status AttentionDkDvWgmma(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+                          const Tensor& dsum, const Tensor& d_o, const Tensor& cu_seqlens,
+                          double scale, Tensor* dk, Tensor* dv, cudaStream_t stream);
 
 }  // namespace orrery::kernels::cuda

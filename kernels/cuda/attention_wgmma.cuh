@@ -1,8 +1,8 @@
 // Shared pieces of the Hopper attention kernels (attention_forward_wgmma.cu,
-// attention_backward_wgmma.cu): the CTA shape of a producer warpgroup and two consumer
-// warpgroups, their register shares, a stage release, the consumers' ping-pong, and the
-// conversion of accumulators into the next product's A fragments. The PTX primitives are in
-// hopper.cuh, the index maps in wgmma_layout.h.
+// attention_backward_dq_wgmma.cu, attention_backward_dkdv_wgmma.cu): the CTA shape of a producer
+// warpgroup and two consumer warpgroups, their register shares, a stage release, the consumers'
+// ping-pong, and the conversion of accumulators into the next product's A fragments. The PTX
+// primitives are in hopper.cuh, the index maps in wgmma_layout.h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,11 +22,14 @@ constexpr int kThreads = 3 * 128;  // producer warpgroup + two consumer warpgrou
 constexpr int kConsumerRows = 64;  // rows of a consumer warpgroup (one wgmma M)
 constexpr int kConsumerWarps = 8;  // arrivals that release a stage
 // setmaxnreg moves registers inside the CTA's pool, which is what the launch gave it: 384 threads
-// at 168 (__launch_bounds__(384, 1)). 128 * 24 + 256 * 240 = 384 * 168: a larger share would make
-// setmaxnreg.inc wait forever.
-constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+// at 168 (__launch_bounds__(384, 1)). The shares must fit it (128 producer + 256 consumer
+// registers per thread <= 384 * 168), else setmaxnreg.inc waits forever: 24 / 240 uses it all.
 constexpr int kLaunchRegisters = 168;  // 65536 / 384, rounded down to a multiple of 8
-static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters == kThreads * kLaunchRegisters);
+constexpr bool RegisterSharesFit(int producer, int consumer) {
+  return 128 * producer + 256 * consumer <= kThreads * kLaunchRegisters;
+}
+constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+static_assert(RegisterSharesFit(kProducerRegisters, kConsumerRegisters));
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 constexpr size_t kSharedLimit = 227 * 1024;
 

@@ -35,7 +35,7 @@ Status RmsNormBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& rstd,
 // (bf16 or f32), dims <= 256; cu_seqlens i64 [docs + 1] on the device; o like v, lse [N, H] f32.
 // The kernel sets (attention_tc.h), each used where it takes the inputs, else the next one down:
 //   kWgmma: the Hopper kernels (wgmma, TMA, warp specialisation; bf16, head dims 192/128 or
-//     128/128, sm_90): the forward and the backward's dq pass; its dk/dv pass is still kMma's.
+//     128/128, sm_90), forward and backward.
 //   kMma: the mma.sync tensor-core kernels (bf16, head dims 192/128 or 128/128).
 //   kSimt: the f32-arithmetic SIMT kernels (every dtype and dim), the reference the tests and
 //     benchmarks compare the tensor-core ones with.

@@ -3,8 +3,8 @@
 // sets of ops_cuda.h that take the model's heads: the forward of kWgmma
 // (attention_forward_wgmma.cu, with its consumers' ping-pong and without: AttentionForwardWgmma's
 // ping_pong) and of kMma (attention_forward_tc.cu), and the backward of each (kMma:
-// attention_backward_tc.cu; kWgmma: its dk/dv pass and the dq pass of
-// attention_backward_wgmma.cu). Issue 23's shapes, (B, T, H) = (4, 8192, 16), (1, 65536, 16) and
+// attention_backward_tc.cu; kWgmma: attention_backward_dkdv_wgmma.cu and
+// attention_backward_dq_wgmma.cu). Issue 23's shapes, (B, T, H) = (4, 8192, 16), (1, 65536, 16) and
 // (1, 8192, 128), each a packed batch of B documents of T tokens, with the model's full-size head
 // (qk 192, v 128) and the square 128/128 head; scripts/gpu_attention_torch.py times cuDNN on the
 // same shapes. Prints one line per kernel set, pass and shape with its causal TFLOP/s: the

@@ -211,7 +211,7 @@ TEST(WgmmaLayout, ForwardProductsThroughTheDescriptors) {
   CheckForwardProducts(128);
 }
 
-// The dq pass's products (attention_backward_wgmma.cu) through its descriptors: S = Q K^T and
+// The dq pass's products (attention_backward_dq_wgmma.cu) through its descriptors: S = Q K^T and
 // dP = dO V^T with 64-key tiles (N = 64), and dQ = dS K with dS repacked from the accumulators and
 // the K tile [64][dqk] read transposed (N = dqk).
 void CheckDqProducts(int dqk) {
@@ -298,6 +298,99 @@ TEST(WgmmaLayout, DqPassProductsThroughTheDescriptors) {
   CheckDqProducts(128);
 }
 
+// The dk/dv pass's products (attention_backward_dkdv_wgmma.cu) through its descriptors: S^T =
+// K Q^T and dP^T = V dO^T with the CTA's 64 keys as M and a 64-query stage as N, then
+// dV = P^T dO and dK = dS^T Q with the stage's dO and Q read transposed (N = 128, dqk).
+void CheckDkDvProducts(int dqk) {
+  SCOPED_TRACE("dk/dv pass, dqk " + std::to_string(dqk));
+  constexpr int kKeys = 64, kQ = 64, kDv = 128;
+  PhiloxGenerator rng(static_cast<uint64_t>(dqk) + 11, 0);
+  const std::vector<double> k = Random(kKeys * dqk, rng), v = Random(kKeys * kDv, rng),
+                            q = Random(kQ * dqk, rng), d_o = Random(kQ * kDv, rng);
+  const uint32_t k_base = 0, v_base = kKeys * dqk * 2, ring = v_base + kKeys * kDv * 2;
+  const uint32_t stage = ring + (kQ * dqk * 2 + kQ * kDv * 2);  // stage 1 of the ring
+  const uint32_t do_tile = stage + kQ * dqk * 2;
+  ASSERT_EQ(stage % 1024, 0u);
+  ASSERT_EQ(do_tile % 1024, 0u);
+  Smem smem;
+  smem.Store(k_base, kKeys, dqk, k);
+  smem.Store(v_base, kKeys, kDv, v);
+  smem.Store(stage, kQ, dqk, q);
+  smem.Store(do_tile, kQ, kDv, d_o);
+  // IssueScores: A = the key tile (64 rows), B = the stage's tile (64 rows), both K-major.
+  const auto scores = [&](uint32_t a_tile, uint32_t b_tile, int kdim) {
+    std::vector<double> d(kKeys * kQ, 0.0);
+    for (int kk = 0; kk < kdim / 16; ++kk) {
+      const uint64_t a = KMajorDescriptor(a_tile, kKeys * kRowBytes, kk);
+      const uint64_t b = KMajorDescriptor(b_tile, kQ * kRowBytes, kk);
+      for (int m = 0; m < kKeys; ++m) {
+        for (int n = 0; n < kQ; ++n) {
+          for (int kx = 0; kx < 16; ++kx) {
+            d[m * kQ + n] += smem.At(KMajorAddress(a, m, kx)) * smem.At(KMajorAddress(b, n, kx));
+          }
+        }
+      }
+    }
+    return d;
+  };
+  const std::vector<double> st = scores(k_base, stage, dqk), dpt = scores(v_base, do_tile, kDv);
+  for (int m = 0; m < kKeys; ++m) {
+    for (int n = 0; n < kQ; ++n) {
+      double ws = 0.0, wdp = 0.0;
+      for (int c = 0; c < dqk; ++c) ws += k[m * dqk + c] * q[n * dqk + c];
+      for (int c = 0; c < kDv; ++c) wdp += v[m * kDv + c] * d_o[n * kDv + c];
+      ASSERT_EQ(st[m * kQ + n], ws) << "S^T (" << m << ", " << n << ")";
+      ASSERT_EQ(dpt[m * kQ + n], wdp) << "dP^T (" << m << ", " << n << ")";
+    }
+  }
+  // IssueAccumulate: the scores' accumulators as A fragments (AccumulatorsAsA), B read
+  // transposed from the stage.
+  const auto accumulate = [&](const std::vector<double>& x, uint32_t b_tile, int ncols) {
+    std::vector<double> d(kKeys * ncols, 0.0);
+    for (int kk = 0; kk < kQ / 16; ++kk) {
+      const uint64_t b = MnMajorDescriptor(b_tile, kQ, kk);
+      std::vector<double> a(64 * 16, -1e9);
+      for (int w = 0; w < 4; ++w) {
+        for (int l = 0; l < 32; ++l) {
+          for (int j = 0; j < 4; ++j) {
+            for (int h = 0; h < 2; ++h) {
+              const int i = AccumulatorOfA(kk, j, h);
+              a[FragARow(w, l, j) * 16 + FragACol(l, j, h)] =
+                  x[AccRow(w, l, i) * kQ + AccCol(l, i)];
+            }
+          }
+        }
+      }
+      for (int m = 0; m < kKeys; ++m) {
+        for (int n = 0; n < ncols; ++n) {
+          for (int kx = 0; kx < 16; ++kx) {
+            d[m * ncols + n] += a[m * 16 + kx] * smem.At(MnMajorAddress(b, kx, n));
+          }
+        }
+      }
+    }
+    return d;
+  };
+  const std::vector<double> dv = accumulate(st, do_tile, kDv), dk = accumulate(dpt, stage, dqk);
+  for (int m = 0; m < kKeys; ++m) {
+    for (int n = 0; n < kDv; ++n) {
+      double want = 0.0;
+      for (int c = 0; c < kQ; ++c) want += st[m * kQ + c] * d_o[c * kDv + n];
+      ASSERT_EQ(dv[m * kDv + n], want) << "dV (" << m << ", " << n << ")";
+    }
+    for (int n = 0; n < dqk; ++n) {
+      double want = 0.0;
+      for (int c = 0; c < kQ; ++c) want += dpt[m * kQ + c] * q[c * dqk + n];
+      ASSERT_EQ(dk[m * dqk + n], want) << "dK (" << m << ", " << n << ")";
+    }
+  }
+}
+
+TEST(WgmmaLayout, DkDvPassProductsThroughTheDescriptors) {
+  CheckDkDvProducts(192);
+  CheckDkDvProducts(128);
+}
+
 // Visibility: the wgmma kernels' CTAs (128 query rows, key tiles of `tile` (128 in the forward, 64
 // in the dq pass) from the first query's document start, per-element masks on tiles not wholly
 // visible; no skips) compute every visible pair once and no hidden one (padding rows past n are
@@ -338,6 +431,47 @@ void CheckVisibility(const std::vector<int64_t>& lengths, int tile) {
   }
 }
 
+// The dk/dv pass's CTAs (64 keys, 64-query tiles from k0 to the end of the last key's document,
+// per-element masks on tiles not wholly visible) compute every visible pair once and no hidden
+// one (padding keys past n are never written and not counted).
+void CheckKeyVisibility(const std::vector<int64_t>& lengths) {
+  using attention_tc::ClampToTile;
+  using attention_tc::DocOf;
+  using attention_tc::DocStart;
+  using attention_tc::QueryTiles;
+  using attention_tc::QueryTileWhollyVisible;
+  constexpr int kKeys = 64, kTile = 64;
+  std::vector<int64_t> cu = {0};
+  for (int64_t len : lengths) cu.push_back(cu.back() + len);
+  const int64_t n = cu.back(), entries = static_cast<int64_t>(cu.size());
+  SCOPED_TRACE("dk/dv pass, n " + std::to_string(n));
+  const auto start = [&](int64_t i) { return DocStart(cu.data(), entries, n, i); };
+  const int64_t height = n + kTile;  // queries padded: a tile may run past n
+  std::vector<int> count(static_cast<size_t>(height * n), 0);
+  for (int64_t k0 = 0; k0 < n; k0 += kKeys) {
+    const int64_t k_last = std::min<int64_t>(k0 + kKeys, n) - 1;
+    const int64_t q_stop = std::min(cu[DocOf(cu.data(), entries, k_last) + 1], n);
+    for (int it = 0; it < QueryTiles(k0, q_stop, kTile); ++it) {
+      const int64_t qb = k0 + int64_t{it} * kTile;
+      const int lo_last = ClampToTile(start(qb + kTile - 1) - k0, kKeys);
+      const bool wholly = QueryTileWhollyVisible(qb, k0, kKeys, lo_last);
+      for (int key = 0; key < kKeys && k0 + key < n; ++key) {
+        for (int c = 0; c < kTile; ++c) {
+          const int64_t i = qb + c;
+          const int lo = ClampToTile(start(i) - k0, kKeys), hi = ClampToTile(i - k0, kKeys);
+          if (wholly || (lo <= key && key <= hi)) ++count[i * n + k0 + key];
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < height; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const bool visible = i < n && j <= i && start(i) == start(j);
+      ASSERT_EQ(count[i * n + j], visible ? 1 : 0) << "query " << i << " key " << j;
+    }
+  }
+}
+
 TEST(WgmmaLayout, TilesCoverEachVisiblePairOnce) {
   for (const auto& lengths :
        std::vector<std::vector<int64_t>>{{1, 63, 64, 65, 200, 1, 130, 17},
@@ -349,6 +483,7 @@ TEST(WgmmaLayout, TilesCoverEachVisiblePairOnce) {
                                          {1000, 1, 300}}) {
     CheckVisibility(lengths, 128);  // the forward
     CheckVisibility(lengths, 64);   // the dq pass
+    CheckKeyVisibility(lengths);    // the dk/dv pass
   }
   PhiloxGenerator rng(91, 0);
   for (int trial = 0; trial < 12; ++trial) {
@@ -356,6 +491,7 @@ TEST(WgmmaLayout, TilesCoverEachVisiblePairOnce) {
     for (int64_t& len : lengths) len = static_cast<int64_t>(rng.UniformInt(trial % 2 ? 9 : 400));
     CheckVisibility(lengths, 128);
     CheckVisibility(lengths, 64);
+    CheckKeyVisibility(lengths);
   }
 }
 

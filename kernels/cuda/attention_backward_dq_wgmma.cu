@@ -1,9 +1,8 @@
 // The dq pass of the causal attention backward (kernels/attention.h) on Hopper: wgmma with TMA
 // loads and warp specialisation, the forward's structure (attention_forward_wgmma.cu), bf16 in,
 // f32 accumulate, deterministic (each dq element summed in one thread's registers in a fixed
-// order and written once, no atomics). The dk/dv pass stays on mma.sync
-// (attention_backward_tc.cu); D = rowsum(dO * O) comes from the preprocess
-// (attention_backward.cu).
+// order and written once, no atomics). The dk/dv pass is attention_backward_dkdv_wgmma.cu;
+// D = rowsum(dO * O) comes from the preprocess (attention_backward.cu).
 //
 // One CTA of three warpgroups per (128-query tile, head), one CTA per SM:
 //   producer (warpgroup 0, 24 registers): TMA loads of Q [128][dqk] and dO [128][dv] once, then
