@@ -64,6 +64,11 @@ void BlockCache::ReleaseCachedLocked() {
   stats_.bytes_cached = 0;
 }
 
+void BlockCache::ResetPeak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
 BlockCache::Stats BlockCache::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -42,6 +42,8 @@ class BlockCache {
   // Returns all cached blocks to the source.
   void ReleaseCached();
   Stats stats() const;
+  // Restarts the peak at the bytes in use now (a benchmark's phases each report their own peak).
+  void ResetPeak();
 
  private:
   void ReleaseCachedLocked();

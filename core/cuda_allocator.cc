@@ -100,4 +100,22 @@ void ReleaseCachedDeviceMemory(int device_index) {
   if (device_index >= 0 && device_index < kMaxDevices) CacheFor(device_index)->ReleaseCached();
 }
 
+void ResetCachingAllocatorPeak(int device_index) {
+  if (device_index >= 0 && device_index < kMaxDevices) CacheFor(device_index)->ResetPeak();
+}
+
+int64_t DeviceBytesAvailable(Device device) {
+  if (!device.is_cuda() || device.index < 0 ||
+      device.index >= std::min(kMaxDevices, CudaDeviceCount())) {
+    return 0;
+  }
+  size_t free_bytes = 0, total = 0;
+  cudaSetDevice(device.index);
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(free_bytes + CacheFor(device.index)->stats().bytes_cached);
+}
+
 }  // namespace orrery

@@ -16,5 +16,7 @@ Status CudaCopy(void*, bool, const void*, bool, size_t) { return NoCuda(); }
 Status CudaZero(int, void*, size_t) { return NoCuda(); }
 CachingAllocatorStats GetCachingAllocatorStats(int) { return {}; }
 void ReleaseCachedDeviceMemory(int) {}
+void ResetCachingAllocatorPeak(int) {}
+int64_t DeviceBytesAvailable(Device) { return 0; }
 
 }  // namespace orrery

@@ -57,5 +57,11 @@ struct CachingAllocatorStats {
 CachingAllocatorStats GetCachingAllocatorStats(int device_index);
 // Returns every cached (free) block of a device to the driver.
 void ReleaseCachedDeviceMemory(int device_index);
+// Restarts the allocator's peak_bytes_in_use at its bytes_in_use (per-phase peaks).
+void ResetCachingAllocatorPeak(int device_index);
+// Bytes the caching allocator of a CUDA device can still hand out: the driver's free memory plus
+// the allocator's cached blocks (which it releases and retries with when the driver runs out).
+// 0 on cpu-only builds, for a CPU device and when the driver cannot say.
+int64_t DeviceBytesAvailable(Device device);
 
 }  // namespace orrery

@@ -19,8 +19,9 @@ struct RunConfig {
   std::string dir = "runs/run";  // outputs: checkpoints, metrics, logs
   uint64_t seed = 0;
   // Fixed reduction orders: bit-identical results across runs, resumes and thread counts. The CPU
-  // kernels always work this way (docs/pretraining.md, "Determinism"), so on CPU the flag changes
-  // nothing there; it is meant for GPU kernels with a faster, order-dependent mode.
+  // and the GPU kernels always work this way (docs/pretraining.md, "Determinism"), so the flag
+  // changes nothing today; it stays for configs that set it and for a faster, order-dependent GPU
+  // mode should one ever pay for itself.
   bool deterministic = false;
   // Threads of the default pool (ApplyRunConfig; ORRERY_NUM_THREADS wins); 0: the hardware's.
   int threads = 0;

@@ -41,4 +41,27 @@ Status CausalAttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, co
                            const Tensor& lse, const Tensor& d_o, const Tensor& cu_seqlens,
                            double scale, Tensor* dq, Tensor* dk, Tensor* dv);
 
+// Prefix-causal attention forward: chunked prefill against a cached context (the GPU inference
+// engine's MHA-form prefill, model/gpu/gpu_inference.h). Queries and keys are packed with their
+// own offsets: document d has the n_d = cu_q[d+1] - cu_q[d] queries q[cu_q[d] ..] and the L_d =
+// cu_k[d+1] - cu_k[d] keys and values k, v[cu_k[d] ..] of its whole context, the queries being
+// its last n_d positions (n_d <= L_d): query i of the document (0-based) attends to keys 0 ..
+// L_d - n_d + i. With cu_q == cu_k (and k, v the queries' own) it is CausalAttention.
+// q [Nq, H, dqk], k [Nk, H, dqk], v [Nk, H, dv], one dtype (as CausalAttention); cu_q and cu_k
+// i64 [docs + 1] on q's device (0 = cu[0] <= ... <= cu[docs] = Nq resp. Nk); o [Nq, H, dv] like v
+// and lse [Nq, H] (q's dtype on cpu, f32 on cuda), allocated when undefined, else checked and
+// overwritten. On cpu the offsets are checked (n_d <= L_d included); on cuda they are trusted,
+// and a query that sees no key (n_d > L_d) gets o = 0 and lse = -inf. CUDA: the kernels of
+// CausalAttention's forward with a per-query key range (tensor cores for bf16 192/128 and
+// 128/128, else SIMT).
+Status PrefixCausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_q,
+                             const Tensor& cu_k, double scale, Tensor* o, Tensor* lse);
+
+// The offsets' values for PrefixCausalAttention, from host copies (i64 [docs + 1] on the cpu):
+// one count of documents, rising from 0 to q_tokens and k_tokens, n_d <= L_d. One InvalidArgument
+// line for the first bad value. The op runs it on cpu; a caller whose offsets live on the GPU
+// checks its host copies with it before uploading them.
+Status CheckPrefixOffsets(const Tensor& cu_q, const Tensor& cu_k, int64_t q_tokens,
+                          int64_t k_tokens);
+
 }  // namespace orrery::kernels

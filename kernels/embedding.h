@@ -5,8 +5,8 @@
 //   dtable[ids[n], :] += dy[n, :]         rows of repeated ids accumulate
 //
 // CPU: table, y, dy, dtable f32 or f64 (one dtype). CUDA: table and y bf16 or f32 (one dtype), dy
-// of that dtype, dtable f32 (the GPU model's fp32 gradients; float atomics, so the sum over a
-// repeated id depends on the order of the adds in its last bits). An id outside [0, V) fails the
+// of that dtype, dtable f32 (the GPU model's fp32 gradients; the rows of a repeated id are added
+// in a fixed order, so the result has the same bits on every run). An id outside [0, V) fails the
 // call with OutOfRange naming the first such position; on CUDA that costs one 4-byte read back
 // per call (ids come from the host's batches, once per step).
 #pragma once

@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/expert_exchange.h"
 #include "kernels/grouped_gemm.h"
 #include "kernels/situ.h"
 
@@ -62,6 +63,9 @@ struct MoeExpertsSaved {
   Tensor xg;              // [M, L] the gathered inputs xl[p / top_k]
   Tensor a, u;            // [M, F] the GLU pre-activations (w1 and w3 products)
   Tensor o;               // [M, L] the expert outputs before weighting (for dweights)
+  // With an exchange (MoeExpertsOptions::exchange): its plan, and then xg, a and u hold the rows
+  // this rank's experts received ([plan.owned_offsets.back(), .]) while o stays [M, L].
+  ExpertExchangePlan plan;
 };
 
 // The routed experts' weighted latent sum (spec §5.2):
@@ -80,8 +84,14 @@ struct MoeExpertsSaved {
 //   loop path (cpu, and cuda otherwise): kernels::Matmul on each expert's row views (cuBLASLt on
 //       cuda). This needs the per-expert counts on the host: one device-to-host copy of E + 2
 //       ints (and a stream synchronisation) per call, which also checks the ids.
+// Expert parallelism (kernels/expert_exchange.h): with an exchange, ids are global expert ids in
+// [0, exchange->num_experts()), w1, w3, w2 (and dw1, dw3, dw2) hold this rank's local experts only
+// ([exchange->local_experts(), ...]), and the call is collective over the exchange's group. The
+// per-expert row counts are then needed on the host (the plan's count exchange): on cuda one read
+// back of E + 2 ints per call, as the loop path pays.
 struct MoeExpertsOptions {
-  bool grouped_gemm = true;  // false: the loop path everywhere (tests compare the two)
+  bool grouped_gemm = true;            // false: the loop path everywhere (tests compare the two)
+  ExpertExchange* exchange = nullptr;  // not owned; null: every expert is local
 };
 Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, const Tensor& w1,
                   const Tensor& w3, const Tensor& w2, const GluActivation& act, Tensor* y,

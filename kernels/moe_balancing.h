@@ -11,10 +11,17 @@
 // of the r-th and (r+1)-th largest (exclusive; the (r+1)-th alone when r = 0).
 //
 // This version is exact: it materialises the margins (8 m n bytes) and selects per column by an
-// 8-pass radix select on cuda. The distributed form (histograms all-reduced over ranks, spec §5.4
-// step 6) is later work behind the same interface.
+// 8-pass radix select on cuda.
+//
+// The distributed form (spec §5.4 step 6: ranks that share one global batch take the quantiles of
+// all their rows) is the same radix select with its histograms summed over the ranks, so it is
+// exact too and moves only 256 counts per column and pass: QuantileMargins gives a rank's margins
+// where its scores are, MarginKeyHistogram one pass's counts for a set of (column, key prefix)
+// queries, and the caller (model/quantile_balancing.cc) sums them over ranks and narrows the
+// prefixes on the host, 8 bits a pass.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "core/status.h"
@@ -27,5 +34,29 @@ namespace orrery::kernels {
 // undefined), overwritten.
 Status QuantileThresholds(const Tensor& scores, const Tensor& bias, int64_t top_k, bool exclusive,
                           Tensor* thresholds);
+
+// The margins m_ij above, transposed: f64 [n, m] (each expert's column contiguous), allocated when
+// undefined, else checked and overwritten. Same arguments as QuantileThresholds, except that m may
+// be 0 (a rank without tokens still takes part in the distributed selection).
+Status QuantileMargins(const Tensor& scores, const Tensor& bias, int64_t top_k, bool exclusive,
+                       Tensor* margins);
+
+// A double's order key: unsigned order of the keys is numeric order of the doubles (negative
+// values bit-inverted, the sign bit set on the rest), and FromOrderKey inverts it.
+inline uint64_t OrderKey(double x) {
+  const uint64_t b = std::bit_cast<uint64_t>(x);
+  return (b >> 63) ? ~b : b | (uint64_t{1} << 63);
+}
+inline double FromOrderKey(uint64_t key) {
+  return std::bit_cast<double>((key >> 63) ? key & ~(uint64_t{1} << 63) : ~key);
+}
+
+// One pass of a radix select over margins f64 [n, m]: for query i, hist[i, d] = the number of
+// values v of column cols[i] with OrderKey(v) >> (shift + 8) == prefixes[i] >> (shift + 8) and
+// (OrderKey(v) >> shift) & 255 == d. cols i32 [Q] in [0, n); prefixes i64 [Q] (the key's bits);
+// shift one of 56, 48, ..., 0; hist i32 [Q, 256] on the margins' device, allocated when
+// undefined, else checked and overwritten. Column values beyond the checks are trusted on cuda.
+Status MarginKeyHistogram(const Tensor& margins, const Tensor& cols, const Tensor& prefixes,
+                          int shift, Tensor* hist);
 
 }  // namespace orrery::kernels

@@ -11,7 +11,7 @@
 // Determinism: the packing order is a function of (seed, epoch), the optimizer is element-wise,
 // and checkpoints hold the cursor, optimizer moments and balancing biases, so a resumed run
 // reproduces the losses of an uninterrupted one exactly when the model's kernels are
-// deterministic ([run] deterministic = true on CPU).
+// deterministic (the CPU and GPU kernels are: docs/pretraining.md, "Determinism").
 #pragma once
 
 #include <cstdint>

@@ -1075,6 +1075,47 @@ Status RunMlaDecode(OpIo& io, Device device) {
   return Status::OK();
 }
 
+// ---- mla_prefill: prefix-causal attention, chunked prefill against a cached context
+// (kernels/attention.h PrefixCausalAttention) ----
+Status RunMlaPrefill(OpIo& io, Device device) {
+  if (io.backward()) return io.Error("op mla_prefill has no --backward (an inference step)");
+  ORRERY_ASSIGN_OR_RETURN(Tensor q, io.Float("q", 3, "[Nq, H, Dqk]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor k, io.Float("k", 3, "[Nk, H, Dqk]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor v, io.Float("v", 3, "[Nk, H, Dv]"));
+  const int64_t nq = q.dim(0), nk = k.dim(0), h = q.dim(1), dqk = q.dim(2), dv = v.dim(2);
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("k", k, {nk, h, dqk}, "[Nk, H, Dqk], H and Dqk as q"));
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("v", v, {nk, h, dv}, "[Nk, H, Dv], Nk and H as k"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor cu_q, io.Index("cu_seqlens_q", DType::kI64, "[N + 1]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor cu_k, io.Index("cu_seqlens_k", DType::kI64, "[N + 1]"));
+  if (cu_q.defined() != cu_k.defined()) {
+    return io.Error("give both cu_seqlens_q and cu_seqlens_k, or neither (one sequence)");
+  }
+  if (!cu_q.defined()) {
+    cu_q = Tensor::FromVector<int64_t>({2}, {0, nq});
+    cu_k = Tensor::FromVector<int64_t>({2}, {0, nk});
+  }
+  ORRERY_ASSIGN_OR_RETURN(double scale, io.Attr("scale", 0.0));
+  if (scale <= 0) scale = 1.0 / std::sqrt(static_cast<double>(dqk));
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  // The offsets are checked here for either device (on cuda the op trusts them).
+  {
+    const Status st = kernels::CheckPrefixOffsets(cu_q, cu_k, nq, nk);
+    if (!st.ok()) return io.Error(st.message());
+  }
+  ORRERY_ASSIGN_OR_RETURN(DType dt, ComputeDType(io, device, "q"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor qg, Upload(q, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor kg, Upload(k, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor vg, Upload(v, dt, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor cu_qg, cu_q.To(device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor cu_kg, cu_k.To(device));
+  Tensor o, lse;
+  const Status st = kernels::PrefixCausalAttention(qg, kg, vg, cu_qg, cu_kg, scale, &o, &lse);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_RETURN_IF_ERROR(Emit(io, "o", o, {nq, h, dv}));
+  ORRERY_RETURN_IF_ERROR(Emit(io, "lse", lse, {nq, h}));
+  return Status::OK();
+}
+
 template <typename Fn32, typename Fn64>
 Status ByDType(OpIo& io, Fn32 f32, Fn64 f64) {
   return io.compute() == DType::kF64 ? f64(io) : f32(io);
@@ -1086,7 +1127,7 @@ const std::vector<std::string>& OpNames() {
   static const std::vector<std::string> names = {
       "kda",          "kda_recurrent", "mla",          "moe",        "attn_res",
       "situ_glu",     "rmsnorm",       "matmul",       "short_conv", "mla_keys",
-      "sigmoid_gate", "embedding",     "lm_head_loss", "mla_decode"};
+      "sigmoid_gate", "embedding",     "lm_head_loss", "mla_decode", "mla_prefill"};
   return names;
 }
 
@@ -1136,6 +1177,8 @@ Status RunOp(const OpRunOptions& options) {
     st = RunLmHeadLoss(io, device);
   } else if (options.op == "mla_decode") {
     st = RunMlaDecode(io, device);
+  } else if (options.op == "mla_prefill") {
+    st = RunMlaPrefill(io, device);
   } else {
     st = device.is_cuda() ? RunRmsNormCuda(io, device)
                           : ByDType(io, RunRmsNormTyped<float>, RunRmsNormTyped<double>);

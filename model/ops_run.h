@@ -9,7 +9,8 @@
 // GPU model's dense product), short_conv (the KDA layer's causal conv + SiLU), mla_keys (MLA's
 // per-head keys and values), sigmoid_gate (the output gates), embedding (the token gather and its
 // scatter-add), lm_head_loss (the LM head fused with the cross-entropy), mla_decode (absorbed MLA
-// decode over a paged latent cache).
+// decode over a paged latent cache), mla_prefill (prefix-causal attention: new queries against
+// their whole context, the MHA-form chunked prefill).
 // Inputs are f32 or f64 (computed in that dtype; bf16/f16 are widened to f32). With `backward`
 // the upstream gradients (named "d" + output) are read too and every input's gradient is written
 // ("d" + input) beside the forward outputs.

@@ -57,6 +57,65 @@ StatusOr<std::vector<double>> GlobalLoads(const std::vector<float>& s, int64_t m
   return load;
 }
 
+// The targets[i]-th largest (1-based, over every rank's rows: mg in all) value of column cols[i] of
+// margins f64 [n, m] (where the scores are), exactly: an 8-pass radix select over the values'
+// order keys (kernels/moe_balancing.h), each pass's 256-bin counts summed over the group.
+StatusOr<std::vector<double>> GlobalMarginSelect(const Tensor& margins,
+                                                 const std::vector<int32_t>& cols,
+                                                 const std::vector<int64_t>& targets, int64_t mg,
+                                                 const RankGroup& group) {
+  const int64_t nq = static_cast<int64_t>(cols.size());
+  const Device dev = margins.device();
+  ORRERY_ASSIGN_OR_RETURN(const Tensor cols_dev, Tensor::FromVector<int32_t>({nq}, cols).To(dev));
+  // Ascending rank still to find inside the current prefix, and the key bits found so far.
+  std::vector<int64_t> rank(static_cast<size_t>(nq));
+  for (int64_t i = 0; i < nq; ++i) rank[i] = mg - targets[i];
+  std::vector<int64_t> prefix(static_cast<size_t>(nq), 0);
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    ORRERY_ASSIGN_OR_RETURN(const Tensor prefix_dev,
+                            Tensor::FromVector<int64_t>({nq}, prefix).To(dev));
+    Tensor hist;
+    ORRERY_RETURN_IF_ERROR(
+        kernels::MarginKeyHistogram(margins, cols_dev, prefix_dev, shift, &hist));
+    ORRERY_ASSIGN_OR_RETURN(const Tensor host, hist.To(Device::Cpu()));
+    std::vector<double> counts(host.data<int32_t>(), host.data<int32_t>() + nq * 256);
+    ORRERY_RETURN_IF_ERROR(SumOverRanks(group, &counts));
+    for (int64_t i = 0; i < nq; ++i) {
+      const double* h = counts.data() + i * 256;
+      double below = 0;
+      int b = 0;
+      while (b < 255 && below + h[b] <= static_cast<double>(rank[i])) below += h[b++];
+      if (below + h[b] <= static_cast<double>(rank[i])) {
+        return InternalError("quantile balancing: the ranks' margins of column " +
+                             std::to_string(cols[i]) + " hold fewer than " +
+                             std::to_string(targets[i]) + " values");
+      }
+      rank[i] -= static_cast<int64_t>(below);
+      prefix[i] = static_cast<int64_t>(static_cast<uint64_t>(prefix[i]) |
+                                       (static_cast<uint64_t>(b) << shift));
+    }
+  }
+  std::vector<double> out(static_cast<size_t>(nq));
+  for (int64_t i = 0; i < nq; ++i) out[i] = kernels::FromOrderKey(static_cast<uint64_t>(prefix[i]));
+  return out;
+}
+
+// b_j <- b_j - eta c_j, re-centred, in f64 then rounded once to f32 (QuantileBalancingStep's
+// update); the sum of |delta b| into the result.
+void ApplyThresholds(const double* c, const MoeConfig& config, float* b,
+                     QuantileBalancingResult* result) {
+  const int64_t n = config.num_experts;
+  double mean = 0;
+  for (int64_t j = 0; j < n; ++j) mean += b[j] - config.balancing_step * c[j];
+  mean /= static_cast<double>(n);
+  result->bias_change = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float nb = static_cast<float>(b[j] - config.balancing_step * c[j] - mean);
+    result->bias_change += std::abs(nb - b[j]);
+    b[j] = nb;
+  }
+}
+
 }  // namespace
 
 Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const MoeConfig& config,
@@ -163,65 +222,81 @@ Status QuantileBalancingStepWhereScoresAre(const std::vector<Tensor>& scores,
                                            const MoeConfig& config, Tensor* bias,
                                            QuantileBalancingResult* result,
                                            const RankGroup& group) {
-  if (group.world > 1) {
-    // Several ranks: the host's distributed step on a host copy of the scores (a device
-    // histogram is later work, with the multi-GPU issue).
-    std::vector<Tensor> host;
-    for (const Tensor& t : scores) {
-      ORRERY_ASSIGN_OR_RETURN(Tensor h, t.To(Device::Cpu()));
-      host.push_back(std::move(h));
-    }
-    std::vector<const Tensor*> ptrs;
-    for (const Tensor& t : host) ptrs.push_back(&t);
-    return QuantileBalancingStep(ptrs, config, bias, result, group);
-  }
   const int64_t n = config.num_experts, k = config.top_k;
   if (bias->dtype() != DType::kF32 || bias->numel() != n || !bias->device().is_cpu()) {
     return InvalidArgumentError("quantile balancing: bias must be f32 [" + std::to_string(n) +
                                 "] on the cpu");
   }
-  if (scores.empty()) return Status::OK();
+  // A rank without scores still takes part in a group's step (every rank sums every buffer).
+  if (scores.empty() && group.world <= 1) return Status::OK();
+  const std::vector<Tensor> none = {Tensor::Empty({0, n}, DType::kF32)};
+  const std::vector<Tensor>& parts = scores.empty() ? none : scores;
   int64_t m = 0;
-  for (const Tensor& t : scores) {
+  for (const Tensor& t : parts) {
     if (t.dtype() != DType::kF32 || t.ndim() != 2 || t.dim(1) != n ||
-        !(t.device() == scores[0].device())) {
+        !(t.device() == parts[0].device())) {
       return InvalidArgumentError("quantile balancing: scores must be f32 [m, " +
                                   std::to_string(n) + "] on one device, got " + t.ToString());
     }
     m += t.dim(0);
   }
-  if (m == 0 || k >= n) return Status::OK();
-  Tensor all = scores[0];
-  if (scores.size() > 1) {  // the micro-batches side by side: the quantiles are over all of them
-    ORRERY_ASSIGN_OR_RETURN(all, Tensor::Allocate({m, n}, DType::kF32, scores[0].device()));
+  // The global batch: every rank's rows (the quantiles and loads are over all of them).
+  std::vector<double> rows_total = {static_cast<double>(m)};
+  ORRERY_RETURN_IF_ERROR(SumOverRanks(group, &rows_total));
+  const auto mg = static_cast<int64_t>(rows_total[0]);
+  if (mg == 0 || k >= n) return Status::OK();
+  const Device dev = parts[0].device();
+  Tensor all = parts[0];
+  if (parts.size() > 1) {  // the micro-batches side by side: the quantiles are over all of them
+    ORRERY_ASSIGN_OR_RETURN(all, Tensor::Allocate({m, n}, DType::kF32, dev));
     int64_t row = 0;
-    for (const Tensor& t : scores) {
+    for (const Tensor& t : parts) {
       ORRERY_ASSIGN_OR_RETURN(Tensor dst, all.Slice(row, row + t.dim(0)));
       ORRERY_RETURN_IF_ERROR(dst.CopyFrom(t));
       row += t.dim(0);
     }
   }
-  const double q = static_cast<double>(m * k) / static_cast<double>(n);
-  ORRERY_ASSIGN_OR_RETURN(result->load, LoadsWhereScoresAre(all, *bias, k, q));
+  const double q = static_cast<double>(mg * k) / static_cast<double>(n);
+  // Loads: this rank's counts, summed over the group, over the global q.
+  auto global_loads = [&]() -> StatusOr<std::vector<double>> {
+    std::vector<double> load(static_cast<size_t>(n), 0.0);
+    if (m > 0) {
+      ORRERY_ASSIGN_OR_RETURN(load, LoadsWhereScoresAre(all, *bias, k, 1.0));
+    }
+    ORRERY_RETURN_IF_ERROR(SumOverRanks(group, &load));
+    for (double& l : load) l /= q;
+    return load;
+  };
+  ORRERY_ASSIGN_OR_RETURN(result->load, global_loads());
   result->max_violation_before = MaxViolation(result->load);
-  ORRERY_ASSIGN_OR_RETURN(Tensor bd, bias->To(all.device()));
-  Tensor c;
-  ORRERY_RETURN_IF_ERROR(kernels::QuantileThresholds(
-      all, bd, k, config.balancing == Balancing::kQuantileExclusive, &c));
-  ORRERY_ASSIGN_OR_RETURN(Tensor ch, c.To(Device::Cpu()));
-  float* b = bias->data<float>();
-  const double* cj = ch.data<double>();
-  // As QuantileBalancingStep: b_j - eta c_j, re-centred, in f64 then rounded once to f32.
-  double mean = 0;
-  for (int64_t j = 0; j < n; ++j) mean += b[j] - config.balancing_step * cj[j];
-  mean /= static_cast<double>(n);
-  result->bias_change = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const float nb = static_cast<float>(b[j] - config.balancing_step * cj[j] - mean);
-    result->bias_change += std::abs(nb - b[j]);
-    b[j] = nb;
+  ORRERY_ASSIGN_OR_RETURN(Tensor bd, bias->To(dev));
+  const bool exclusive = config.balancing == Balancing::kQuantileExclusive;
+  std::vector<double> c(static_cast<size_t>(n));
+  if (group.world <= 1) {
+    Tensor cd;
+    ORRERY_RETURN_IF_ERROR(kernels::QuantileThresholds(all, bd, k, exclusive, &cd));
+    ORRERY_ASSIGN_OR_RETURN(Tensor ch, cd.To(Device::Cpu()));
+    std::copy_n(ch.data<double>(), n, c.begin());
+  } else {
+    // Several ranks (spec §5.4 step 6): the same order statistics over the global batch, by a
+    // radix select whose histograms are summed over the ranks; only counts cross the group.
+    Tensor margins;
+    ORRERY_RETURN_IF_ERROR(kernels::QuantileMargins(all, bd, k, exclusive, &margins));
+    const int64_t qi = std::min<int64_t>(mg - 1, static_cast<int64_t>(std::ceil(q)));
+    std::vector<int32_t> cols;
+    std::vector<int64_t> targets;
+    for (int pick = 0; pick < (exclusive ? 2 : 1); ++pick) {
+      for (int64_t j = 0; j < n; ++j) {
+        cols.push_back(static_cast<int32_t>(j));
+        targets.push_back(pick == 0 ? qi + 1 : std::max<int64_t>(qi, 1));
+      }
+    }
+    ORRERY_ASSIGN_OR_RETURN(std::vector<double> v,
+                            GlobalMarginSelect(margins, cols, targets, mg, group));
+    for (int64_t j = 0; j < n; ++j) c[j] = exclusive ? 0.5 * (v[n + j] + v[j]) : v[j];
   }
-  ORRERY_ASSIGN_OR_RETURN(std::vector<double> after, LoadsWhereScoresAre(all, *bias, k, q));
+  ApplyThresholds(c.data(), config, bias->data<float>(), result);
+  ORRERY_ASSIGN_OR_RETURN(std::vector<double> after, global_loads());
   result->max_violation_after = MaxViolation(after);
   return Status::OK();
 }

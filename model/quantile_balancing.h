@@ -38,7 +38,10 @@ Status QuantileBalancingStep(const std::vector<const Tensor*>& scores, const Moe
 // loads ([m, k] i32, before and after) and the n thresholds reach the host, where `bias` (host f32
 // [n]) is updated. Equal to QuantileBalancingStep on the same scores: the thresholds are exact
 // order statistics and the selection is SelectTopK's.
-// With several ranks the scores are copied to the host for the distributed step above.
+// With several ranks the order statistics are the global batch's, taken where the scores are by
+// a radix select whose 256-bin histograms are summed over the group (kernels/moe_balancing.h:
+// QuantileMargins, MarginKeyHistogram): exact, and only counts cross the group. A rank with no
+// scores (empty `scores`) still takes part.
 Status QuantileBalancingStepWhereScoresAre(const std::vector<Tensor>& scores,
                                            const MoeConfig& config, Tensor* bias,
                                            QuantileBalancingResult* result,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of the GPU model in one device call (issue 22): each GPU test binary BIN_DIR
-# holds (ops against their CPU twins, the whole GPU model against the host model, KDA), the CLI
+# holds (ops against their CPU twins, the whole GPU model against the host model, KDA, the
+# determinism of the ops and of the training step, and that step again in a second process), the CLI
 # checks (`orrery ops run --device cuda` against cpu), the op benchmarks with their PyTorch
 # anchors, and, when BIN_DIR holds orrery and DATA_DIR is given, `orrery pretrain` of
 # configs/pretrain/gpu.toml stopped part-way and resumed. Logs under $OUT (or ./gpu-model-out).
@@ -56,9 +57,25 @@ run() {  # NAME TIMEOUT COMMAND...: logs to $out/NAME.log, a failure fails the s
 # GPU_TESTS / MODEL_BENCH (below) choose what runs; set either to "" to skip that part (e.g. only
 # the pretraining: GPU_TESTS= MODEL_BENCH= scripts/gpu_model.sh BIN_DIR DATA_DIR).
 for t in ${GPU_TESTS-ops_gpu_tests seq_ops_gpu_tests attention_gpu_tests moe_gpu_tests \
-         gpu_model_tests kda_gpu_tests model_gpu_tests}; do
+         gpu_model_tests kda_gpu_tests model_gpu_tests determinism_gpu_tests}; do
   [[ -x "$bin/$t" ]] && run "$t" "${TEST_TIMEOUT:-300}" "$bin/$t"
 done
+# Determinism across processes: a second process's training steps (GpuDeterminismTest, which
+# prints every step's loss sum and gradient norm to 17 digits) must print what the first printed;
+# in-process, the cuBLASLt algorithms are pinned, so only a fresh process asks the heuristic again.
+if [[ -f "$out/gpu_model_tests.log" ]]; then
+  run gpu_model_tests_again "${TEST_TIMEOUT:-300}" "$bin/gpu_model_tests" \
+    --gtest_filter='GpuDeterminismTest.*'
+  steps() { grep -E '^(bf16|f32) step |^step ' "$1"; }
+  if [[ -n "$(steps "$out/gpu_model_tests.log")" ]] &&
+     diff <(steps "$out/gpu_model_tests.log") <(steps "$out/gpu_model_tests_again.log") \
+       > "$out/cross_process.diff"; then
+    echo "cross-process determinism: identical" | tee -a "$out/summary.txt"
+  else
+    echo "cross-process determinism: DIFFERS (cross_process.diff)" | tee -a "$out/summary.txt"
+    status=1
+  fi
+fi
 if [[ -x "$bin/orrery" && -n "${GPU_TESTS-all}" ]]; then
   run ops_cli 300 python3 scripts/gpu_ops_cli.py "$bin/orrery"
 fi

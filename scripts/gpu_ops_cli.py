@@ -2,7 +2,7 @@
 """`orrery ops run --device cuda` against --device cpu on a GPU machine, through the CLI.
 
 For rmsnorm, situ_glu, matmul, short_conv, attn_res, mla, mla_keys, sigmoid_gate, moe, embedding,
-lm_head_loss and mla_decode: writes bf16 problems with the standard-library writer of
+lm_head_loss, mla_decode and mla_prefill: writes bf16 problems with the standard-library writer of
 tests/integration/ops_kda_test.py (integer inputs as i64), runs each op on --device cuda (bf16 in,
 as the GPU model computes) and on --device cpu (f32 on the same bf16 values), and compares every
 output by relative RMS error: 5e-3 for outputs rounded to bf16 on the GPU (bf16 rounding alone is
@@ -26,7 +26,8 @@ import ops_kda_test as io  # noqa: E402  (the safetensors writer, reader and the
 
 BF16_TOL, F32_TOL, MOE_TOL, EXACT = 5e-3, 2e-5, 2e-2, 0.0
 # Stored as i64; "c" stays f32; the rest is bf16.
-INTEGERS = ("cu_seqlens", "ids", "targets", "block_table", "context_lens")
+INTEGERS = ("cu_seqlens", "ids", "targets", "block_table", "context_lens", "cu_seqlens_q",
+            "cu_seqlens_k")
 
 
 def rel_rms(got, want):
@@ -120,6 +121,14 @@ def main():
          {"q": gauss(rng, [3, 2, 16, 576], 2.0), "pages": gauss(rng, [12, 16, 576]),
           "block_table": ([3, 5], [7, 2, 11, 0, 5, 7, 0, 0, 0, 0, 3, 9, 1, 0, 0]),
           "context_lens": ([3], [70, 2, 33])},
+         {"o": BF16_TOL, "lse": F32_TOL}),
+        # Prefix-causal attention at MLA's full head size (qk 192, v 128: the tensor-core kernel),
+        # three sequences: 70 new tokens after 60 cached, one decode-like query after 89, a
+        # sequence that is all new (40 of 40).
+        ("mla_prefill", [],
+         {"q": gauss(rng, [111, 2, 192], 2.0), "k": gauss(rng, [260, 2, 192]),
+          "v": gauss(rng, [260, 2, 128]), "cu_seqlens_q": ([4], [0, 70, 71, 111]),
+          "cu_seqlens_k": ([4], [0, 130, 220, 260])},
          {"o": BF16_TOL, "lse": F32_TOL}),
     ]
     failed = 0

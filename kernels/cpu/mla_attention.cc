@@ -106,12 +106,71 @@ void CausalAttentionBackward(const AttentionShape& s, const std::vector<int64_t>
       });
 }
 
+template <typename T>
+void PrefixCausalAttentionForward(const PrefixAttentionShape& s, const std::vector<int64_t>& cu_q,
+                                  const std::vector<int64_t>& cu_k, double scale, const T* q,
+                                  const T* k, const T* v, T* o, T* lse) {
+  constexpr int64_t kBlock = 64;
+  struct Block {
+    int64_t doc, head, begin, end;  // queries begin .. end - 1 of the document
+  };
+  std::vector<Block> blocks;
+  for (size_t d = 0; d + 1 < cu_q.size(); ++d) {
+    const int64_t n = cu_q[d + 1] - cu_q[d];
+    for (int64_t h = 0; h < s.heads; ++h) {
+      for (int64_t b = 0; b < n; b += kBlock) {
+        blocks.push_back({static_cast<int64_t>(d), h, b, std::min(n, b + kBlock)});
+      }
+    }
+  }
+  const int64_t qs = s.heads * s.qk_dim, vs = s.heads * s.v_dim;
+  ThreadPool::Default().ParallelFor(
+      static_cast<int64_t>(blocks.size()), 1, [&](int64_t bb, int64_t be) {
+        std::vector<T> scores;
+        for (int64_t bi = bb; bi < be; ++bi) {
+          const Block& b = blocks[static_cast<size_t>(bi)];
+          const size_t d = static_cast<size_t>(b.doc);
+          const int64_t n = cu_q[d + 1] - cu_q[d], len = cu_k[d + 1] - cu_k[d];
+          const int64_t rows = b.end - b.begin;
+          // Query i sees keys 0 .. len - n + i; the block's last query the most.
+          const int64_t keys = len - n + b.end;
+          const int64_t q0 = cu_q[d] + b.begin;
+          scores.assign(static_cast<size_t>(rows * keys), T(0));
+          const T* qh = q + q0 * qs + b.head * s.qk_dim;
+          const T* kh = k + cu_k[d] * qs + b.head * s.qk_dim;
+          const T* vh = v + cu_k[d] * vs + b.head * s.v_dim;
+          Gemm(false, true, rows, keys, s.qk_dim, static_cast<T>(scale), qh, qs, kh, qs, T(0),
+               scores.data(), keys);
+          for (int64_t r = 0; r < rows; ++r) {
+            T* row = scores.data() + r * keys;
+            const int64_t visible = len - n + b.begin + r + 1;
+            T m = -std::numeric_limits<T>::infinity();
+            for (int64_t j = 0; j < visible; ++j) m = std::max(m, row[j]);
+            T sum = 0;
+            for (int64_t j = 0; j < visible; ++j) {
+              row[j] = std::exp(row[j] - m);
+              sum += row[j];
+            }
+            const T inv = T(1) / sum;
+            for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
+            for (int64_t j = visible; j < keys; ++j) row[j] = 0;
+            lse[(q0 + r) * s.heads + b.head] = m + std::log(sum);
+          }
+          Gemm(false, false, rows, s.v_dim, keys, T(1), scores.data(), keys, vh, vs, T(0),
+               o + q0 * vs + b.head * s.v_dim, vs);
+        }
+      });
+}
+
 #define ORRERY_INSTANTIATE(T)                                                                  \
   template void CausalAttentionForward<T>(const AttentionShape&, const std::vector<int64_t>&,  \
                                           double, const T*, const T*, const T*, T*, T*);       \
   template void CausalAttentionBackward<T>(const AttentionShape&, const std::vector<int64_t>&, \
                                            double, const T*, const T*, const T*, const T*,     \
-                                           const T*, const T*, T*, T*, T*);
+                                           const T*, const T*, T*, T*, T*);                    \
+  template void PrefixCausalAttentionForward<T>(                                               \
+      const PrefixAttentionShape&, const std::vector<int64_t>&, const std::vector<int64_t>&,   \
+      double, const T*, const T*, const T*, T*, T*);
 ORRERY_INSTANTIATE(float)
 ORRERY_INSTANTIATE(double)
 #undef ORRERY_INSTANTIATE

@@ -41,5 +41,10 @@ Status MoeScatterAddCpu(const Tensor& dxg, const Tensor& perm, int64_t top_k, Te
 // kernels/moe_balancing.h: thresholds f64 [n] from scores f32 [m, n] and bias f32 [n].
 Status QuantileThresholdsCpu(const Tensor& scores, const Tensor& bias, int64_t top_k,
                              bool exclusive, Tensor* thresholds);
+// margins f64 [n, m]; hist i32 [Q, 256] (kernels/moe_balancing.h).
+Status QuantileMarginsCpu(const Tensor& scores, const Tensor& bias, int64_t top_k, bool exclusive,
+                          Tensor* margins);
+Status MarginKeyHistogramCpu(const Tensor& margins, const Tensor& cols, const Tensor& prefixes,
+                             int shift, Tensor* hist);
 
 }  // namespace orrery::kernels

@@ -11,9 +11,12 @@
 // AttentionKernels::kSimt; f32 inputs and other head dims always run here.
 // Measured time (tests/gpu/attention_gpu_bench.cc, H200, bf16, (B, T, H) = (4, 8192, 16), qk 192 /
 // v 128): 6.6 causal TFLOP/s.
+// The row map (attention_tc_layout.h) makes the same kernel PrefixCausalAttention's: per query row
+// the first and last key it sees.
 #include <cmath>
 
 #include "kernels/cuda/attention_tc.h"
+#include "kernels/cuda/attention_tc_layout.h"
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
@@ -29,14 +32,17 @@ size_t ForwardSharedBytes(int dqk, int dv) {
   return sizeof(float) * kTile * (dqk + Padded(dqk) + dv);
 }
 
-template <typename T>
+// Rows: the keys each query row sees (attention_tc_layout.h: CausalRows, PrefixRows); n query
+// rows, nk key rows.
+template <typename T, class Rows>
 __global__ void __launch_bounds__(kThreads)
     AttentionForwardKernel(const T* __restrict__ q, const T* __restrict__ k,
-                           const T* __restrict__ v, const int64_t* __restrict__ cu, int64_t entries,
-                           int64_t n, int heads, int dqk, int dv, float scale, T* __restrict__ o,
+                           const T* __restrict__ v, const Rows rows, int64_t n, int64_t nk,
+                           int heads, int dqk, int dv, float scale, T* __restrict__ o,
                            float* __restrict__ lse) {
   extern __shared__ float smem[];
-  __shared__ int64_t row_start[kTile];  // the first token of each query row's document
+  // The first and last key each query row sees (causal: its document's first token and itself).
+  __shared__ int64_t row_start[kTile], row_end[kTile];
   const int ldk = Padded(dqk);
   float* qs = smem;
   float* ks = qs + kTile * dqk;
@@ -48,7 +54,8 @@ __global__ void __launch_bounds__(kThreads)
   LoadTile(q, q0, n, heads, h, dqk, qs, dqk);
   if (threadIdx.x < kTile) {
     const int64_t i = q0 + threadIdx.x < q_last ? q0 + threadIdx.x : q_last;
-    row_start[threadIdx.x] = cu[DocOf(cu, entries, i)];
+    row_start[threadIdx.x] = rows.First(i);
+    row_end[threadIdx.x] = rows.Last(i);
   }
   __syncthreads();
 
@@ -62,10 +69,11 @@ __global__ void __launch_bounds__(kThreads)
   }
   const float* qw = qs + warp * kRowsPerWarp * dqk;
 
-  for (int64_t kb = row_start[0] > 0 ? row_start[0] : 0; kb <= q_last; kb += kTile) {
+  const int64_t kv_end = row_end[q_last - q0];
+  for (int64_t kb = row_start[0] > 0 ? row_start[0] : 0; kb <= kv_end; kb += kTile) {
     __syncthreads();  // the previous key and value tiles are consumed
-    LoadTile(k, kb, n, heads, h, dqk, ks, ldk);
-    LoadTile(v, kb, n, heads, h, dv, vs, dv);
+    LoadTile(k, kb, nk, heads, h, dqk, ks, ldk);
+    LoadTile(v, kb, nk, heads, h, dv, vs, dv);
     __syncthreads();
 
     float s[kRowsPerWarp] = {};
@@ -80,7 +88,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int row = warp * kRowsPerWarp + r;
       const int64_t i = q0 + row;
-      const bool valid = i <= q_last && j >= row_start[row] && j <= i;
+      const bool valid = i <= q_last && j >= row_start[row] && j <= row_end[row];
       const float sr = valid ? s[r] * scale : -INFINITY;
       const float m_new = fmaxf(m[r], WarpMax(sr));
       if (m_new == -INFINITY) continue;  // warp-uniform: no visible key for this row yet
@@ -106,32 +114,40 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int64_t i = q0 + warp * kRowsPerWarp + r;
     if (i > q_last) continue;
-    const float inv = 1.0f / l[r];
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // 0: no visible key (o = 0)
     T* orow = o + (i * heads + h) * static_cast<int64_t>(dv);
 #pragma unroll
     for (int e = 0; e < kMaxPerLane; ++e) {
       const int c = lane + 32 * e;
       if (c < dv) orow[c] = FromF<T>(acc[r][e] * inv);
     }
-    if (lane == 0) lse[i * heads + h] = m[r] + logf(l[r]);
+    if (lane == 0) lse[i * heads + h] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
   }
 }
 
-template <typename T>
-Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu, double scale,
+template <typename T, class Rows>
+Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Rows& rows, double scale,
                Tensor* o, Tensor* lse, cudaStream_t stream) {
   const int64_t n = q.dim(0);
   const int heads = static_cast<int>(q.dim(1)), dqk = static_cast<int>(q.dim(2)),
             dv = static_cast<int>(v.dim(2));
   const size_t smem = ForwardSharedBytes(dqk, dv);
-  ORRERY_RETURN_IF_ERROR(
-      AllowSharedBytes(AttentionForwardKernel<T>, smem, "AttentionForwardKernel shared memory"));
+  ORRERY_RETURN_IF_ERROR(AllowSharedBytes(AttentionForwardKernel<T, Rows>, smem,
+                                          "AttentionForwardKernel shared memory"));
   const dim3 grid(static_cast<unsigned>((n + kTile - 1) / kTile), static_cast<unsigned>(heads));
-  AttentionForwardKernel<T><<<grid, kThreads, smem, stream>>>(
+  AttentionForwardKernel<T, Rows><<<grid, kThreads, smem, stream>>>(
       static_cast<const T*>(q.raw_data()), static_cast<const T*>(k.raw_data()),
-      static_cast<const T*>(v.raw_data()), cu.data<int64_t>(), cu.numel(), n, heads, dqk, dv,
+      static_cast<const T*>(v.raw_data()), rows, n, k.dim(0), heads, dqk, dv,
       static_cast<float>(scale), static_cast<T*>(o->raw_data()), lse->data<float>());
   return LastLaunchStatus("AttentionForwardKernel");
+}
+
+// CausalAttention's: the row map of cu_seqlens.
+template <typename T>
+Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu, double scale,
+               Tensor* o, Tensor* lse, cudaStream_t stream) {
+  const attention_tc::CausalRows rows{cu.data<int64_t>(), cu.numel(), q.dim(0)};
+  return Forward<T>(q, k, v, rows, scale, o, lse, stream);
 }
 
 }  // namespace
@@ -152,6 +168,21 @@ Status CausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor
     return attention::Forward<__nv_bfloat16>(q, k, v, cu_seqlens, scale, o, lse, ctx->stream());
   }
   return attention::Forward<float>(q, k, v, cu_seqlens, scale, o, lse, ctx->stream());
+}
+
+Status PrefixCausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& cu_q, const Tensor& cu_k, double scale,
+                                        Tensor* o, Tensor* lse, AttentionKernels kernels) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
+  if (kernels != AttentionKernels::kSimt && AttentionTcSupported(q, v)) {
+    return PrefixAttentionForwardTc(q, k, v, cu_q, cu_k, scale, o, lse, ctx->stream());
+  }
+  const attention_tc::PrefixRows rows{cu_q.data<int64_t>(), cu_k.data<int64_t>(), cu_q.numel(),
+                                      q.dim(0)};
+  if (q.dtype() == DType::kBF16) {
+    return attention::Forward<__nv_bfloat16>(q, k, v, rows, scale, o, lse, ctx->stream());
+  }
+  return attention::Forward<float>(q, k, v, rows, scale, o, lse, ctx->stream());
 }
 
 }  // namespace orrery::kernels::cuda

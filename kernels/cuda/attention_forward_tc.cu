@@ -15,7 +15,10 @@
 // Blocks run from the last query tile to the first, so that the longest ones start first.
 // Shared memory: (64 dqk + 2 * 64 (dqk + dv)) bf16 = 104 KB at 192/128, two blocks per SM.
 //
-// Head dims are template arguments: (192, 128) and (128, 128) (AttentionTcSupported).
+// Head dims are template arguments: (192, 128) and (128, 128) (AttentionTcSupported). So is the
+// row map (attention_tc_layout.h): CausalRows for CausalAttention, PrefixRows for
+// PrefixCausalAttention (queries the last n_d of a context of L_d keys, packed with their own
+// offsets; the same loop over the keys First(q0) .. Last(q_last) of a block).
 // Measured time: not yet timed on the H200 (tests/gpu/attention_gpu_bench.cc).
 #include <cuda_bf16.h>
 
@@ -38,12 +41,14 @@ constexpr size_t ForwardSharedBytes() {
   return sizeof(bf16) * (kBlockRows * kDqk + 2 * kKeyTile * (kDqk + kDv));
 }
 
-template <int kDqk, int kDv>
+// Rows: which keys each query row sees (attention_tc_layout.h: CausalRows, PrefixRows); n query
+// rows, nk key rows.
+template <int kDqk, int kDv, class Rows>
 __global__ void __launch_bounds__(kThreads, 2)
     AttentionForwardTcKernel(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                             const bf16* __restrict__ v, const int64_t* __restrict__ cu,
-                             int64_t entries, int64_t n, int heads, float scale_log2,
-                             bf16* __restrict__ o, float* __restrict__ lse) {
+                             const bf16* __restrict__ v, const Rows rows, int64_t n, int64_t nk,
+                             int heads, float scale_log2, bf16* __restrict__ o,
+                             float* __restrict__ lse) {
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);  // [64][dqk]
   bf16* ks = qs + kBlockRows * kDqk;         // [2][64][dqk]
@@ -55,23 +60,26 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t qk_stride = static_cast<int64_t>(heads) * kDqk;
   const int64_t v_stride = static_cast<int64_t>(heads) * kDv;
 
-  // Keys from the first query's document start on; every key of [kv_begin, q_last] is seen by
-  // some query of the block (by itself, if not by q0), so no tile in range is wholly masked.
-  const int64_t kv_begin = DocStart(cu, entries, n, q0);
-  const int64_t last_start = DocStart(cu, entries, n, q_last);  // the largest row start
-  // This lane's two rows (accumulator rows g and g + 8 of the warp's 16) and their doc starts.
+  // Keys from the first query's document start on; every key of [kv_begin, rows.Last(q_last)] is
+  // seen by some query of the block (by itself, if not by q0), so no tile in range is wholly
+  // masked (causal; PrefixRows may stream a masked one, attention_tc_layout.h).
+  const int64_t kv_begin = rows.First(q0);
+  const int64_t last_start = rows.First(q_last);  // the largest row start
+  const int64_t first_end = rows.Last(q0);        // the smallest row end (causal: q0)
+  // This lane's two rows (accumulator rows g and g + 8 of the warp's 16) and their key ranges.
   const int64_t row0 = q0 + warp * kRowsPerWarp + g, row1 = row0 + 8;
-  const int64_t start0 = DocStart(cu, entries, n, row0), start1 = DocStart(cu, entries, n, row1);
+  const int64_t start0 = rows.First(row0), start1 = rows.First(row1);
+  const int64_t end0 = rows.Last(row0), end1 = rows.Last(row1);
   // The warp's rows: the smallest start is its first row's, the last row caps at q_last.
   const int64_t warp_first = q0 + warp * kRowsPerWarp;
   const int64_t warp_last =
       warp_first + kRowsPerWarp - 1 < q_last ? warp_first + kRowsPerWarp - 1 : q_last;
-  const int64_t warp_start = DocStart(cu, entries, n, warp_first);
-  const int tiles = KeyTiles(kv_begin, q_last, kKeyTile);
+  const int64_t warp_start = rows.First(warp_first), warp_end = rows.Last(warp_last);
+  const int tiles = KeyTiles(kv_begin, rows.Last(q_last), kKeyTile);
 
   LoadTileAsync<kBlockRows, kDqk>(qs, q, q0, n, qk_stride, h);
-  LoadTileAsync<kKeyTile, kDqk>(ks, k, kv_begin, n, qk_stride, h);
-  LoadTileAsync<kKeyTile, kDv>(vs, v, kv_begin, n, v_stride, h);
+  LoadTileAsync<kKeyTile, kDqk>(ks, k, kv_begin, nk, qk_stride, h);
+  LoadTileAsync<kKeyTile, kDv>(vs, v, kv_begin, nk, v_stride, h);
   CpAsyncCommit();
 
   float acc[kDv / 8][4];  // O rows (g, g + 8) x columns 8 j + 2t, + 1 (m16n8 accumulators)
@@ -87,9 +95,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t kb = kv_begin + static_cast<int64_t>(it) * kKeyTile;
     const int buf = it & 1;
     if (it + 1 < tiles) {  // the next stage; its buffer was released by the last barrier
-      LoadTileAsync<kKeyTile, kDqk>(ks + (buf ^ 1) * kKeyTile * kDqk, k, kb + kKeyTile, n,
+      LoadTileAsync<kKeyTile, kDqk>(ks + (buf ^ 1) * kKeyTile * kDqk, k, kb + kKeyTile, nk,
                                     qk_stride, h);
-      LoadTileAsync<kKeyTile, kDv>(vs + (buf ^ 1) * kKeyTile * kDv, v, kb + kKeyTile, n, v_stride,
+      LoadTileAsync<kKeyTile, kDv>(vs + (buf ^ 1) * kKeyTile * kDv, v, kb + kKeyTile, nk, v_stride,
                                    h);
     }
     CpAsyncCommit();          // (empty on the last tile: keeps the wait below uniform)
@@ -100,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint32_t v_lane = v_lane0 + buf * kKeyTile * kDv * 2;
 
     // Warp-uniform: keys all after the warp's last row, or all before its first row's document.
-    if (WarpSeesKeyTile(kb, kKeyTile, warp_start, warp_last)) {
+    if (WarpSeesKeyTile(kb, kKeyTile, warp_start, warp_end)) {
       // S = Q K^T: s[j] holds keys kb + 8 j .. + 7 (columns 2t, 2t + 1 of rows g, g + 8).
       float s[kKeyTile / 8][4];
 #pragma unroll
@@ -117,17 +125,17 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
       // Scaled to log2 units, then masked where the tile crosses the diagonal or a document
-      // start (wholly visible: every key at or after the latest row start and at or before q0).
-      // Per element in tile-relative 32-bit offsets: key kb + c is visible to row r when
-      // lo[r] <= c <= hi[r] (row start - kb and row - kb, clamped to the tile).
+      // start (wholly visible: every key at or after the latest row start and at or before the
+      // earliest row end). Per element in tile-relative 32-bit offsets: key kb + c is visible to
+      // row r when lo[r] <= c <= hi[r] (row start - kb and row end - kb, clamped to the tile).
 #pragma unroll
       for (int j = 0; j < kKeyTile / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
       }
-      if (!KeyTileWhollyVisible(kb, kKeyTile, q0, last_start)) {
+      if (!KeyTileWhollyVisible(kb, kKeyTile, first_end, last_start)) {
         const int lo[2] = {ClampToTile(start0 - kb, kKeyTile), ClampToTile(start1 - kb, kKeyTile)};
-        const int hi[2] = {ClampToTile(row0 - kb, kKeyTile), ClampToTile(row1 - kb, kKeyTile)};
+        const int hi[2] = {ClampToTile(end0 - kb, kKeyTile), ClampToTile(end1 - kb, kKeyTile)};
 #pragma unroll
         for (int j = 0; j < kKeyTile / 8; ++j) {
 #pragma unroll
@@ -189,24 +197,25 @@ __global__ void __launch_bounds__(kThreads, 2)
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int64_t row = r == 0 ? row0 : row1;
     if (row > q_last) continue;
-    const float inv = 1.0f / sum;  // > 0: every row sees its own key
+    // sum > 0: every row sees a key (its own; PrefixRows: when n_d <= L_d, else o = 0, lse = -inf)
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     bf16* orow = o + row * v_stride + static_cast<int64_t>(h) * kDv + 2 * t;
 #pragma unroll
     for (int j = 0; j < kDv / 8; ++j) {
       *reinterpret_cast<uint32_t*>(orow + 8 * j) =
           PackBf16(acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
     }
-    if (t == 0) lse[row * heads + h] = (m[r] + log2f(sum)) * kLn2;
+    if (t == 0) lse[row * heads + h] = sum > 0.0f ? (m[r] + log2f(sum)) * kLn2 : -INFINITY;
   }
 }
 
-template <int kDqk, int kDv>
-Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu, double scale,
+template <int kDqk, int kDv, class Rows>
+Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Rows& rows, double scale,
                Tensor* o, Tensor* lse, cudaStream_t stream) {
   const int64_t n = q.dim(0);
   const int heads = static_cast<int>(q.dim(1));
   constexpr size_t kSmem = ForwardSharedBytes<kDqk, kDv>();
-  auto* kernel = AttentionForwardTcKernel<kDqk, kDv>;
+  auto* kernel = AttentionForwardTcKernel<kDqk, kDv, Rows>;
   ORRERY_RETURN_IF_ERROR(
       CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "AttentionForwardTcKernel shared memory"));
@@ -214,9 +223,16 @@ Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
                   static_cast<unsigned>(heads));
   kernel<<<grid, kThreads, kSmem, stream>>>(
       static_cast<const bf16*>(q.raw_data()), static_cast<const bf16*>(k.raw_data()),
-      static_cast<const bf16*>(v.raw_data()), cu.data<int64_t>(), cu.numel(), n, heads,
+      static_cast<const bf16*>(v.raw_data()), rows, n, k.dim(0), heads,
       static_cast<float>(scale) * kLog2e, static_cast<bf16*>(o->raw_data()), lse->data<float>());
   return LastLaunchStatus("AttentionForwardTcKernel");
+}
+
+template <class Rows>
+Status ForwardDims(const Tensor& q, const Tensor& k, const Tensor& v, const Rows& rows,
+                   double scale, Tensor* o, Tensor* lse, cudaStream_t stream) {
+  if (q.dim(2) == 192) return Forward<192, 128>(q, k, v, rows, scale, o, lse, stream);
+  return Forward<128, 128>(q, k, v, rows, scale, o, lse, stream);
 }
 
 }  // namespace
@@ -230,10 +246,16 @@ bool AttentionTcSupported(const Tensor& q, const Tensor& v) {
 Status AttentionForwardTc(const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
                           cudaStream_t stream) {
-  if (q.dim(2) == 192) {
-    return attention_tc::Forward<192, 128>(q, k, v, cu_seqlens, scale, o, lse, stream);
-  }
-  return attention_tc::Forward<128, 128>(q, k, v, cu_seqlens, scale, o, lse, stream);
+  const attention_tc::CausalRows rows{cu_seqlens.data<int64_t>(), cu_seqlens.numel(), q.dim(0)};
+  return attention_tc::ForwardDims(q, k, v, rows, scale, o, lse, stream);
+}
+
+Status PrefixAttentionForwardTc(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& cu_q, const Tensor& cu_k, double scale, Tensor* o,
+                                Tensor* lse, cudaStream_t stream) {
+  const attention_tc::PrefixRows rows{cu_q.data<int64_t>(), cu_k.data<int64_t>(), cu_q.numel(),
+                                      q.dim(0)};
+  return attention_tc::ForwardDims(q, k, v, rows, scale, o, lse, stream);
 }
 
 }  // namespace orrery::kernels::cuda

@@ -33,6 +33,12 @@ Status AttentionForwardTc(const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
                           cudaStream_t stream);
 
+// PrefixCausalAttention's forward (kernels/attention.h): q [Nq, H, dqk], k [Nk, H, dqk], v
+// [Nk, H, dv], queries and keys packed by cu_q and cu_k (i64 [docs + 1] each, on the device).
+Status PrefixAttentionForwardTc(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& cu_q, const Tensor& cu_k, double scale, Tensor* o,
+                                Tensor* lse, cudaStream_t stream);
+
 // dq, dk, dv given dsum = rowsum(dO * O) (f32 [N, H], the backward's preprocess) and the forward's
 // lse; deterministic (each output element written once by one thread, no atomics). On mma.sync.
 Status AttentionBackwardTc(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,

@@ -96,6 +96,41 @@ ORRERY_TC_LAYOUT int ClampToTile(int64_t x, int hi) {
   return static_cast<int>(x < -1 ? -1 : (x > hi ? hi : x));
 }
 
+// The keys a query row sees in the forward, [First(i), Last(i)], both non-decreasing in i (the
+// forward kernel's row maps; it takes one as a template argument).
+//   CausalRows (CausalAttention): First = DocStart, Last = i.
+//   PrefixRows (PrefixCausalAttention, kernels/attention.h): queries and keys packed with their
+//   own offsets cu_q, cu_k (`entries` each). Query i of document d (cu_q[d] <= i < cu_q[d+1]) is
+//   position L_d - n_d + (i - cu_q[d]) of its document's context of L_d keys (n_d its queries),
+//   so it sees keys cu_k[d] .. i + cu_k[d+1] - cu_q[d+1]. Last rises by one within a document
+//   and jumps by L_{d+1} - n_{d+1} + 1 >= 1 across a boundary (n <= L). A padding row (i >= nq)
+//   sees none: First = kNoKey, Last = -1. With cu_q == cu_k it is CausalRows.
+// With queries and keys packed alike the kernel's invariants hold for both: a block of rows q0 ..
+// q_last streams keys First(q0) .. Last(q_last), a key tile is wholly visible when it lies in
+// [First(q_last), Last(q0)], and a warp sees a tile that meets [First(its first row), Last(its
+// last row)] (PrefixRows: keys of a document without queries between two with queries are
+// streamed and masked, never computed).
+inline constexpr int64_t kNoKey = int64_t{1} << 62;
+struct CausalRows {
+  const int64_t* cu;
+  int64_t entries, n;
+  ORRERY_TC_LAYOUT int64_t First(int64_t i) const { return DocStart(cu, entries, n, i); }
+  ORRERY_TC_LAYOUT int64_t Last(int64_t i) const { return i; }
+};
+struct PrefixRows {
+  const int64_t* cu_q;
+  const int64_t* cu_k;
+  int64_t entries, nq;
+  ORRERY_TC_LAYOUT int64_t First(int64_t i) const {
+    return i < nq ? cu_k[DocOf(cu_q, entries, i)] : kNoKey;
+  }
+  ORRERY_TC_LAYOUT int64_t Last(int64_t i) const {
+    if (i >= nq) return -1;
+    const int64_t d = DocOf(cu_q, entries, i);
+    return i + cu_k[d + 1] - cu_q[d + 1];
+  }
+};
+
 // Query-owning blocks (forward, dq): queries q0 .. q_last stream key tiles of `tile` keys from
 // DocStart(q0) (every key from there to q_last is seen by some query of the block: by q0 or by
 // itself) to q_last. The tile at kb is wholly visible when every key lies at or after the latest

@@ -1,12 +1,14 @@
 // The row-wise softmax cross-entropy of the fused LM head + loss (kernels/lm_head_loss.h): one
 // block of 256 threads per logits row (V up to the vocabulary), three passes over the row in
 // f32: the max, the sum of exponentials, then (backward) dz = scale m (softmax - onehot) written
-// over the logits or into a bf16 buffer. The loss adds into an f64 accumulator by one atomic per
-// row, so its last bits depend on the order of rows.
+// over the logits or into a bf16 buffer. Each row's weighted loss goes to its slot of an f64
+// scratch (zero for a row without a target), and LaunchColumnSums (column_sums.h) adds the chunk's
+// slots into the f64 accumulator in an order fixed by the row count: the same bits on every run.
 // Not yet timed: correct first (issue 22).
 #include <climits>
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/column_sums.h"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/ops_cuda.h"
@@ -19,7 +21,8 @@ constexpr int kThreads = 256;
 template <typename D>
 __global__ void RowsCrossEntropyKernel(float* logits, const int32_t* __restrict__ targets,
                                        const float* __restrict__ mask, int64_t v, float scale,
-                                       bool backward, int64_t row0, D* dz, double* acc, int* flag) {
+                                       bool backward, int64_t row0, D* dz, double* row_loss,
+                                       int* flag) {
   __shared__ float scratch[kThreads / 32];
   const int64_t r = blockIdx.x;
   float* z = logits + r * v;
@@ -27,7 +30,11 @@ __global__ void RowsCrossEntropyKernel(float* logits, const int32_t* __restrict_
   const float weight = mask != nullptr ? mask[r] : 1.0f;
   const int32_t t = targets[r];
   if (weight == 0.0f || t < 0 || t >= v) {
-    if (weight != 0.0f && threadIdx.x == 0) atomicMin(flag, static_cast<int>(row0 + r));
+    if (threadIdx.x == 0) {
+      row_loss[r] = 0.0;
+      // An exact integer minimum: the same whatever the order of the rows.
+      if (weight != 0.0f) atomicMin(flag, static_cast<int>(row0 + r));
+    }
     if (backward) {
       for (int64_t i = threadIdx.x; i < v; i += kThreads) out[i] = FromF<D>(0.0f);
     }
@@ -42,7 +49,7 @@ __global__ void RowsCrossEntropyKernel(float* logits, const int32_t* __restrict_
   const float lse = mx + logf(sum);
   const float zt = z[t];  // read before the backward overwrites the row
   __syncthreads();
-  if (threadIdx.x == 0) atomicAdd(acc, static_cast<double>(weight) * (lse - zt));
+  if (threadIdx.x == 0) row_loss[r] = static_cast<double>(weight) * (lse - zt);
   if (!backward) return;
   const float s = scale * weight;
   for (int64_t i = threadIdx.x; i < v; i += kThreads) {
@@ -72,18 +79,21 @@ Status RowsCrossEntropyCuda(const Tensor& logits, const Tensor& targets, const T
   const int64_t rows = logits.dim(0), v = logits.dim(1);
   const float* m = mask.defined() ? mask.data<float>() : nullptr;
   float* z = static_cast<float*>(logits.raw_data());
+  ORRERY_ASSIGN_OR_RETURN(Tensor row_loss, Tensor::Allocate({rows}, DType::kF64, logits.device()));
   if (dz->dtype() == DType::kBF16) {
     RowsCrossEntropyKernel<__nv_bfloat16>
         <<<static_cast<unsigned>(rows), kThreads, 0, ctx->stream()>>>(
             z, targets.data<int32_t>(), m, v, scale, backward, row0,
-            static_cast<__nv_bfloat16*>(dz->raw_data()), acc->data<double>(),
+            static_cast<__nv_bfloat16*>(dz->raw_data()), row_loss.data<double>(),
             flag->data<int32_t>());
   } else {
     RowsCrossEntropyKernel<float><<<static_cast<unsigned>(rows), kThreads, 0, ctx->stream()>>>(
         z, targets.data<int32_t>(), m, v, scale, backward, row0,
-        static_cast<float*>(dz->raw_data()), acc->data<double>(), flag->data<int32_t>());
+        static_cast<float*>(dz->raw_data()), row_loss.data<double>(), flag->data<int32_t>());
   }
-  return LastLaunchStatus("RowsCrossEntropyKernel");
+  ORRERY_RETURN_IF_ERROR(LastLaunchStatus("RowsCrossEntropyKernel"));
+  return LaunchColumnSums(row_loss.data<double>(), rows, 1, true, acc->data<double>(),
+                          ctx->stream());
 }
 
 Status ReadLossCuda(const Tensor& acc, const Tensor& flag, const Tensor& targets, int64_t vocab,

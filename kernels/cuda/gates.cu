@@ -3,6 +3,9 @@
 // results rounded to nearest even (__float2bfloat16, as the CPU's FloatToBFloat16). One kernel
 // template per op, launched for the storage types the dispatcher admits (kernels/gates_op.cc).
 // Not yet timed: memory-bound one-pass loops; the gates fuse into neighbouring kernels later.
+#include <algorithm>
+
+#include "kernels/cuda/column_sums.h"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/ops_cuda.h"
@@ -69,13 +72,14 @@ __global__ void AddRowBiasKernel(const T* __restrict__ b, int64_t n, int64_t col
 }
 
 // Column sums: a block of 32 x 8 threads owns 32 adjacent columns (coalesced rows of dy) and a
-// stride of rows; the 8 partial sums meet in shared memory and one atomicAdd per column lands in
-// db (f32), so the result's summation order depends on the grid (not bit-reproducible run to run).
+// stride of rows; the 8 partial sums meet in shared memory, summed in order into the block's row
+// of a [row blocks, cols] scratch, and LaunchColumnSums (column_sums.h) adds the rows into db in an
+// order fixed by the shape: no float atomics, the same bits on every run.
 constexpr int kBiasCols = 32, kBiasRows = 8;
 
 template <typename T>
 __global__ void RowBiasGradKernel(const T* __restrict__ dy, int64_t rows, int64_t cols,
-                                  float* __restrict__ db) {
+                                  float* __restrict__ db_parts) {
   __shared__ float part[kBiasRows][kBiasCols];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kBiasCols + threadIdx.x;
   float sum = 0.0f;
@@ -89,7 +93,7 @@ __global__ void RowBiasGradKernel(const T* __restrict__ dy, int64_t rows, int64_
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     for (int i = 1; i < kBiasRows; ++i) sum += part[i][threadIdx.x];
-    atomicAdd(&db[col], sum);
+    db_parts[static_cast<int64_t>(blockIdx.y) * cols + col] = sum;
   }
 }
 
@@ -200,17 +204,22 @@ Status RowBiasGradCuda(const Tensor& dy, Tensor* db) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(dy.device().index));
   const int64_t rows = dy.dim(0), cols = dy.dim(1);
   const dim3 block(kBiasCols, kBiasRows);
-  const int64_t row_blocks = std::min<int64_t>((rows + kBiasRows - 1) / kBiasRows, 256);
+  const int64_t row_blocks =
+      std::max<int64_t>(std::min<int64_t>((rows + kBiasRows - 1) / kBiasRows, 256), 1);
   const dim3 grid(static_cast<unsigned>((cols + kBiasCols - 1) / kBiasCols),
-                  static_cast<unsigned>(std::max<int64_t>(row_blocks, 1)));
+                  static_cast<unsigned>(row_blocks));
+  ORRERY_ASSIGN_OR_RETURN(Tensor parts,
+                          Tensor::Allocate({row_blocks, cols}, DType::kF32, dy.device()));
   if (dy.dtype() == DType::kBF16) {
     RowBiasGradKernel<bf16>
-        <<<grid, block, 0, ctx->stream()>>>(In<bf16>(dy), rows, cols, Out<float>(db));
+        <<<grid, block, 0, ctx->stream()>>>(In<bf16>(dy), rows, cols, parts.data<float>());
   } else {
     RowBiasGradKernel<float>
-        <<<grid, block, 0, ctx->stream()>>>(In<float>(dy), rows, cols, Out<float>(db));
+        <<<grid, block, 0, ctx->stream()>>>(In<float>(dy), rows, cols, parts.data<float>());
   }
-  return LastLaunchStatus("RowBiasGradKernel");
+  ORRERY_RETURN_IF_ERROR(LastLaunchStatus("RowBiasGradKernel"));
+  return LaunchColumnSums(parts.data<float>(), row_blocks, cols, true, Out<float>(db),
+                          ctx->stream());
 }
 
 }  // namespace orrery::kernels::cuda

@@ -7,7 +7,7 @@
 //   2. the state pass, one block per (sequence, head, 32-wide V slice), walks the chunks in
 //      reverse with its K x 32 slice of dS (the gradient of the chunk-end state) in shared memory:
 //        dVnew = A_qk^T dO + Kbar dS                       (kept for pass 3)
-//        dKbar += Vnew dS^T,  dGc += e^{Gc} sum_v S dS      (partial over V: atomics)
+//        dKbar = Vnew dS^T,  dGc = e^{Gc} sum_v S dS         (this V slice's part)
 //        dS <- scale Qt^T dO + Diag(e^{Gc}) dS - W^T dVnew
 //      and finally writes dS as dh0;
 //   3. the chunk pass, one block per (chunk, head), all chunks at once, with the full V:
@@ -16,9 +16,10 @@
 //        dA_kk = -Tm^T dTm Tm^T, then the pairwise (exponent G_r - G_j <= 0) and element-wise
 //        terms of dq, dk, dG, dbeta, and dg = reverse cumsum of dG plus the chunk-end terms.
 // Each element of dq, dk, dG is owned by one thread (the pairwise sums run over the chunk's rows),
-// so pass 3 needs no atomics. Like the forward, the pairwise form is exact for the bounded and
-// the original gate. SIMT fp32: it serves f32 inputs and the shapes the tensor-core backward
-// (kda_backward_tc.cu) does not take.
+// so pass 3 needs no atomics; the V slices' parts of dKbar and dGc lie apart and pass 3 adds them
+// in slice order. No float atomics anywhere: the same inputs give the same bits on every run. Like
+// the forward, the pairwise form is exact for the bounded and the original gate. SIMT fp32: it
+// serves f32 inputs and the shapes the tensor-core backward (kda_backward_tc.cu) does not take.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -46,8 +47,12 @@ struct BackwardParams {
   const float* dht;            // [N, H, K, V] or null
   float* dh0;                  // [N, H, K, V] or null
   float* dvnew;                // [rows, H, V]
-  float* dkbar;                // [rows, H, K], zeroed, accumulated by the state pass
-  float* dgc;                  // [chunks, H, K], zeroed, accumulated by the state pass
+  // Per V slice of the state pass, [slices, rows, H, K] and [slices, chunks, H, K]: each slice's
+  // part, written once; pass 3 sums the slices in order.
+  float* dkbar;
+  float* dgc;
+  int64_t dkbar_slice, dgc_slice;  // elements per slice
+  int slices;
   In *dq, *dk, *dv, *dbeta;
   GIn* dg;
   int heads, kd, vd;
@@ -206,14 +211,14 @@ __global__ void __launch_bounds__(kThreads) KdaBackwardStateKernel(BackwardParam
       const int r = i / kd, d = i % kd;
       float acc = 0.0f;
       for (int j = 0; j < bv; ++j) acc += vns[r * kSliceV + j] * dS[d * kSliceV + j];
-      atomicAdd(p.dkbar + ((row0 + r) * heads + h) * kd + d, acc);
+      p.dkbar[blockIdx.y * p.dkbar_slice + ((row0 + r) * heads + h) * kd + d] = acc;
     }
     {
       const float* S = p.chunk_states + (gchunk * heads + h) * kd * vd;
       for (int d = tid; d < kd; d += kThreads) {
         float acc = 0.0f;
         for (int j = 0; j < bv; ++j) acc += S[d * vd + v0 + j] * dS[d * kSliceV + j];
-        atomicAdd(p.dgc + (gchunk * heads + h) * kd + d, s.egc[d] * acc);
+        p.dgc[blockIdx.y * p.dgc_slice + (gchunk * heads + h) * kd + d] = s.egc[d] * acc;
       }
     }
     __syncthreads();
@@ -294,7 +299,12 @@ __global__ void __launch_bounds__(kThreads) KdaBackwardChunkKernel(BackwardParam
   }
   for (int i = tid; i < kChunk * kd; i += kThreads) {
     const int r = i / kd;
-    dkb[i] = r < c ? p.dkbar[((row0 + r) * heads + h) * kd + i % kd] : 0.0f;
+    float sum = 0.0f;
+    if (r < c) {
+      const float* part = p.dkbar + ((row0 + r) * heads + h) * kd + i % kd;
+      for (int sl = 0; sl < p.slices; ++sl) sum += part[sl * p.dkbar_slice];
+    }
+    dkb[i] = sum;
   }
   __syncthreads();
   // dQt = scale dO S^T, dW = -dVnew S^T (S from the forward sweep, read through L1/L2).
@@ -417,7 +427,9 @@ __global__ void __launch_bounds__(kThreads) KdaBackwardChunkKernel(BackwardParam
   __syncthreads();
   // dg = reverse cumsum of dG, starting from the chunk-end terms dGc.
   for (int d = tid; d < kd; d += kThreads) {
-    float acc = p.dgc[(gchunk * heads + h) * kd + d];
+    float acc = 0.0f;
+    for (int sl = 0; sl < p.slices; ++sl)
+      acc += p.dgc[sl * p.dgc_slice + (gchunk * heads + h) * kd + d];
     for (int r = 0; r < c; ++r) acc += dkb[r * kd + d] * s.kbar[r * kd + d];
     for (int r = c - 1; r >= 0; --r) {
       acc += dw[r * kd + d];
@@ -449,6 +461,9 @@ Status Launch(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
   params.dvnew = dvnew;
   params.dkbar = dkbar;
   params.dgc = dgc;
+  params.slices = static_cast<int>((p.value_dim + kSliceV - 1) / kSliceV);
+  params.dkbar_slice = p.batch * p.tokens * p.heads * p.key_dim;
+  params.dgc_slice = std::max<int64_t>(total_chunks, 1) * p.heads * p.key_dim;
   params.dq = static_cast<In*>(grads->dq.raw_data());
   params.dk = static_cast<In*>(grads->dk.raw_data());
   params.dv = static_cast<In*>(grads->dv.raw_data());
@@ -477,12 +492,6 @@ Status Launch(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
   const dim3 chunk_grid(static_cast<unsigned>(total_chunks), static_cast<unsigned>(p.heads));
   KdaBackwardChunkKernel<In, GIn><<<chunk_grid, kThreads, chunk_smem>>>(params);
   return CudaCheck(cudaGetLastError(), "backward chunk pass launch");
-}
-
-StatusOr<Tensor> DeviceZeros(const Shape& shape, DType dtype, Device device) {
-  ORRERY_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(shape, dtype, device));
-  ORRERY_RETURN_IF_ERROR(CudaCheck(cudaMemset(t.raw_data(), 0, t.nbytes()), "cudaMemset"));
-  return t;
 }
 
 }  // namespace
@@ -535,9 +544,13 @@ Status KdaBackwardCuda(const KdaProblem& p, const KdaInputs& in, const Tensor& d
       Tensor::Allocate({std::max<int64_t>(total_chunks, 1), heads, kd, vd}, DType::kF32, p.device));
   ORRERY_ASSIGN_OR_RETURN(Tensor vnew, Tensor::Allocate({rows, heads, vd}, DType::kF32, p.device));
   ORRERY_ASSIGN_OR_RETURN(Tensor dvnew, Tensor::Allocate({rows, heads, vd}, DType::kF32, p.device));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dkbar, DeviceZeros({rows, heads, kd}, DType::kF32, p.device));
-  ORRERY_ASSIGN_OR_RETURN(Tensor dgc, DeviceZeros({std::max<int64_t>(total_chunks, 1), heads, kd},
-                                                  DType::kF32, p.device));
+  // Every element a state pass block owns is written (rows of its chunks, every column).
+  const int64_t slices = (vd + kSliceV - 1) / kSliceV;
+  ORRERY_ASSIGN_OR_RETURN(Tensor dkbar,
+                          Tensor::Allocate({slices, rows, heads, kd}, DType::kF32, p.device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dgc,
+                          Tensor::Allocate({slices, std::max<int64_t>(total_chunks, 1), heads, kd},
+                                           DType::kF32, p.device));
 
   const int64_t* seq_start = dev_index.data<int64_t>();
   KdaForwardSweep sweep;

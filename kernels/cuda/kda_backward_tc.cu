@@ -37,12 +37,19 @@
 //    then dg = the reverse cumsum of dG plus the chunk-end term. With the op's input transforms
 //    (a second instantiation) the kernel takes the raw q, k, g, beta, applies the transforms as
 //    they load and their chain rule before it writes the raw inputs' gradients.
+// No float atomics: the sums that several warps of a block share (dbeta's K part, dG_C's Kbar
+// part, the L2 norms' row dots) go to a shared slot per warp, added in a fixed order where they
+// are read, and the gate parameters' gradients go per (chunk, head) to a scratch that
+// LaunchColumnSums (column_sums.h) sums over the chunks: the same inputs give the same bits on
+// every run. The slots cost ~5 KB of shared memory and a few shared loads per row.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/column_sums.h"
+#include "kernels/cuda/device_context.h"
 #include "kernels/cuda/kda_cuda.h"
 #include "kernels/cuda/kda_cuda_util.cuh"
 #include "kernels/cuda/kda_mma.cuh"
@@ -257,10 +264,11 @@ struct ChunkParams {
   int heads;
   float scale;
   // kTransforms: q, k, g and beta are the raw inputs of these transforms, applied as they load;
-  // dq, dk, dg (then dz), dbeta are the raw inputs' gradients, and with the gate da_log and
-  // ddt_bias (zeroed, or null) are summed into.
+  // dq, dk, dg (then dz), dbeta are the raw inputs' gradients, and with the gate each block
+  // writes its (chunk, head) share of dA_log and ddt_bias to da_log_parts [chunks, H] and
+  // ddt_bias_parts [chunks, H, K] (or null), which LaunchColumnSums adds up in a fixed order.
   ChunkInputTransforms tr;
-  float *da_log, *ddt_bias;
+  float *da_log_parts, *ddt_bias_parts;
 };
 
 // Shared memory of the chunk kernel. Three parts:
@@ -288,14 +296,17 @@ struct ChunkSmem {
   static constexpr size_t kBeta = kAq + kTile;
   static constexpr size_t kDbv = kBeta + sizeof(float) * kChunk;  // dbeta's V part, per column part
   static constexpr size_t kDbk = kDbv + sizeof(float) * kChunkParts * kChunk;  // its other parts
-  static constexpr size_t kAqd = kDbk + sizeof(float) * kChunk;  // s dA_qk[r][r], fp32
-  static constexpr size_t kGam = kAqd + sizeof(float) * kChunk;  // gamma [K]
-  static constexpr size_t kDgcV = kGam + sizeof(float) * KD;     // gamma sum_v h dh [K]
-  static constexpr size_t kDgcK = kDgcV + sizeof(float) * KD;    // dG_C's Kbar part [K]
-  static constexpr size_t kRstd = kDgcK + sizeof(float) * KD;    // q, k rows' L2 factors [2][64]
-  static constexpr size_t kRowDot = kRstd + sizeof(float) * 2 * kChunk;  // [2][64]
-  static constexpr size_t kMma = kRowDot + sizeof(float) * 2 * kChunk;   // int [4]
-  static constexpr size_t kKeptEnd = kMma + 16;
+  static constexpr size_t kAqd = kDbk + sizeof(float) * kChunkParts * kChunk;  // s dA_qk[r][r]
+  static constexpr size_t kGam = kAqd + sizeof(float) * kChunk;                // gamma [K]
+  static constexpr size_t kDgcV = kGam + sizeof(float) * KD;       // gamma sum_v h dh [K]
+  static constexpr size_t kDgcK = kDgcV + sizeof(float) * KD;      // dG_C's Kbar part [4 tiles][K]
+  static constexpr size_t kRstd = kDgcK + sizeof(float) * 4 * KD;  // q, k rows' L2 factors [2][64]
+  static constexpr size_t kRowDot = kRstd + sizeof(float) * 2 * kChunk;  // [parts][2][64]
+  static constexpr size_t kMma = kRowDot + sizeof(float) * kChunkParts * 2 * kChunk;  // int [4]
+  // The gate parameters' sums of the block: ddt_bias per (row half, column), dA_log per warp of
+  // the cumsum's 2 K threads.
+  static constexpr size_t kGateSums = kMma + 16;
+  static constexpr size_t kKeptEnd = kGateSums + sizeof(float) * (2 * KD + 2 * KD / 32);
   static constexpr bool kOverlay = kFragK <= kRowsV + kRowsVT;
   static constexpr size_t kDq = kKeptEnd;
   static constexpr size_t kDk = kOverlay ? kDq + kRowsV + kRowsVT : kDq + kFragK;
@@ -317,9 +328,10 @@ struct ChunkSmem {
   static constexpr size_t kKEnd = kK + kRowsK;
   static constexpr size_t kBytes = kKEnd;
   static_assert(kDw % 16 == 0 && kAq % 16 == 0 && kBeta % 16 == 0 && kGam % 16 == 0 &&
-                    kKeptEnd % 16 == 0 && kDk % 16 == 0 && kDo % 16 == 0 && kDvn % 16 == 0 &&
-                    kVn % 16 == 0 && kV % 16 == 0 && kH % 16 == 0 && kDh % 16 == 0 &&
-                    kBk % 16 == 0 && kDt % 16 == 0 && kAk % 16 == 0 && kQ % 16 == 0 && kK % 16 == 0,
+                    kGateSums % 16 == 0 && kKeptEnd % 16 == 0 && kDk % 16 == 0 && kDo % 16 == 0 &&
+                    kDvn % 16 == 0 && kVn % 16 == 0 && kV % 16 == 0 && kH % 16 == 0 &&
+                    kDh % 16 == 0 && kBk % 16 == 0 && kDt % 16 == 0 && kAk % 16 == 0 &&
+                    kQ % 16 == 0 && kK % 16 == 0,
                 "16-byte aligned regions");
   static_assert(kBytes <= 227 * 1024, "one block per multiprocessor");
 };
@@ -335,14 +347,15 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   bf16* aqs = reinterpret_cast<bf16*>(smem + L::kAq);  // s dA_qk (j < r)      [64][ST]
   float* bs = reinterpret_cast<float*>(smem + L::kBeta);
   float* dbv = reinterpret_cast<float*>(smem + L::kDbv);        // [parts][64] dbeta, V part
-  float* dbk = reinterpret_cast<float*>(smem + L::kDbk);        // dbeta, K and pairwise parts
+  float* dbk = reinterpret_cast<float*>(smem + L::kDbk);        // [parts][64] dbeta, K part
   float* aqd = reinterpret_cast<float*>(smem + L::kAqd);        // s dA_qk[r][r], fp32
   float* gam = reinterpret_cast<float*>(smem + L::kGam);        // gamma [K]
   float* dgcv = reinterpret_cast<float*>(smem + L::kDgcV);      // dG_C, state part
-  float* dgck = reinterpret_cast<float*>(smem + L::kDgcK);      // dG_C, Kbar part
+  float* dgck = reinterpret_cast<float*>(smem + L::kDgcK);      // [4][K] dG_C, Kbar part
   int* diag_mma = reinterpret_cast<int*>(smem + L::kMma);       // diagonal tile t on tensor cores
   float* rstd = reinterpret_cast<float*>(smem + L::kRstd);      // [2][64]: q, k rows' L2 factors
-  float* rowdot = reinterpret_cast<float*>(smem + L::kRowDot);  // [2][64]: <q^, dq^>, <k^, dk^>
+  float* rowdot = reinterpret_cast<float*>(smem + L::kRowDot);  // [parts][2][64]: q, k row dots
+  float* gsum = reinterpret_cast<float*>(smem + L::kGateSums);  // the gate parameters' sums
   float2* dqf = reinterpret_cast<float2*>(smem + L::kDq);       // dQ, accumulator order
   float2* dkf = reinterpret_cast<float2*>(smem + L::kDk);       // dKbar, accumulator order
   bf16* dos = reinterpret_cast<bf16*>(smem + L::kDo);           // dO     [64][SV]
@@ -394,12 +407,11 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   CopyTileToShared<kChunk, KD, kChunkThreads>(qs, SK, p.q + row0 * KD, heads * KD, tid, len);
   CopyTileToShared<kChunk, KD, kChunkThreads>(ks, SK, p.k + row0 * KD, heads * KD, tid, len);
   CpAsyncCommit();
+  // dbk, dgck and rowdot are per-warp slots, each written once below (no zeroing, no atomics:
+  // their sums are taken in a fixed order where they are read).
   if (tid < kChunk) {
     bs[tid] = tid < len ? LoadBeta(p.beta + (cd.row_start + tid) * heads + h, tr) : 0.0f;
-    dbk[tid] = 0.0f;
   }
-  if (tid < 2 * kChunk) rowdot[tid] = 0.0f;
-  for (int d = tid; d < KD; d += kChunkThreads) dgck[d] = 0.0f;
   CpAsyncWaitPending<2>();
   __syncthreads();
 
@@ -874,9 +886,9 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
         for (int o = 4; o < 32; o <<= 1)
           dgc_part[i] += __shfl_xor_sync(0xffffffffu, dgc_part[i], o);
       }
-      if (g8 == 0) {
-        atomicAdd(&dgck[n0 + 8 * nt + 2 * t4], dgc_part[0]);
-        atomicAdd(&dgck[n0 + 8 * nt + 2 * t4 + 1], dgc_part[1]);
+      if (g8 == 0) {  // the row tile's slot: the 4 tiles of a column part share its columns
+        *reinterpret_cast<float2*>(dgck + a * KD + n0 + 8 * nt + 2 * t4) =
+            make_float2(dgc_part[0], dgc_part[1]);
       }
     }
   }
@@ -885,9 +897,9 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     dbeta_part[i] += __shfl_xor_sync(0xffffffffu, dbeta_part[i], 1);
     dbeta_part[i] += __shfl_xor_sync(0xffffffffu, dbeta_part[i], 2);
   }
-  if (t4 == 0) {
-    atomicAdd(&dbk[16 * a + g8], dbeta_part[0]);
-    atomicAdd(&dbk[16 * a + g8 + 8], dbeta_part[1]);
+  if (t4 == 0) {  // the column part's slot: the parts of a row tile share its rows
+    dbk[part * kChunk + 16 * a + g8] = dbeta_part[0];
+    dbk[part * kChunk + 16 * a + g8 + 8] = dbeta_part[1];
   }
   static_assert(kChunkThreads >= 2 * KD, "a thread per column and half");
   if constexpr (kTransforms) {
@@ -897,9 +909,9 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
         qdot_part[i] += __shfl_xor_sync(0xffffffffu, qdot_part[i], o);
         kdot_part[i] += __shfl_xor_sync(0xffffffffu, kdot_part[i], o);
       }
-      if (t4 == 0) {
-        atomicAdd(&rowdot[16 * a + g8 + 8 * i], qdot_part[i]);
-        atomicAdd(&rowdot[kChunk + 16 * a + g8 + 8 * i], kdot_part[i]);
+      if (t4 == 0) {  // the column part's slot
+        rowdot[part * 2 * kChunk + 16 * a + g8 + 8 * i] = qdot_part[i];
+        rowdot[part * 2 * kChunk + kChunk + 16 * a + g8 + 8 * i] = kdot_part[i];
       }
     }
   }
@@ -950,7 +962,14 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
       const int r = 16 * a + g8 + 8 * e2, d0 = part * (KD / kChunkParts) + 2 * t4;
       if (r >= len) continue;
       const float rq = l2norm ? rstd[r] : 1.0f, rk = l2norm ? rstd[kChunk + r] : 1.0f;
-      const float qd = l2norm ? rowdot[r] : 0.0f, kd = l2norm ? rowdot[kChunk + r] : 0.0f;
+      float qd = 0.0f, kd = 0.0f;  // the column parts' dots, in part order
+      if (l2norm) {
+#pragma unroll
+        for (int q = 0; q < kChunkParts; ++q) {
+          qd += rowdot[q * 2 * kChunk + r];
+          kd += rowdot[q * 2 * kChunk + kChunk + r];
+        }
+      }
       const int64_t off = ((cd.row_start + r) * heads + h) * KD + d0;
       uint32_t* dq_row = reinterpret_cast<uint32_t*>(p.dq + off);
       uint32_t* dk_row = reinterpret_cast<uint32_t*>(p.dk + off);
@@ -994,7 +1013,8 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     float db = 0.0f;
 #pragma unroll
     for (int q = 0; q < kChunkParts; ++q) db += dbv[q * kChunk + tid];
-    db += dbk[tid];
+#pragma unroll
+    for (int q = 0; q < kChunkParts; ++q) db += dbk[q * kChunk + tid];
     if (kTransforms && p.tr.beta_sigmoid) db *= bs[tid] * (1.0f - bs[tid]);  // the sigmoid's
     StoreF(p.dbeta + (cd.row_start + tid) * heads + h, db);
   }
@@ -1004,7 +1024,10 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
   // a small remainder of large terms, so the order is kept).
   if (tid < 2 * KD) {
     const int d = tid % KD, hi = kChunk / 2;
-    float acc = dgcv[d] + dgck[d];
+    float kbar_part = dgck[d];  // the row tiles' parts, in tile order
+#pragma unroll
+    for (int t = 1; t < 4; ++t) kbar_part += dgck[t * KD + d];
+    float acc = dgcv[d] + kbar_part;
     int r = len - 1;
     if (tid < KD) {
       for (; r >= hi; --r) acc += dGs[r * SG + d];
@@ -1012,7 +1035,7 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
     const int r_end = tid < KD ? 0 : hi;
     if (kTransforms && p.tr.gate) {
       // dz = dg dg/dz (the derivatives formed above), and the column's share of ddt_bias and
-      // da_log; one atomic each per thread (column and half) and per warp.
+      // da_log: per thread (column and half) and per warp into the block's gate sums.
       const float* dxs = reinterpret_cast<const float*>(dqf);
       const float* das = reinterpret_cast<const float*>(dkf);
       float db = 0.0f, da = 0.0f;
@@ -1024,13 +1047,27 @@ __global__ void __launch_bounds__(kChunkThreads) KdaBackwardChunkKernel(ChunkPar
         db += dz;
         da += acc * das[slot];
       }
-      if (p.ddt_bias != nullptr) atomicAdd(p.ddt_bias + h * KD + d, db);
+      gsum[tid] = db;
       for (int o = 16; o > 0; o >>= 1) da += __shfl_xor_sync(0xffffffffu, da, o);
-      if (p.da_log != nullptr && lane == 0) atomicAdd(p.da_log + h, da);
+      if (lane == 0) gsum[2 * KD + warp] = da;
     } else {
       for (; r >= r_end; --r) {
         acc += dGs[r * SG + d];
         StoreF(p.dg + ((cd.row_start + r) * heads + h) * KD + d, acc);
+      }
+    }
+  }
+  if constexpr (kTransforms) {
+    if (p.tr.gate) {  // the block's gate sums, in a fixed order, to its (chunk, head) slots
+      __syncthreads();
+      const int64_t slot = static_cast<int64_t>(blockIdx.x) * heads + h;
+      if (p.ddt_bias_parts != nullptr && tid < KD) {
+        p.ddt_bias_parts[slot * KD + tid] = gsum[tid] + gsum[KD + tid];
+      }
+      if (p.da_log_parts != nullptr && tid == 0) {
+        float da = gsum[2 * KD];
+        for (int w = 1; w < 2 * KD / 32; ++w) da += gsum[2 * KD + w];
+        p.da_log_parts[slot] = da;
       }
     }
   }
@@ -1203,8 +1240,19 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     cp.heads = static_cast<int>(heads);
     cp.scale = p.scale;
     if (fused != nullptr) cp.tr = MakeChunkInputTransforms(*fused, in);
-    cp.da_log = grads->da_log.defined() ? grads->da_log.data<float>() : nullptr;
-    cp.ddt_bias = grads->ddt_bias.defined() ? grads->ddt_bias.data<float>() : nullptr;
+    // The gate parameters' gradients: each block's share to its slot, then the fixed-order sums
+    // over the chunks (column_sums.h) into the zeroed gradients.
+    const bool gate_params = fused != nullptr && fused->gate;
+    Tensor da_log_parts, ddt_bias_parts;
+    if (gate_params && grads->da_log.defined()) {
+      ORRERY_ASSIGN_OR_RETURN(da_log_parts, Tensor::Allocate({chunks, heads}, DType::kF32, dev));
+    }
+    if (gate_params && grads->ddt_bias.defined()) {
+      ORRERY_ASSIGN_OR_RETURN(ddt_bias_parts,
+                              Tensor::Allocate({chunks, heads * kd}, DType::kF32, dev));
+    }
+    cp.da_log_parts = da_log_parts.defined() ? da_log_parts.data<float>() : nullptr;
+    cp.ddt_bias_parts = ddt_bias_parts.defined() ? ddt_bias_parts.data<float>() : nullptr;
     const size_t smem = ChunkSmem<KD, VD>::kBytes;
     auto kernel = fused != nullptr ? KdaBackwardChunkKernel<KD, VD, GIn, true>
                                    : KdaBackwardChunkKernel<KD, VD, GIn, false>;
@@ -1212,6 +1260,18 @@ Status RunBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(heads));
     kernel<<<grid, kChunkThreads, smem>>>(cp);
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "backward chunk kernel launch"));
+    if (gate_params) {
+      ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(dev.index));
+      if (da_log_parts.defined()) {
+        ORRERY_RETURN_IF_ERROR(LaunchColumnSums(da_log_parts.data<float>(), chunks, heads, true,
+                                                grads->da_log.data<float>(), ctx->stream()));
+      }
+      if (ddt_bias_parts.defined()) {
+        ORRERY_RETURN_IF_ERROR(LaunchColumnSums(ddt_bias_parts.data<float>(), chunks, heads * kd,
+                                                true, grads->ddt_bias.data<float>(),
+                                                ctx->stream()));
+      }
+    }
   }
   // The scratch tensors go back to the device's block cache when this returns, while the kernels
   // may still run: whatever takes those blocks next is queued after them on the same stream.

@@ -34,16 +34,16 @@ Status KdaDecodeStepCuda(const Tensor& q, const Tensor& k, const Tensor& v, cons
 // KdaInputTransforms on the GPU (kda_input_transforms.cu; kernels/kda_transforms.h): one
 // elementwise pass forms the recurrence's inputs (*out starts as a copy of raw; q, k, beta keep
 // their dtype, g becomes f32) and the L2 norms' reciprocals; one pass after the backward turns the
-// gradients w.r.t. them into gradients w.r.t. raw (da_log / ddt_bias summed in f32 with atomics,
-// so their last bits depend on the order of the blocks).
+// gradients w.r.t. them into gradients w.r.t. raw (da_log / ddt_bias summed in f32 per block, the
+// blocks' sums added in a fixed order by LaunchColumnSums: the same bits on every run).
 Status KdaTransformInputsCuda(const KdaProblem& p, const KdaInputs& raw,
                               const KdaInputTransforms& t, KdaInputs* out, Tensor* q_rstd,
                               Tensor* k_rstd);
 Status KdaChainTransformsCuda(const KdaProblem& p, const KdaInputs& raw,
                               const KdaInputs& transformed, const Tensor& q_rstd,
                               const Tensor& k_rstd, const KdaInputTransforms& t, KdaGrads* grads);
-// grads->da_log / ddt_bias for the gate parameters `raw` holds (f32 on dev, zeroed: the kernels
-// sum into them with atomics); those not given stay undefined.
+// grads->da_log / ddt_bias for the gate parameters `raw` holds (f32 on dev, zeroed: the
+// backward's fixed-order sums add into them); those not given stay undefined.
 Status AllocateGateParamGrads(const KdaInputs& raw, Device dev, KdaGrads* grads);
 
 // Shared by the forward and the backward (kda_forward.cu, kda_backward.cu).
@@ -117,7 +117,7 @@ Status LaunchKdaForwardTc(const KdaProblem& p, const KdaInputs& in, const KdaTcT
 // kernel for the intra-chunk gradient products. With `kept` (from LaunchKdaForwardTc on these
 // inputs, with the same `fused`) the forward is not run again. With `fused`, `in` holds raw
 // inputs as for LaunchKdaForwardTc and the gradients are the raw inputs' (da_log / ddt_bias
-// summed with f32 atomics: their last bits depend on block order). Allocates every gradient;
+// summed per (chunk, head), then over the chunks in a fixed order). Allocates every gradient;
 // returns once the kernels are queued, as the forward does.
 Status LaunchKdaBackwardTc(const KdaProblem& p, const KdaInputs& in, const Tensor& d_o,
                            const Tensor& d_final_state, const KdaTcTuning& tuning, KdaGrads* grads,

@@ -6,13 +6,16 @@
 // kVec = 4 (K a multiple of 4, 16-byte aligned rows: what the model and the benchmarks give) lane
 // l holds the columns 4 l .. 4 l + 3 of each 128 and moves them in one access; kVec = 1 serves
 // any other K (lane l on the columns l, l + 32, ...). The backward sums dA_log and ddt_bias over
-// its tokens in registers and shared memory first, then adds them with one atomic per (block,
-// column).
+// its tokens in registers and shared memory (warps in order) into its block's row of a scratch,
+// and LaunchColumnSums (column_sums.h) adds the rows in a fixed order: no float atomics, the same
+// bits on every run.
 #include <cuda_bf16.h>
 
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/cuda/column_sums.h"
+#include "kernels/cuda/device_context.h"
 #include "kernels/cuda/kda_cuda.h"
 #include "kernels/cuda/kda_cuda_util.cuh"
 
@@ -132,7 +135,8 @@ struct ChainArgs {
   In *dq, *dk, *dbeta;  // in place: w.r.t. the transformed inputs in, w.r.t. raw out
   const float* dg;      // w.r.t. the activated gate (f32)
   GIn* dz;
-  float *da_log, *ddt_bias;  // or null; zeroed, summed into
+  // Or null: [blocks along the tokens, H] and [blocks along the tokens, H, K], each block's sums.
+  float *da_log_parts, *ddt_bias_parts;
 };
 
 // dx <- rstd (dx - x_hat <x_hat, dx>) for one row, in place.
@@ -187,25 +191,26 @@ __global__ void __launch_bounds__(kThreads)
       StoreRow<kVec>(a.dz + row * kd, kd, lane, z);
     }
   }
-  if (!p.tr.gate || (a.da_log == nullptr && a.ddt_bias == nullptr)) return;
-    // The block's sums: over the lanes' tokens (registers), the warps (shared memory), then one
-    // atomic per column.
+  if (!p.tr.gate || (a.da_log_parts == nullptr && a.ddt_bias_parts == nullptr)) return;
+    // The block's sums: over the lanes' tokens (registers), then the warps in order (shared
+    // memory), into the block's slots.
 #pragma unroll
   for (int e = 0; e < kMaxPerLane; ++e) db_part[warp][Column<kVec>(e, lane)] = db[e];
   da = WarpSum(da);
   if (lane == 0) da_part[warp] = da;
   __syncthreads();
-  if (a.ddt_bias != nullptr) {
+  const int64_t slot = static_cast<int64_t>(blockIdx.y) * p.heads + h;
+  if (a.ddt_bias_parts != nullptr) {
     for (int d = threadIdx.x; d < kd; d += kThreads) {
       float sum = 0.0f;
       for (int w = 0; w < kWarps; ++w) sum += db_part[w][d];
-      atomicAdd(a.ddt_bias + h * kd + d, sum);
+      a.ddt_bias_parts[slot * kd + d] = sum;
     }
   }
-  if (a.da_log != nullptr && threadIdx.x == 0) {
+  if (a.da_log_parts != nullptr && threadIdx.x == 0) {
     float sum = 0.0f;
     for (int w = 0; w < kWarps; ++w) sum += da_part[w];
-    atomicAdd(a.da_log + h, sum);
+    a.da_log_parts[slot] = sum;
   }
 }
 
@@ -275,10 +280,18 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
                        const Tensor& q_rstd, const Tensor& k_rstd, const KdaInputTransforms& t,
                        KdaGrads* grads) {
   const Device dev = p.device;
-  Tensor dz;
+  const int64_t blocks = Grid(p).y;
+  Tensor dz, da_log_parts, ddt_bias_parts;
   if (t.gate) {
     ORRERY_ASSIGN_OR_RETURN(dz, Tensor::Allocate(raw.g.shape(), raw.g.dtype(), dev));
     ORRERY_RETURN_IF_ERROR(AllocateGateParamGrads(raw, dev, grads));
+    if (grads->da_log.defined()) {
+      ORRERY_ASSIGN_OR_RETURN(da_log_parts, Tensor::Allocate({blocks, p.heads}, DType::kF32, dev));
+    }
+    if (grads->ddt_bias.defined()) {
+      ORRERY_ASSIGN_OR_RETURN(ddt_bias_parts,
+                              Tensor::Allocate({blocks, p.heads * p.key_dim}, DType::kF32, dev));
+    }
   }
   ChainArgs<In, GIn> a{Ptr<const In>(x.q),
                        Ptr<const In>(x.k),
@@ -291,8 +304,8 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
                        Ptr<In>(grads->dbeta),
                        Ptr<const float>(grads->dg),
                        Ptr<GIn>(dz),
-                       Ptr<float>(grads->da_log),
-                       Ptr<float>(grads->ddt_bias)};
+                       Ptr<float>(da_log_parts),
+                       Ptr<float>(ddt_bias_parts)};
   if (p.batch * p.tokens > 0) {
     if (Vectorised(p, {&x.q, &x.k, &raw.g, &grads->dq, &grads->dk, &grads->dg, &dz})) {
       KdaChainTransformsKernel<4, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
@@ -300,6 +313,18 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
       KdaChainTransformsKernel<1, In, GIn><<<Grid(p), kThreads>>>(Params(p, raw, t), a);
     }
     ORRERY_RETURN_IF_ERROR(CudaCheck(cudaGetLastError(), "input transforms backward launch"));
+  }
+  if (p.batch * p.tokens > 0) {
+    ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(dev.index));
+    if (da_log_parts.defined()) {
+      ORRERY_RETURN_IF_ERROR(LaunchColumnSums(da_log_parts.data<float>(), blocks, p.heads, true,
+                                              grads->da_log.data<float>(), ctx->stream()));
+    }
+    if (ddt_bias_parts.defined()) {
+      ORRERY_RETURN_IF_ERROR(LaunchColumnSums(ddt_bias_parts.data<float>(), blocks,
+                                              p.heads * p.key_dim, true,
+                                              grads->ddt_bias.data<float>(), ctx->stream()));
+    }
   }
   if (t.gate) grads->dg = dz;
   // dz and the kernel's reads of the transformed inputs outlive this call only through the
@@ -310,13 +335,15 @@ Status ChainTransforms(const KdaProblem& p, const KdaInputs& raw, const KdaInput
 }  // namespace
 
 Status AllocateGateParamGrads(const KdaInputs& raw, Device dev, KdaGrads* grads) {
+  // Zeroed on the stream the fixed-order sums that add into them are queued on.
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(dev.index));
   for (const auto& [param, grad] :
        {std::pair<const Tensor*, Tensor*>{&raw.a_log, &grads->da_log},
         std::pair<const Tensor*, Tensor*>{&raw.dt_bias, &grads->ddt_bias}}) {
     if (!param->defined()) continue;
     ORRERY_ASSIGN_OR_RETURN(*grad, Tensor::Allocate(param->shape(), DType::kF32, dev));
-    ORRERY_RETURN_IF_ERROR(
-        CudaCheck(cudaMemset(grad->raw_data(), 0, grad->nbytes()), "cudaMemset"));
+    ORRERY_RETURN_IF_ERROR(CudaCheck(
+        cudaMemsetAsync(grad->raw_data(), 0, grad->nbytes(), ctx->stream()), "cudaMemsetAsync"));
   }
   return Status::OK();
 }

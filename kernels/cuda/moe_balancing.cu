@@ -1,4 +1,5 @@
-// QuantileThresholds (kernels/moe_balancing.h) in two launches:
+// QuantileThresholds, QuantileMargins and MarginKeyHistogram (kernels/moe_balancing.h).
+// QuantileThresholds in two launches:
 //   MarginsKernel: one warp per token stages s + b in shared memory as f64 (as the CPU twin adds
 //                  them), finds the k-th and (k+1)-th largest by k + 1 rounds of a warp arg-max
 //                  (the values with multiplicity, as the twin's nth_element), and writes the
@@ -7,6 +8,8 @@
 //                  64-bit keys, 8 bits a pass from the top (a shared 256-bin histogram per pass).
 // Every value is the twin's f64 value and the selection is exact, so the thresholds equal the
 // twin's bit for bit. Not yet timed: correct first.
+// QuantileMargins is MarginsKernel alone; MarginKeyHistogram one SelectAscending pass per query
+// (HistogramKernel: one block per query, a shared 256-bin histogram of the matching keys).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -92,6 +95,7 @@ __device__ double SelectAscending(const double* col, int64_t m, int64_t rank) {
     const unsigned long long prefix = prefix_s;
     for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
       const unsigned long long key = KeyOf(col[i]);
+      // An exact integer count: the same whatever order the threads add in.
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
     }
     __syncthreads();
@@ -123,17 +127,59 @@ __global__ void SelectKernel(const double* __restrict__ margins, int64_t m, int6
   if (threadIdx.x == 0) thresholds[blockIdx.x] = 0.5 * (before + at_r);
 }
 
+__global__ void HistogramKernel(const double* __restrict__ margins, int64_t m,
+                                const int* __restrict__ cols,
+                                const long long* __restrict__ prefixes, int shift,
+                                int* __restrict__ out) {
+  __shared__ unsigned hist[256];
+  for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+  __syncthreads();
+  const double* col = margins + static_cast<int64_t>(cols[blockIdx.x]) * m;
+  const unsigned long long high = shift + 8 >= 64 ? 0ull : ~0ull << (shift + 8);
+  const unsigned long long prefix = static_cast<unsigned long long>(prefixes[blockIdx.x]) & high;
+  for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
+    const unsigned long long key = KeyOf(col[i]);
+    if ((key & high) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);  // integer: exact
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+    out[static_cast<int64_t>(blockIdx.x) * 256 + b] = static_cast<int>(hist[b]);
+  }
+}
+
+Status LaunchMargins(DeviceContext* ctx, const Tensor& scores, const Tensor& bias, int64_t top_k,
+                     bool exclusive, Tensor* margins) {
+  const int64_t m = scores.dim(0), n = scores.dim(1);
+  MarginsKernel<<<GridFor(m, kWarps), kThreads, sizeof(double) * kWarps * n, ctx->stream()>>>(
+      scores.data<float>(), bias.data<float>(), m, static_cast<int>(n), static_cast<int>(top_k),
+      exclusive, margins->data<double>());
+  return LastLaunchStatus("MarginsKernel");
+}
+
 }  // namespace
+
+Status QuantileMarginsCuda(const Tensor& scores, const Tensor& bias, int64_t top_k, bool exclusive,
+                           Tensor* margins) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(scores.device().index));
+  return LaunchMargins(ctx, scores, bias, top_k, exclusive, margins);
+}
+
+Status MarginKeyHistogramCuda(const Tensor& margins, const Tensor& cols, const Tensor& prefixes,
+                              int shift, Tensor* hist) {
+  ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(margins.device().index));
+  if (cols.numel() == 0) return Status::OK();
+  HistogramKernel<<<static_cast<unsigned>(cols.numel()), kSelectThreads, 0, ctx->stream()>>>(
+      margins.data<double>(), margins.dim(1), cols.data<int32_t>(),
+      reinterpret_cast<const long long*>(prefixes.data<int64_t>()), shift, hist->data<int32_t>());
+  return LastLaunchStatus("HistogramKernel");
+}
 
 Status QuantileThresholdsCuda(const Tensor& scores, const Tensor& bias, int64_t top_k,
                               bool exclusive, Tensor* thresholds) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(scores.device().index));
   const int64_t m = scores.dim(0), n = scores.dim(1);
   ORRERY_ASSIGN_OR_RETURN(Tensor margins, Tensor::Allocate({n, m}, DType::kF64, scores.device()));
-  MarginsKernel<<<GridFor(m, kWarps), kThreads, sizeof(double) * kWarps * n, ctx->stream()>>>(
-      scores.data<float>(), bias.data<float>(), m, static_cast<int>(n), static_cast<int>(top_k),
-      exclusive, margins.data<double>());
-  ORRERY_RETURN_IF_ERROR(LastLaunchStatus("MarginsKernel"));
+  ORRERY_RETURN_IF_ERROR(LaunchMargins(ctx, scores, bias, top_k, exclusive, &margins));
   const double q = static_cast<double>(m * top_k) / static_cast<double>(n);
   const int64_t r = std::min<int64_t>(m - 1, static_cast<int64_t>(std::ceil(q)));
   SelectKernel<<<static_cast<unsigned>(n), kSelectThreads, 0, ctx->stream()>>>(

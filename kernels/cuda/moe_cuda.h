@@ -42,5 +42,9 @@ Status MoeScatterAddCuda(const Tensor& dxg, const Tensor& rank, Tensor* dxl);
 // kernels/moe_balancing.h: thresholds f64 [n] from scores f32 [m, n] and bias f32 [n].
 Status QuantileThresholdsCuda(const Tensor& scores, const Tensor& bias, int64_t top_k,
                               bool exclusive, Tensor* thresholds);
+Status QuantileMarginsCuda(const Tensor& scores, const Tensor& bias, int64_t top_k, bool exclusive,
+                           Tensor* margins);
+Status MarginKeyHistogramCuda(const Tensor& margins, const Tensor& cols, const Tensor& prefixes,
+                              int shift, Tensor* hist);
 
 }  // namespace orrery::kernels::cuda

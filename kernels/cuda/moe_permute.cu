@@ -35,7 +35,7 @@ __device__ __forceinline__ int ExpertOf(const int32_t* ids, int64_t p, int64_t m
   if (p >= m) return -1;
   const int id = ids[p];
   if (id < 0 || id >= e) {
-    if (bad != nullptr) atomicMin(bad, static_cast<int>(p));
+    if (bad != nullptr) atomicMin(bad, static_cast<int>(p));  // an exact minimum: order-free
     return -1;
   }
   return id;

@@ -46,7 +46,7 @@ __global__ void RouteTopKKernel(const float* __restrict__ scores, const float* _
         if (lane < k && j < lane && other == my_id) ok = false;
       }
       if (!__all_sync(kFull, ok)) {
-        if (lane == 0) atomicMin(bad, static_cast<int>(t));
+        if (lane == 0) atomicMin(bad, static_cast<int>(t));  // an exact minimum: order-free
         continue;
       }
     } else {

@@ -50,13 +50,20 @@ Status CausalAttentionBackwardCuda(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& cu_seqlens, double scale, Tensor* dq, Tensor* dk,
                                    Tensor* dv,
                                    AttentionKernels kernels = AttentionKernels::kFastest);
+// Prefix-causal attention (kernels/attention.h PrefixCausalAttention): q [Nq, H, dqk], k
+// [Nk, H, dqk], v [Nk, H, dv], cu_q and cu_k i64 [docs + 1] on the device; o [Nq, H, dv] like v,
+// lse [Nq, H] f32. The same kernels as the causal forward, with their PrefixRows row map.
+Status PrefixCausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& cu_q, const Tensor& cu_k, double scale,
+                                        Tensor* o, Tensor* lse,
+                                        AttentionKernels kernels = AttentionKernels::kFastest);
 
 // Gated activations (kernels/situ.h) element-wise over tensors of one dtype (bf16 or f32).
 Status GluForwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u, Tensor* h);
 Status GluBackwardCuda(const GluActivation& act, const Tensor& a, const Tensor& u, const Tensor& dh,
                        Tensor* da, Tensor* du);
 
-// sumsq (f64 [1], zeroed here) = sum over tensors of sum x^2 (f32 tensors).
+// sumsq (f64 [1], overwritten) = sum over tensors of sum x^2 (f32 tensors), in a fixed order.
 Status SquaredNormCuda(const std::vector<Tensor>& xs, Tensor* sumsq);
 // factor (f32 [1]) = max_norm / (norm + 1e-12) when norm > max_norm > 0, else 1.
 Status ClipFactorCuda(const Tensor& sumsq, double max_norm, Tensor* factor);
@@ -144,5 +151,9 @@ Status RowBiasGradCuda(const Tensor& dy, Tensor* db);
 Status PagedLatentWriteCuda(const Tensor& latents, const Tensor& slot_mapping, Tensor* pages);
 Status MlaDecodePagedCuda(const Tensor& q, const PagedLatentCache& cache, int64_t dv, float scale,
                           int splits, Tensor* o, Tensor* lse);
+
+// The ops' fixed-order cross-block reduction (column_sums.h) on tensors, for tests: parts
+// [rows, cols] and out [cols], both f32 or both f64 on one device.
+Status ColumnSumsCuda(const Tensor& parts, bool accumulate, Tensor* out);
 
 }  // namespace orrery::kernels::cuda

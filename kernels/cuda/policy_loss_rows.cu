@@ -2,13 +2,15 @@
 // (kernels/lm_head_policy_loss.h): one block of 256 threads per logits row, passes over the row in
 // f32 — the max, then the sums of exponentials and of their weighted exponents (the entropy) —
 // then one thread takes the token terms in f64 (kernels/policy_token_terms.h, the CPU twin's own
-// function) and (backward) every thread writes dz over the logits or into a bf16 buffer. The sums
-// add into f64 accumulators by one atomic each per row, so their last bits depend on the order of
-// rows; log π and the gradient do not.
+// function) and (backward) every thread writes dz over the logits or into a bf16 buffer. Each
+// row's seven terms go to its row of an f64 [rows, 7] scratch (zeros for a row without a loss),
+// and LaunchColumnSums (column_sums.h) adds the chunk's rows into the accumulators in an order
+// fixed by the row count: the same bits on every run.
 // Not yet timed: correct first (issue 26).
 #include <climits>
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/column_sums.h"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/ops_cuda.h"
@@ -24,9 +26,12 @@ struct RowPointers {
   float *logp, *entropy;                                    // null: not written
 };
 
+// terms: [rows, kTerms] (PolicyRowSums' order), written when args.loss.
+constexpr int kTerms = 7;
+
 template <typename D>
 __global__ void RowsPolicyKernel(float* logits, RowPointers p, int64_t v, PolicyRowsArgs args,
-                                 D* dz, double* acc, int* flag) {
+                                 D* dz, double* terms, int* flag) {
   __shared__ float scratch[kThreads / 32];
   __shared__ double dlogp;
   const int64_t r = blockIdx.x;
@@ -36,9 +41,13 @@ __global__ void RowsPolicyKernel(float* logits, RowPointers p, int64_t v, Policy
   const int32_t t = p.targets[r];
   if (m == 0.0f || t < 0 || t >= v) {
     if (threadIdx.x == 0) {
+      // An exact integer minimum: the same whatever the order of the rows.
       if (m != 0.0f) atomicMin(flag, static_cast<int>(args.row0 + r));
       if (p.logp != nullptr) p.logp[r] = 0.0f;
       if (p.entropy != nullptr) p.entropy[r] = 0.0f;
+      if (args.loss) {
+        for (int i = 0; i < kTerms; ++i) terms[r * kTerms + i] = 0.0;
+      }
     }
     if (args.backward) {
       for (int64_t i = threadIdx.x; i < v; i += kThreads) out[i] = FromF<D>(0.0f);
@@ -69,13 +78,14 @@ __global__ void RowsPolicyKernel(float* logits, RowPointers p, int64_t v, Policy
       const PolicyTokenTerms k =
           PolicyTerms(logp, entropy, p.proximal[r], p.weight[r], p.advantage[r],
                       p.ref != nullptr ? p.ref[r] : 0.0, args.coef);
-      atomicAdd(acc + 0, k.loss);
-      atomicAdd(acc + 1, 1.0);
-      if (k.clipped) atomicAdd(acc + 2, 1.0);
-      atomicAdd(acc + 3, entropy);
-      atomicAdd(acc + 4, k.ratio);
-      atomicAdd(acc + 5, k.approx_kl);
-      if (args.coef.kl_coef > 0) atomicAdd(acc + 6, k.ref_kl);
+      double* tr = terms + r * kTerms;
+      tr[0] = k.loss;
+      tr[1] = 1.0;
+      tr[2] = k.clipped ? 1.0 : 0.0;
+      tr[3] = entropy;
+      tr[4] = k.ratio;
+      tr[5] = k.approx_kl;
+      tr[6] = args.coef.kl_coef > 0 ? k.ref_kl : 0.0;
       dlogp = k.dlogp;
     }
   }
@@ -111,16 +121,21 @@ Status RowsPolicyLossCuda(const Tensor& logits, const PolicyRows& rows, const Po
                 F32OrNull(entropy)};
   float* z = static_cast<float*>(logits.raw_data());
   const unsigned blocks = static_cast<unsigned>(n);
+  Tensor terms;
+  if (args.loss) {
+    ORRERY_ASSIGN_OR_RETURN(terms, Tensor::Allocate({n, kTerms}, DType::kF64, logits.device()));
+  }
+  double* tp = args.loss ? terms.data<double>() : nullptr;
   if (dz->dtype() == DType::kBF16) {
     RowsPolicyKernel<__nv_bfloat16><<<blocks, kThreads, 0, ctx->stream()>>>(
-        z, p, v, args, static_cast<__nv_bfloat16*>(dz->raw_data()), acc->data<double>(),
-        flag->data<int32_t>());
+        z, p, v, args, static_cast<__nv_bfloat16*>(dz->raw_data()), tp, flag->data<int32_t>());
   } else {
-    RowsPolicyKernel<float>
-        <<<blocks, kThreads, 0, ctx->stream()>>>(z, p, v, args, static_cast<float*>(dz->raw_data()),
-                                                 acc->data<double>(), flag->data<int32_t>());
+    RowsPolicyKernel<float><<<blocks, kThreads, 0, ctx->stream()>>>(
+        z, p, v, args, static_cast<float*>(dz->raw_data()), tp, flag->data<int32_t>());
   }
-  return LastLaunchStatus("RowsPolicyKernel");
+  ORRERY_RETURN_IF_ERROR(LastLaunchStatus("RowsPolicyKernel"));
+  if (!args.loss) return Status::OK();
+  return LaunchColumnSums(tp, n, kTerms, true, acc->data<double>(), ctx->stream());
 }
 
 }  // namespace orrery::kernels::cuda

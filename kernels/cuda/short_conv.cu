@@ -7,14 +7,18 @@
 // Backward: 32 channels x 8 tokens per block, grid-stride over tokens. A thread loads the 2W - 1
 // inputs around its token once, recomputes the pre-activations of the W outputs its input feeds,
 // and gathers dx from them (no atomics); dw is summed per thread in registers, then per block in
-// shared memory, then added to the global f32 dw once per block (float atomics: the last bits
-// depend on the order of blocks). Register arrays are sized by kMaxWidth with every loop over
-// taps unrolled to it, so the indices are compile-time constants (no local memory). Widths 2, 3
-// and 4 (K3's) are compiled as constants: with the runtime width under kMaxWidth = 16 the loops
-// ran 16 x 16 predicated taps per token, and the backward took 2.4 ms per call at 32768 x 1024
-// bf16 on the H200 (86.7 ms of one `small` step of 8 x 4K in the phase profile).
+// shared memory (the 8 token rows in order), then written to the block's row of a
+// [token groups, C x W] scratch, and LaunchColumnSums (column_sums.h) adds the rows into dw in an
+// order fixed by the shape: no float atomics, so the same inputs give the same bits on every run
+// (the atomic version's last bits depended on the order of blocks). Register arrays are sized by
+// kMaxWidth with every loop over taps unrolled to it, so the indices are compile-time constants (no
+// local memory). Widths 2, 3 and 4 (K3's) are compiled as constants: with the runtime width under
+// kMaxWidth = 16 the loops ran 16 x 16 predicated taps per token, and the backward took 2.4 ms per
+// call at 32768 x 1024 bf16 on the H200 (86.7 ms of one `small` step of 8 x 4K in the phase
+// profile).
 #include <algorithm>
 
+#include "kernels/cuda/column_sums.h"
 #include "kernels/cuda/device_context.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/ops_cuda.h"
@@ -69,13 +73,14 @@ __global__ void ShortConvSiluForwardKernel(const T* __restrict__ x, const T* __r
 }
 
 // Thread (c, s): dx[s, c] = sum over taps j of g(t_j) w[c, j] with t_j = s + (W-1) - j inside the
-// document, g(t) = dy[t] SiLU'(pre(t)); and dw[c, :] += g(s) x[s - (W-1) + :].
+// document, g(t) = dy[t] SiLU'(pre(t)); and dw[c, :] += g(s) x[s - (W-1) + :], summed into the
+// block's row blockIdx.y of dw_parts [gridDim.y, C, W].
 template <typename T, int kW>
 __global__ void ShortConvSiluBackwardKernel(const T* __restrict__ x, const T* __restrict__ w,
                                             const int64_t* __restrict__ cu, int64_t docs, int64_t n,
                                             int64_t channels, int runtime_width,
                                             const T* __restrict__ dy, T* __restrict__ dx,
-                                            float* __restrict__ dw) {
+                                            float* __restrict__ dw_parts) {
   // MW: the register arrays' extent (the taps' loops unroll to it); width <= MW.
   constexpr int MW = kW > 0 ? kW : kMaxWidth;
   const int width = kW > 0 ? kW : runtime_width;
@@ -132,7 +137,7 @@ __global__ void ShortConvSiluBackwardKernel(const T* __restrict__ x, const T* __
     float sum = 0.0f;
 #pragma unroll
     for (int r = 0; r < kTileT; ++r) sum += part[r][j][threadIdx.x];
-    atomicAdd(&dw[c * width + j], sum);
+    dw_parts[static_cast<int64_t>(blockIdx.y) * channels * width + c * width + j] = sum;
   }
 }
 
@@ -168,14 +173,18 @@ Status Backward(const Tensor& x, const Tensor& w, const Tensor& cu, const Tensor
       std::clamp<int64_t>(132 * 8 / tiles, 1, std::min<int64_t>((n + kTileT - 1) / kTileT, 65535));
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(groups));
   const int width = static_cast<int>(w.dim(1));
+  ORRERY_ASSIGN_OR_RETURN(Tensor parts,
+                          Tensor::Allocate({groups, channels * width}, DType::kF32, x.device()));
   auto kernel = width == 4   ? ShortConvSiluBackwardKernel<T, 4>
                 : width == 3 ? ShortConvSiluBackwardKernel<T, 3>
                 : width == 2 ? ShortConvSiluBackwardKernel<T, 2>
                              : ShortConvSiluBackwardKernel<T, 0>;
   kernel<<<grid, dim3(kTileC, kTileT), 0, s>>>(In<T>(x), In<T>(w), cu.data<int64_t>(),
                                                cu.dim(0) - 1, n, channels, width, In<T>(dy),
-                                               Out<T>(dx), dw->data<float>());
-  return LastLaunchStatus("ShortConvSiluBackwardKernel");
+                                               Out<T>(dx), parts.data<float>());
+  ORRERY_RETURN_IF_ERROR(LastLaunchStatus("ShortConvSiluBackwardKernel"));
+  return LaunchColumnSums(parts.data<float>(), groups, channels * width, true, dw->data<float>(),
+                          s);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "core/device.h"
 #include "kernels/rows.h"
 #include "model/gpu/gpu_layers.h"
 
@@ -40,6 +41,15 @@ struct GpuInferenceState::Impl {
   std::vector<std::vector<int32_t>> block;  // per slot: its pages in token order
   std::vector<int32_t> refs;                // per page: slots holding it
   std::vector<int32_t> free_pages;          // a stack
+
+  // The MHA-form prefill of the slots being fed now (Extend), or null: per MLA layer their
+  // keys and values, and per slot the row of its position 0.
+  struct MhaScratch {
+    std::vector<gpu::MlaContextKv> layers;
+    std::vector<int64_t> begin;  // by slot; -1: not in the call
+  };
+  MhaScratch* mha = nullptr;
+  int64_t mha_tokens = 0;  // fed in the MHA form so far
 
   void Unref(int32_t page) {
     if (--refs[static_cast<size_t>(page)] == 0) free_pages.push_back(page);
@@ -86,6 +96,16 @@ struct GpuInferenceState::Impl {
                const std::vector<std::vector<int32_t>>& feeds) const;
   StatusOr<StepOutput> Extend(const std::vector<int64_t>& slots,
                               const std::vector<std::vector<int32_t>>& feeds);
+  // GpuInferenceState::Prefill: the MLA form per slot (the rule, gpu_inference.h), then Extend
+  // once per form.
+  StatusOr<StepOutput> Prefill(const std::vector<int64_t>& slots,
+                               const std::vector<std::vector<int32_t>>& feeds);
+  // The MHA form's scratch for feeding `slots`: allocated (ResourceExhausted when it does not
+  // fit) and the slots' contexts decompressed into it.
+  StatusOr<MhaScratch> MakeMhaScratch(const std::vector<int64_t>& slots,
+                                      const std::vector<std::vector<int32_t>>& feeds);
+  // Per token of a slot, all MLA layers: H (dn + dr + dv) values in the compute dtype.
+  int64_t MhaBytesPerToken() const;
   // One forward pass; every feed at most prefill_chunk tokens; pages already checked.
   StatusOr<StepOutput> Pass(const std::vector<int64_t>& slots,
                             const std::vector<std::vector<int32_t>>& feeds);
@@ -145,6 +165,137 @@ Status GpuInferenceState::Impl::Check(const std::vector<int64_t>& slots,
                                   " are free (release finished slots, or raise num_pages)");
   }
   return Status::OK();
+}
+
+StatusOr<StepOutput> GpuInferenceState::Impl::Prefill(
+    const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& feeds) {
+  ORRERY_RETURN_IF_ERROR(Check(slots, feeds));
+  // The rule (gpu_inference.h): feeds of at least mha_prefill_min_tokens take the MHA form when
+  // its scratch fits, the others the absorbed form; the two groups run as separate calls.
+  std::vector<size_t> mha_group, absorbed_group;
+  int64_t mha_rows = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const int64_t m = static_cast<int64_t>(feeds[i].size());
+    const bool mha_form =
+        !pools.empty() && options.mha_prefill_min_tokens > 0 && m >= options.mha_prefill_min_tokens;
+    (mha_form ? mha_group : absorbed_group).push_back(i);
+    if (mha_form) mha_rows += length[static_cast<size_t>(slots[i])] + m;
+  }
+  if (!mha_group.empty() && device.is_cuda()) {
+    const int64_t available = DeviceBytesAvailable(device);  // 0: unknown (the allocation decides)
+    if (available > 0 &&
+        mha_rows * MhaBytesPerToken() + options.mha_prefill_reserve_bytes > available) {
+      mha_group.clear();  // does not fit: every slot absorbed
+    }
+  }
+  if (mha_group.empty()) return Extend(slots, feeds);
+  auto part = [&](const std::vector<size_t>& which, std::vector<int64_t>* s,
+                  std::vector<std::vector<int32_t>>* f) {
+    for (size_t i : which) {
+      s->push_back(slots[i]);
+      f->push_back(feeds[i]);
+    }
+  };
+  std::vector<int64_t> mha_slots, other_slots;
+  std::vector<std::vector<int32_t>> mha_feeds, other_feeds;
+  part(mha_group, &mha_slots, &mha_feeds);
+  part(absorbed_group, &other_slots, &other_feeds);
+  StatusOr<MhaScratch> scratch = MakeMhaScratch(mha_slots, mha_feeds);
+  if (!scratch.ok() && scratch.status().code() == StatusCode::kResourceExhausted) {
+    return Extend(slots, feeds);  // the scratch did not fit after all: nothing was fed yet
+  }
+  ORRERY_RETURN_IF_ERROR(scratch.status());
+  mha = &*scratch;
+  StatusOr<StepOutput> mha_out = Extend(mha_slots, mha_feeds);
+  mha = nullptr;
+  ORRERY_RETURN_IF_ERROR(mha_out.status());
+  for (const auto& f : mha_feeds) mha_tokens += static_cast<int64_t>(f.size());
+  *scratch = MhaScratch();  // freed before the absorbed group runs
+  if (absorbed_group.empty()) return mha_out;
+  ORRERY_ASSIGN_OR_RETURN(StepOutput other, Extend(other_slots, other_feeds));
+  // Both groups' rows back in call order.
+  const int64_t k = c.moe.top_k, nmoe = c.num_moe_layers();
+  std::vector<int64_t> base(slots.size() + 1, 0);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    base[i + 1] = base[i] + static_cast<int64_t>(feeds[i].size());
+  }
+  StepOutput out;
+  out.logits = Tensor::Empty({static_cast<int64_t>(slots.size()), c.vocab_size}, DType::kF32);
+  out.expert_ids = Tensor::Zeros({nmoe, base.back(), nmoe > 0 ? k : 0}, DType::kI32);
+  for (const auto& [group, part_out] :
+       {std::pair<const std::vector<size_t>&, const StepOutput&>{mha_group, *mha_out},
+        std::pair<const std::vector<size_t>&, const StepOutput&>{absorbed_group, other}}) {
+    int64_t at = 0;
+    for (size_t j = 0; j < group.size(); ++j) {
+      const size_t i = group[j];
+      const int64_t m = static_cast<int64_t>(feeds[i].size());
+      std::copy_n(part_out.logits.data<float>() + static_cast<int64_t>(j) * c.vocab_size,
+                  c.vocab_size, out.logits.data<float>() + static_cast<int64_t>(i) * c.vocab_size);
+      for (int64_t l = 0; l < nmoe; ++l) {
+        std::copy_n(part_out.expert_ids.data<int32_t>() + (l * part_out.expert_ids.dim(1) + at) * k,
+                    m * k, out.expert_ids.data<int32_t>() + (l * base.back() + base[i]) * k);
+      }
+      at += m;
+    }
+  }
+  return out;
+}
+
+int64_t GpuInferenceState::Impl::MhaBytesPerToken() const {
+  const int64_t per_layer = c.mla.heads * (c.mla_qk_head_dim() + c.mla.v_head_dim) *
+                            static_cast<int64_t>(DTypeSize(dtype));
+  return per_layer * static_cast<int64_t>(pools.size());
+}
+
+StatusOr<GpuInferenceState::Impl::MhaScratch> GpuInferenceState::Impl::MakeMhaScratch(
+    const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& feeds) {
+  MhaScratch scratch;
+  scratch.begin.assign(used.size(), -1);
+  int64_t rows = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    scratch.begin[static_cast<size_t>(slots[i])] = rows;
+    rows += length[static_cast<size_t>(slots[i])] + static_cast<int64_t>(feeds[i].size());
+  }
+  const int64_t h = c.mla.heads, dqk = c.mla_qk_head_dim(), dv = c.mla.v_head_dim;
+  for (size_t l = 0; l < pools.size(); ++l) {
+    gpu::MlaContextKv kv;
+    ORRERY_ASSIGN_OR_RETURN(kv.k, Tensor::Allocate({rows, h, dqk}, dtype, device));
+    ORRERY_ASSIGN_OR_RETURN(kv.v, Tensor::Allocate({rows, h, dv}, dtype, device));
+    scratch.layers.push_back(std::move(kv));
+  }
+  // The contexts the slots hold (multi-turn, or copied from a shared prompt): decompressed from
+  // their latent pages once, prefill_chunk positions at a time.
+  std::vector<const gpu::GpuMla*> mla;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (const gpu::GpuMla* a = model->mla_layer(l)) mla.push_back(a);
+  }
+  if (mla.size() != pools.size()) {
+    return InternalError("gpu inference: MLA layers and pools differ");
+  }
+  const int64_t ps = options.page_size;
+  for (int64_t s : slots) {
+    const int64_t len = length[static_cast<size_t>(s)],
+                  begin = scratch.begin[static_cast<size_t>(s)];
+    const auto& b = block[static_cast<size_t>(s)];
+    for (int64_t p0 = 0; p0 < len; p0 += options.prefill_chunk) {
+      const int64_t p1 = std::min(len, p0 + options.prefill_chunk);
+      std::vector<int32_t> where;
+      for (int64_t p = p0; p < p1; ++p) {
+        where.push_back(static_cast<int32_t>(b[static_cast<size_t>(p / ps)] * ps + p % ps));
+      }
+      ORRERY_ASSIGN_OR_RETURN(Tensor index, I32(where).To(device));
+      for (size_t l = 0; l < pools.size(); ++l) {
+        ORRERY_ASSIGN_OR_RETURN(Tensor rows_of_pool,
+                                pools[l].Reshape({options.num_pages * ps, latent}));
+        Tensor lat;
+        ORRERY_RETURN_IF_ERROR(kernels::GatherRows(rows_of_pool, index, &lat));
+        ORRERY_ASSIGN_OR_RETURN(Tensor k, scratch.layers[l].k.Slice(begin + p0, begin + p1));
+        ORRERY_ASSIGN_OR_RETURN(Tensor v, scratch.layers[l].v.Slice(begin + p0, begin + p1));
+        ORRERY_RETURN_IF_ERROR(mla[l]->Decompress(lat, &k, &v));
+      }
+    }
+  }
+  return scratch;
 }
 
 StatusOr<StepOutput> GpuInferenceState::Impl::Extend(
@@ -309,6 +460,25 @@ Status GpuInferenceState::Impl::RunPass(const std::vector<int64_t>& slots,
     ORRERY_ASSIGN_OR_RETURN(call.context_lens, I32(context).To(device));
   }
   ORRERY_ASSIGN_OR_RETURN(Tensor slot_dev, I32(slot_index).To(device));
+  // The MHA form's rows: each segment's new tokens after its slot's context.
+  gpu::MlaMhaCall mha_call;
+  if (mha != nullptr) {
+    std::vector<int32_t> rows;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const int64_t len = length[static_cast<size_t>(slots[i])];
+      const int64_t m = static_cast<int64_t>(feeds[i].size());
+      const int64_t begin = mha->begin[static_cast<size_t>(slots[i])];
+      for (int64_t j = 0; j < m; ++j) rows.push_back(static_cast<int32_t>(begin + len + j));
+      mha_call.begin.push_back(begin);
+      mha_call.keys.push_back(len + m);
+      ORRERY_ASSIGN_OR_RETURN(Tensor cu_q, Tensor::FromVector<int64_t>({2}, {0, m}).To(device));
+      ORRERY_ASSIGN_OR_RETURN(Tensor cu_k,
+                              Tensor::FromVector<int64_t>({2}, {0, len + m}).To(device));
+      mha_call.cu_q.push_back(cu_q);
+      mha_call.cu_k.push_back(cu_k);
+    }
+    ORRERY_ASSIGN_OR_RETURN(mha_call.rows, I32(rows).To(device));
+  }
 
   // The slots' KDA and conv state, gathered in call order (scattered back after the pass).
   std::vector<gpu::KdaSlotState> kda(kda_state.size());
@@ -327,6 +497,9 @@ Status GpuInferenceState::Impl::RunPass(const std::vector<int64_t>& slots,
                    Tensor* y) -> Status {
     const size_t index = static_cast<size_t>(kind_index[static_cast<size_t>(l)]);
     if (k != nullptr) return k->Infer(x, seg, &kda[index], y);
+    if (mha != nullptr) {
+      return a->InferMha(x, seg, call, mha_call, &mha->layers[index], &pools[index], y);
+    }
     return a->Infer(x, seg, call, &pools[index], y);
   };
   ORRERY_RETURN_IF_ERROR(model->RunInference(&pass));
@@ -367,7 +540,25 @@ StatusOr<std::unique_ptr<GpuInferenceState>> GpuInferenceState::Create(
         std::to_string(o.prefill_chunk) + ", num_pages " + std::to_string(o.num_pages) +
         ", max_tokens_per_slot " + std::to_string(options.max_tokens_per_slot));
   }
-  if (o.num_pages == 0) o.num_pages = o.num_slots * CeilDiv(o.max_tokens_per_slot, o.page_size);
+  if (o.mha_prefill_min_tokens < 0 || o.mha_prefill_reserve_bytes < 0) {
+    return InvalidArgumentError(
+        "gpu inference: expected mha_prefill_min_tokens and mha_prefill_reserve_bytes >= 0; got " +
+        std::to_string(o.mha_prefill_min_tokens) + " and " +
+        std::to_string(o.mha_prefill_reserve_bytes));
+  }
+  if (o.num_pages == 0) {
+    // Every slot at max_tokens_per_slot, but on CUDA no more than half the device's available
+    // memory: the pool is shared, and a max_seq_len of 1M times many slots would ask for more
+    // than the device has (a call that then runs out of pages is a ResourceExhausted error).
+    o.num_pages = o.num_slots * CeilDiv(o.max_tokens_per_slot, o.page_size);
+    const int64_t page_bytes = c.num_mla_layers() * o.page_size *
+                               (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) *
+                               static_cast<int64_t>(DTypeSize(model->compute_dtype()));
+    const int64_t available = DeviceBytesAvailable(model->device());  // 0: unknown
+    if (model->device().is_cuda() && page_bytes > 0 && available > 0) {
+      o.num_pages = std::max<int64_t>(1, std::min(o.num_pages, available / 2 / page_bytes));
+    }
+  }
   if (o.num_pages * o.page_size > (int64_t{1} << 31) - 1) {
     return InvalidArgumentError(
         "gpu inference: num_pages * page_size = " + std::to_string(o.num_pages * o.page_size) +
@@ -500,6 +691,9 @@ int64_t GpuInferenceState::free_pages() const {
   return static_cast<int64_t>(impl_->free_pages.size());
 }
 
+int64_t GpuInferenceState::MhaBytesPerToken() const { return impl_->MhaBytesPerToken(); }
+int64_t GpuInferenceState::mha_prefill_tokens() const { return impl_->mha_tokens; }
+
 int64_t GpuInferenceState::bytes() const {
   int64_t total = 0;
   for (const Tensor& t : impl_->kda_state) total += static_cast<int64_t>(t.nbytes());
@@ -512,7 +706,7 @@ int64_t GpuInferenceState::bytes() const {
 
 StatusOr<StepOutput> GpuInferenceState::Prefill(const std::vector<int64_t>& slots,
                                                 const std::vector<std::vector<int32_t>>& tokens) {
-  return impl_->Extend(slots, tokens);
+  return impl_->Prefill(slots, tokens);
 }
 
 StatusOr<StepOutput> GpuInferenceState::DecodeStep(const std::vector<int64_t>& slots,

@@ -83,6 +83,24 @@ struct MlaPagedCall {
   bool uniform = false;
 };
 
+// The MHA-form prefill of a call (GpuMla::InferMha; GpuInferenceState chooses it for long feeds,
+// model/gpu/gpu_inference.h). Each slot of the call owns a run of rows in every MLA layer's
+// MlaContextKv: row begin + p holds the keys and values of the slot's position p, its context
+// decompressed once per Prefill call and each pass's new tokens appended. A segment's queries are
+// the last positions of its keys.
+struct MlaMhaCall {
+  Tensor rows;                 // i32 [n]: the row of each new token (its keys and values go there)
+  std::vector<int64_t> begin;  // per segment: the row of its slot's position 0
+  std::vector<int64_t> keys;   // per segment: its slot's tokens after this pass
+  // Per segment, on the device: i64 {0, new tokens} and {0, keys} (PrefixCausalAttention).
+  std::vector<Tensor> cu_q, cu_k;
+};
+// One MLA layer's keys and values of the slots of an MHA-form call, in the compute dtype:
+// k [rows, H, dn + dr], v [rows, H, dv].
+struct MlaContextKv {
+  Tensor k, v;
+};
+
 // One forward of the stack over an inference call's new tokens (GpuModel::RunInference). The
 // sequence mixers, which read and write the slots' state, are the caller's.
 class GpuKda;
@@ -169,6 +187,18 @@ class GpuMla {
   // (kernels::MlaDecodePaged), and W_UV, the gate and W_o follow; *y [n, d].
   Status Infer(const Tensor& x, const InferenceSegments& s, const MlaPagedCall& call, Tensor* pages,
                Tensor* y) const;
+  // Inference, the MHA form (the training form's attention, for long prefills): as Infer, the new
+  // tokens' latent rows go into `pages` (decode reads them); their keys and values (Decompress)
+  // into `kv` at mha.rows; each segment's queries attend to its slot's keys and values in `kv`
+  // (kernels::PrefixCausalAttention, the tensor-core kernel for bf16 192/128), W_UV being part of
+  // the values. Per (query, key) pair and head 2 (dn + dr) + 2 dv FLOPs (640 at K3's dims)
+  // against the absorbed form's 2 (dc + dr) + 2 dc (2176).
+  Status InferMha(const Tensor& x, const InferenceSegments& s, const MlaPagedCall& call,
+                  const MlaMhaCall& mha, MlaContextKv* kv, Tensor* pages, Tensor* y) const;
+  // The per-head keys and values of latent rows [c-hat | k^R] (latents [m, dc + dr], compute
+  // dtype): *k [m, H, dn + dr] = [(W_UK c-hat)_h | k^R], *v [m, H, dv] = (W_UV c-hat)_h, as the
+  // training forward forms them. Defined k and v (views into an MlaContextKv) are overwritten.
+  Status Decompress(const Tensor& latents, Tensor* k, Tensor* v) const;
 
  private:
   // q [n, H * dqk] from x (through the q LoRA when configured).

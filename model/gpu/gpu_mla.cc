@@ -192,4 +192,60 @@ Status GpuMla::Backward(const Cache& c, const Sequences& s, const Tensor& dy, Te
   return LinearGrad(c.x, wqa_, dqa, dx);
 }
 
+Status GpuMla::Decompress(const Tensor& latents, Tensor* k, Tensor* v) const {
+  const int64_t m = latents.dim(0), dc = c_->mla.kv_lora_rank, dr = c_->mla.qk_rope_head_dim;
+  ORRERY_ASSIGN_OR_RETURN(Tensor chat,
+                          Tensor::Allocate({m, dc}, latents.dtype(), latents.device()));
+  ORRERY_ASSIGN_OR_RETURN(Tensor kr, Tensor::Allocate({m, dr}, latents.dtype(), latents.device()));
+  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(latents, 0, dc, &chat, 0));
+  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(latents, dc, dr, &kr, 0));
+  Tensor kv;
+  ORRERY_RETURN_IF_ERROR(Linear(chat, wkvb_, &kv));
+  ORRERY_ASSIGN_OR_RETURN(Tensor kv3, kv.Reshape({m, h_, dn_ + dv_}));
+  return kernels::MlaKeysValues(kv3, kr, dn_, k, v);
+}
+
+Status GpuMla::InferMha(const Tensor& x, const InferenceSegments& s, const MlaPagedCall& call,
+                        const MlaMhaCall& mha, MlaContextKv* kv, Tensor* pages, Tensor* y) const {
+  kernels::PhaseScope scope("infer.mla.mha");
+  const int64_t n = s.n, dc = c_->mla.kv_lora_rank, dr = c_->mla.qk_rope_head_dim;
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  Cache c;
+  ORRERY_RETURN_IF_ERROR(Queries(x, &c));
+  // The new tokens' latent rows [c-hat (normalised) | k^R] into their pages, as Infer.
+  Tensor kr, latents;
+  ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c.cl));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wr_, &kr));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNorm(c.cl, kvnorm_.compute, c_->mla.lora_eps, &c.chat, &c.c_rstd));
+  ORRERY_ASSIGN_OR_RETURN(latents, Tensor::Allocate({n, dc + dr}, dt, dev));
+  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c.chat, 0, dc, &latents, 0));
+  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(kr, 0, dr, &latents, dc));
+  ORRERY_RETURN_IF_ERROR(kernels::PagedLatentWrite(latents, call.slot_mapping, pages));
+  // Their keys and values after the slots' earlier ones.
+  Tensor k, v;
+  ORRERY_RETURN_IF_ERROR(Decompress(latents, &k, &v));
+  ORRERY_RETURN_IF_ERROR(kernels::ScatterRows(k, mha.rows, &kv->k));
+  ORRERY_RETURN_IF_ERROR(kernels::ScatterRows(v, mha.rows, &kv->v));
+  // Each segment's queries against its slot's keys: rows begin .. begin + keys - 1.
+  ORRERY_ASSIGN_OR_RETURN(Tensor q3, c.q.Reshape({n, h_, dqk_}));
+  ORRERY_ASSIGN_OR_RETURN(Tensor o, Tensor::Allocate({n, h_, dv_}, dt, dev));
+  {
+    kernels::PhaseScope attn("infer.mla.mha.attention");
+    for (size_t i = 0; i + 1 < s.cu.size(); ++i) {
+      const int64_t b = mha.begin[i], e = b + mha.keys[i];
+      ORRERY_ASSIGN_OR_RETURN(Tensor qi, q3.Slice(s.cu[i], s.cu[i + 1]));
+      ORRERY_ASSIGN_OR_RETURN(Tensor oi, o.Slice(s.cu[i], s.cu[i + 1]));
+      ORRERY_ASSIGN_OR_RETURN(Tensor ki, kv->k.Slice(b, e));
+      ORRERY_ASSIGN_OR_RETURN(Tensor vi, kv->v.Slice(b, e));
+      Tensor lse;
+      ORRERY_RETURN_IF_ERROR(
+          kernels::PrefixCausalAttention(qi, ki, vi, mha.cu_q[i], mha.cu_k[i], scale_, &oi, &lse));
+    }
+  }
+  ORRERY_ASSIGN_OR_RETURN(Tensor o2, o.Reshape({n, h_ * dv_}));
+  return Output(x, o2, &c, y);
+}
+
 }  // namespace orrery::model::gpu

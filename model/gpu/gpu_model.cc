@@ -617,6 +617,11 @@ Status GpuModel::ForwardBackwardWith(const GpuBatch& batch, GpuLossHead* head,
 
 Status GpuModel::RunInference(gpu::InferencePass* pass) { return impl_->Infer(pass); }
 
+const gpu::GpuMla* GpuModel::mla_layer(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(impl_->layers.size())) return nullptr;
+  return impl_->layers[static_cast<size_t>(layer)].mla.get();
+}
+
 Status GpuModel::UpdateBalancing(BalancingMetrics* metrics, const RankGroup& group) {
   const ModelConfig& c = impl_->config;
   *metrics = BalancingMetrics();

@@ -34,7 +34,8 @@ namespace orrery::model {
 
 namespace gpu {
 struct InferencePass;
-}
+class GpuMla;
+}  // namespace gpu
 
 struct GpuModelOptions {
   DType compute_dtype = DType::kBF16;  // kBF16, or kF32 (the debug mode)
@@ -132,6 +133,9 @@ class GpuModel {
   // of the stack over the pass's new tokens with its sequence mixers, the balancing biases of the
   // time and no routing forced; fills the pass's logits and expert ids.
   Status RunInference(gpu::InferencePass* pass);
+  // Internal to model/gpu (GpuInferenceState's MHA-form prefill): layer `layer`'s gated MLA, or
+  // null for a KDA layer or a layer outside the stack.
+  const gpu::GpuMla* mla_layer(int64_t layer) const;
 
   class Impl;
 

@@ -32,7 +32,21 @@
 
 namespace orrery::model::inference_check {
 
-inline StatusOr<ModelConfig> Config(int64_t max_seq_len) {
+// k3_mla_dims: MLA heads of K3's widths (qk 128 + 64, v 128; kv_lora_rank 64), which the
+// tensor-core attention kernels take in bf16, instead of the toy 16 + 8 / 16.
+inline StatusOr<ModelConfig> Config(int64_t max_seq_len, bool k3_mla_dims = false) {
+  const std::string mla = k3_mla_dims ? R"(
+kv_lora_rank = 64
+qk_nope_head_dim = 128
+qk_rope_head_dim = 64
+v_head_dim = 128
+)"
+                                      : R"(
+kv_lora_rank = 32
+qk_nope_head_dim = 16
+qk_rope_head_dim = 8
+v_head_dim = 16
+)";
   const std::string text = R"(
 [model]
 vocab_size = 131
@@ -52,12 +66,7 @@ decay_rank = 16
 chunk_size = 64
 [model.mla]
 heads = 2
-q_lora_rank = 32
-kv_lora_rank = 32
-qk_nope_head_dim = 16
-qk_rope_head_dim = 8
-v_head_dim = 16
-[model.moe]
+q_lora_rank = 32)" + mla + R"([model.moe]
 num_experts = 8
 top_k = 2
 num_shared_experts = 1
@@ -76,8 +85,8 @@ block_size = 2
 
 // A host model with its parameters moved off their init (zero AttnRes queries, unit gains), so
 // that every path of the stack matters.
-inline std::unique_ptr<Model> HostModel(int64_t max_seq_len = 4096) {
-  StatusOr<ModelConfig> c = Config(max_seq_len);
+inline std::unique_ptr<Model> HostModel(int64_t max_seq_len = 4096, bool k3_mla_dims = false) {
+  StatusOr<ModelConfig> c = Config(max_seq_len, k3_mla_dims);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return nullptr;
   auto m = Model::Create(*c, 41, DType::kF32);
@@ -194,7 +203,12 @@ inline std::unique_ptr<GpuModel> Upload(Model& host, Device device, DType dtype)
 // of 37, 5 and 20 tokens (the 37 in chunks of 16, prefill_chunk), six batched decode steps, a
 // second turn of 9 and 3 tokens into slots 2 and 0 (multi-turn: the slots continue), then decode
 // steps over all three and over a subset in another order.
-inline void MultiSlot(Device device, DType dtype, const Tolerance& tol) {
+// With mha_min_tokens > 0 (GpuInferenceOptions::mha_prefill_min_tokens; 0: the absorbed form
+// only) feeds of that many tokens take the MHA form: at 8, the 37 (three chunks over one scratch)
+// and the 20 beside the absorbed 5 in one call, then the second turn's 9 over slot 2's 26 cached
+// tokens, decompressed from its pages; the count of MHA-form tokens is checked.
+inline void MultiSlot(Device device, DType dtype, const Tolerance& tol,
+                      int64_t mha_min_tokens = 0) {
   auto host = HostModel();
   ASSERT_TRUE(host);
   auto gpu = Upload(*host, device, dtype);
@@ -206,6 +220,7 @@ inline void MultiSlot(Device device, DType dtype, const Tolerance& tol) {
   go.page_size = 4;
   go.num_pages = 64;
   go.prefill_chunk = 16;
+  go.mha_prefill_min_tokens = mha_min_tokens;
   auto gs = GpuInferenceState::Create(gpu.get(), go);
   ASSERT_TRUE(gs.ok()) << gs.status().ToString();
   for (int i = 0; i < 3; ++i) {
@@ -247,6 +262,9 @@ inline void MultiSlot(Device device, DType dtype, const Tolerance& tol) {
   }
   decode({2, 1}, Tokens(2, 300), "decode of a subset");
   for (int64_t s = 0; s < 3; ++s) EXPECT_EQ((*gs)->length(s), (*hs)->length(s)) << s;
+  int64_t mha = 0;
+  for (int64_t m : {37, 5, 20, 9, 3}) mha += mha_min_tokens > 0 && m >= mha_min_tokens ? m : 0;
+  EXPECT_EQ((*gs)->mha_prefill_tokens(), mha) << "tokens fed in the MHA form";
   Report("multi-slot", stats, tol);
 }
 
@@ -254,8 +272,9 @@ inline void MultiSlot(Device device, DType dtype, const Tolerance& tol) {
 // divergent continuations (the first decode copies the shared, partially filled last page for
 // the two slots that still share it; the third writes in place): every step equals three
 // separate prefills of the prompt on the host followed by the same continuations. Releasing the
-// slots returns every page.
-inline void Fork(Device device, DType dtype, const Tolerance& tol) {
+// slots returns every page. With mha_min_tokens > 0 (as MultiSlot) at 7: the prompt and the
+// branches' turns of 13 and 7 run in the MHA form, the latter over contexts in shared pages.
+inline void Fork(Device device, DType dtype, const Tolerance& tol, int64_t mha_min_tokens = 0) {
   auto host = HostModel();
   ASSERT_TRUE(host);
   auto gpu = Upload(*host, device, dtype);
@@ -266,6 +285,7 @@ inline void Fork(Device device, DType dtype, const Tolerance& tol) {
   go.num_slots = 3;
   go.page_size = 4;
   go.num_pages = 40;
+  go.mha_prefill_min_tokens = mha_min_tokens;
   auto gs = GpuInferenceState::Create(gpu.get(), go);
   ASSERT_TRUE(gs.ok()) << gs.status().ToString();
   for (int i = 0; i < 3; ++i) {
@@ -324,6 +344,9 @@ inline void Fork(Device device, DType dtype, const Tolerance& tol) {
   Compare(*ht, *gt, tol, "second turn of the branches", &stats, {2, 0, 1}, {13, 7, 2});
   for (int64_t s = 0; s < 3; ++s) ASSERT_TRUE((*gs)->Release(s).ok());
   EXPECT_EQ((*gs)->free_pages(), 40) << "released slots return every page";
+  int64_t mha = 0;
+  for (int64_t m : {10, 7, 2, 13}) mha += mha_min_tokens > 0 && m >= mha_min_tokens ? m : 0;
+  EXPECT_EQ((*gs)->mha_prefill_tokens(), mha) << "tokens fed in the MHA form";
   Report("fork", stats, tol);
 }
 

@@ -34,7 +34,8 @@ using gpu_check::RandomBatch;
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
 
 // f32 mode: the same maths in fp32 on both sides (no TF32); they differ in summation order
-// (cuBLAS tiles, atomics in the embedding and expert scatter, the KDA f32 kernels) and in
+// (cuBLAS tiles, the GPU kernels' own fixed orders in the embedding scatter and the KDA f32
+// kernels) and in
 // transcendental implementations, about 1e-6 relative per op. Through four layers, the residual
 // stream and the backward that amplifies it by at most a few times per layer, 1e-4 for the loss
 // and 1e-3 for every parameter gradient leave room for that and catch a wrong formula (O(1)).

@@ -324,6 +324,46 @@ TEST(QuantileThresholdsGpuTest, EqualCpuTwinExactly) {
   }
 }
 
+// The distributed form's pieces: the margins are the twin's f64 values bit for bit, and one radix
+// pass's counts equal the twin's for queries at every shift, with prefixes taken from real values
+// (so they match many keys) and random ones (so they match few or none).
+TEST(QuantileThresholdsGpuTest, MarginsAndKeyHistogramsEqualCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{4097, 64, 8}, {300, 1024, 16}, {0, 8, 2}}) {
+    for (const bool exclusive : {false, true}) {
+      PhiloxGenerator rng(950 + m + n + k, 0);
+      const Tensor scores = RandomScores(m, n, rng);
+      const Tensor bias = RandomNormal({n}, DType::kF32, rng, 0.1);
+      Tensor ref, margins = Poisoned({n, m}, DType::kF64);
+      ASSERT_TRUE(QuantileMargins(scores, bias, k, exclusive, &ref).ok());
+      const Status st = QuantileMargins(ToGpu(scores), ToGpu(bias), k, exclusive, &margins);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ExpectSameBytes(margins, ref, "margins");
+      std::vector<int32_t> cols;
+      std::vector<int64_t> prefixes;
+      for (int i = 0; i < 64; ++i) {
+        const int64_t c = static_cast<int64_t>(rng.UniformInt(static_cast<uint64_t>(n)));
+        cols.push_back(static_cast<int32_t>(c));
+        prefixes.push_back(
+            m > 0 && i % 2 == 0
+                ? static_cast<int64_t>(OrderKey(
+                      ref.data<double>()[c * m + rng.UniformInt(static_cast<uint64_t>(m))]))
+                : static_cast<int64_t>(uint64_t{rng.NextU32()} << 32 | rng.NextU32()));
+      }
+      const Tensor c_host = Tensor::FromVector<int32_t>({64}, cols);
+      const Tensor p_host = Tensor::FromVector<int64_t>({64}, prefixes);
+      for (int shift = 56; shift >= 0; shift -= 8) {
+        Tensor h_ref, h = Poisoned({64, 256}, DType::kI32);
+        ASSERT_TRUE(MarginKeyHistogram(ref, c_host, p_host, shift, &h_ref).ok());
+        const Status hs = MarginKeyHistogram(margins, ToGpu(c_host), ToGpu(p_host), shift, &h);
+        ASSERT_TRUE(hs.ok()) << hs.ToString();
+        ExpectSameBytes(h, h_ref, ("histogram at shift " + std::to_string(shift)).c_str());
+      }
+    }
+  }
+}
+
 // ---- argument errors: one InvalidArgument line, the CPU twin's where the twin has one ----
 
 TEST(MoeGpuErrors, BadCallsAreOneClearLine) {

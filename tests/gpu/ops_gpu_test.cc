@@ -325,7 +325,7 @@ TEST_P(EmbeddingGpuTest, GatherAndScatterAddMatchCpuTwin) {
   Tensor dtable = Tensor::Zeros({vocab, d}, DType::kF32).To(Device::Cuda(0)).value();
   st = EmbeddingScatterAdd(ids_gpu, ToGpu(dy, dt), &dtable);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  // Each row sums ~64 f32 terms in atomic order: sqrt(64) * 6e-8.
+  // Each row sums ~64 f32 terms in sorted-run order: sqrt(64) * 6e-8.
   ExpectClose(dtable, dt_ref, kF32Tol, "scatter-add (f32)");
 
   std::vector<int32_t> bad = id;

@@ -114,8 +114,9 @@ TEST_P(FusedPolicyLossGpuTest, TokenLogprobsAndBadTarget) {
 
 INSTANTIATE_TEST_SUITE_P(All, FusedPolicyLossGpuTest, ::testing::Values(DType::kBF16, DType::kF32));
 
-// The GPU trainer against the host trainer. f32: cuBLAS tiles, atomics in the embedding and
-// expert scatter and the KDA f32 kernels differ from the host by ~1e-6 relative per op
+// The GPU trainer against the host trainer. f32: cuBLAS tiles and the GPU kernels' own (fixed)
+// summation orders in the embedding scatter and the KDA f32 kernels differ from the host by
+// ~1e-6 relative per op
 // (GpuModelTest's f32 bounds: 1e-4 loss, 1e-3 gradients), 10x the CPU twins' ~1e-7: the CPU-twin
 // test's tolerances times 10. bf16: gradients err up to 5e-2 per parameter (GpuModelTest), and
 // AdamW turns every gradient element into a step of about lr, so the weights after 8 steps of

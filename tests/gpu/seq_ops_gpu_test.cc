@@ -190,8 +190,8 @@ TEST_P(AttnResGpuTest, ForwardAndBackwardMatchCpuTwin) {
   ExpectClose(dg, dg_ref, kF32Tol, "dgamma (f32, accumulated)");
 }
 
-// n: one source, K3's nine, past a warp's 32 (65). d = 13000 sums du straight into the global
-// dw / dgamma (past the shared-memory path).
+// n: one source, K3's nine, past a warp's 32 (65). d = 64 runs four row groups per block; d = 13000
+// keeps each block's du slots in its row of the global scratch (past the shared-memory path).
 INSTANTIATE_TEST_SUITE_P(All, AttnResGpuTest,
                          ::testing::Combine(::testing::Values(DType::kBF16, DType::kF32),
                                             ::testing::Values(std::tuple<int64_t, int64_t>{1, 64},

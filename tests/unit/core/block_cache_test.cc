@@ -63,5 +63,19 @@ TEST(BlockCacheTest, ReusesFreedBlocksAndReleasesOnPressure) {
   EXPECT_GE(cache.stats().peak_bytes_in_use, BlockSizeClass(5000) + BlockSizeClass(100000));
 }
 
+TEST(BlockCacheTest, ResetPeakRestartsAtTheBytesInUse) {
+  BlockCache cache([](size_t bytes) { return std::malloc(bytes); }, [](void* p) { std::free(p); });
+  void* a = cache.Allocate(4096);
+  void* b = cache.Allocate(8192);
+  cache.Free(b, 8192);
+  EXPECT_EQ(cache.stats().peak_bytes_in_use, 4096u + 8192u);
+  cache.ResetPeak();
+  EXPECT_EQ(cache.stats().peak_bytes_in_use, 4096u);
+  void* c = cache.Allocate(1024);
+  EXPECT_EQ(cache.stats().peak_bytes_in_use, 4096u + 1024u);
+  cache.Free(c, 1024);
+  cache.Free(a, 4096);
+}
+
 }  // namespace
 }  // namespace orrery

@@ -1,11 +1,13 @@
 // The GPU model's orchestration (model/gpu: its layers, caches and gradient flow) on the ops' CPU
 // twins against the host model, on a machine without a GPU: the same whole-model check as
-// tests/gpu/gpu_model_test.cc (tests/gpu/gpu_model_check.h), and the trainer path (GpuTrainable,
-// AdamW) on the same parameters.
+// tests/gpu/gpu_model_test.cc (tests/gpu/gpu_model_check.h), the trainer path (GpuTrainable,
+// AdamW) on the same parameters, and the trainer's determinism checks of
+// tests/gpu/gpu_determinism_check.h (same steps twice; pretraining resumed from checkpoints).
 #include <gtest/gtest.h>
 
 #include "learner/adamw.h"
 #include "learner/gpu_trainable.h"
+#include "tests/gpu/gpu_determinism_check.h"
 #include "tests/gpu/gpu_model_check.h"
 
 namespace orrery::model {
@@ -100,6 +102,18 @@ TEST(GpuModelCpuTest, TrainerStepsLowerTheLoss) {
     (step == 0 ? first : last) = l->loss_sum / l->tokens;
   }
   EXPECT_LT(last, first - 0.05) << first << " -> " << last;
+}
+
+// The GPU trainer's orchestration is deterministic on the CPU twins: the same steps twice, and
+// GPU-model pretraining (checkpoints of its masters, moments and balancing biases) resumed into
+// fresh models. On CUDA the same checks run at larger sizes (tests/gpu/gpu_determinism_test.cc).
+TEST(GpuModelCpuTest, TrainingStepsAreBitIdentical) {
+  determinism_check::CheckSameSteps(Device::Cpu(), DType::kF32,
+                                    {256, 64, {0, 200, 201, 380, 512}, 2});
+}
+
+TEST(GpuModelCpuTest, ResumedPretrainingMatchesAnUninterruptedRunBitForBit) {
+  determinism_check::CheckResume(Device::Cpu(), DType::kF32, {256, 64, 512, 256, 32, 128, 60, 120});
 }
 
 }  // namespace

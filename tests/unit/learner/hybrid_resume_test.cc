@@ -11,7 +11,6 @@
 
 #include "core/config.h"
 #include "core/metrics.h"
-#include "core/philox.h"
 #include "core/thread_pool.h"
 #include "learner/hybrid_trainable.h"
 #include "learner/pretrainer.h"
@@ -68,25 +67,6 @@ block_size = 2
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(doc->Finish().ok());
   return *c;
-}
-
-// Documents of Philox-drawn lengths and tokens (a skewed unigram mix so there is something to
-// learn), every fifth held out.
-void WriteRandomCorpus(const std::string& dir) {
-  auto w = TokenShardWriter::Create({dir, 1 << 20, kVocab, "test"});
-  ASSERT_TRUE(w.ok()) << w.status().ToString();
-  PhiloxGenerator gen(11, 3);
-  for (int d = 0; d < 60; ++d) {
-    const int64_t len = 10 + gen.UniformInt(120);
-    std::vector<int32_t> ids;
-    for (int64_t i = 0; i < len; ++i) {
-      const int32_t base = static_cast<int32_t>(gen.UniformInt(kVocab));
-      ids.push_back(i > 0 && gen.UniformInt(2) == 0 ? (ids.back() + 1) % kVocab : base / 4);
-    }
-    std::vector<uint8_t> mask(ids.size(), 1);
-    ASSERT_TRUE((*w)->Add(ids, mask, DocumentKind::kText, d % 5 == 4).ok());
-  }
-  ASSERT_TRUE((*w)->Finish().ok());
 }
 
 PretrainConfig ResumeConfig(const std::string& data_dir) {
@@ -146,7 +126,7 @@ TEST(HybridResumeTest, ResumedHybridRunMatchesAnUninterruptedOneBitForBit) {
   ThreadPool::SetDefaultThreads(3);
   ASSERT_GE(ThreadPool::Default().num_threads() + 1, 2);
   TempDir dir;
-  WriteRandomCorpus(dir.path() + "/data");
+  testing_util::WriteRandomCorpus(dir.path() + "/data", kVocab);
   StatusOr<TokenDataset> data = TokenDataset::Open(dir.path() + "/data");
   ASSERT_TRUE(data.ok()) << data.status().ToString();
   const PretrainConfig c = ResumeConfig(dir.path() + "/data");

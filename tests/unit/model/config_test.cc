@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "model/model.h"
@@ -46,6 +48,25 @@ TEST(ModelConfigTest, TinyIsAFewMillionParameters) {
   }
 }
 
+// small-1m.toml is small.toml but for max_seq_len: every other setting line (comments and blank
+// lines aside) the same, in the same order.
+TEST(ModelConfigTest, Small1mIsSmallButForMaxSeqLen) {
+  const auto settings = [](const std::string& name) {
+    std::ifstream in(ConfigPath(name));
+    EXPECT_TRUE(in.good()) << name;
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) {
+      line = line.substr(0, line.find('#'));
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      if (!line.empty() && line.rfind("max_seq_len", 0) != 0) lines.push_back(line);
+    }
+    return lines;
+  };
+  const std::vector<std::string> small = settings("small.toml");
+  EXPECT_GT(small.size(), 20u);
+  EXPECT_EQ(settings("small-1m.toml"), small);
+}
+
 Status Parse(const std::string& text) {
   StatusOr<ConfigDocument> doc = ConfigDocument::ParseString(text, "test.toml");
   if (!doc.ok()) return doc.status();
@@ -74,6 +95,7 @@ TEST(ModelConfigTest, RejectsInvalidCombinations) {
 TEST(ModelConfigTest, MaxSeqLenIsReadPerConfigAndMustBePositive) {
   const std::map<std::string, int64_t> declared = {{"tiny.toml", 4096},
                                                    {"small.toml", 32768},
+                                                   {"small-1m.toml", int64_t{1} << 20},
                                                    {"k3.toml", int64_t{1} << 20},
                                                    {"kimi-linear-48b.toml", int64_t{1} << 20}};
   for (const auto& [name, want] : declared) {

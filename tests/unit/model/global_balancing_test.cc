@@ -169,5 +169,55 @@ TEST(GlobalQuantileBalancing, RanksTakeTheGlobalBatchStep) {
   }
 }
 
+// The step where the scores are (the GPU model's; here on the ops' CPU twins) with several ranks:
+// a radix select whose histograms are summed over the ranks gives exactly the global batch's step,
+// split into micro-batches or not, and a rank that holds no scores still takes part.
+TEST(GlobalQuantileBalancing, WhereScoresAreRanksTakeTheGlobalBatchStep) {
+  constexpr int kWorld = 3, kExperts = 16;
+  const int64_t rows[kWorld] = {300, 0, 77};
+  for (Balancing form : {Balancing::kQuantileExclusive, Balancing::kQuantileCutoff}) {
+    MoeConfig c;
+    c.num_experts = kExperts;
+    c.top_k = 4;
+    c.balancing = form;
+    std::vector<std::vector<Tensor>> scores(kWorld);
+    Tensor all = Tensor::Empty({377, kExperts}, DType::kF32);
+    int64_t at = 0;
+    for (int r = 0; r < kWorld; ++r) {
+      if (rows[r] == 0) continue;  // rank 1 holds no scores
+      const Tensor s = Scores(rows[r], kExperts, 60 + r);
+      std::copy_n(s.data<float>(), s.numel(), all.data<float>() + at);
+      at += s.numel();
+      // Two micro-batches of uneven size.
+      scores[r].push_back(s.Slice(0, rows[r] / 3).value().Clone());
+      scores[r].push_back(s.Slice(rows[r] / 3, rows[r]).value().Clone());
+    }
+    Tensor start = Tensor::Zeros({kExperts}, DType::kF32);
+    for (int j = 0; j < kExperts; ++j) start.data<float>()[j] = 0.02f * static_cast<float>(j % 4);
+    Tensor global = start.Clone();
+    QuantileBalancingResult g;
+    ASSERT_TRUE(QuantileBalancingStep({&all}, c, &global, &g).ok());
+
+    std::vector<Tensor> biases(kWorld);
+    std::vector<QuantileBalancingResult> results(kWorld);
+    std::vector<Status> status(kWorld);
+    ThreadRanks ranks(kWorld);
+    ranks.Run([&](int r) {
+      biases[r] = start.Clone();
+      status[r] = QuantileBalancingStepWhereScoresAre(scores[r], c, &biases[r], &results[r],
+                                                      ranks.Group(r));
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].ToString();
+      for (int j = 0; j < kExperts; ++j) {
+        EXPECT_EQ(biases[r].data<float>()[j], global.data<float>()[j]) << "rank " << r;
+      }
+      EXPECT_EQ(results[r].load, g.load);
+      EXPECT_EQ(results[r].max_violation_after, g.max_violation_after);
+      EXPECT_EQ(results[r].bias_change, g.bias_change);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace orrery::model

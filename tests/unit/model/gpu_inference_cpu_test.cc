@@ -26,6 +26,18 @@ TEST(GpuInferenceCpuTest, ForkedPromptEqualsSeparatePrefills) {
   inference_check::Fork(Device::Cpu(), DType::kF32, kF32);
 }
 
+// The MHA-form prefill (keys and values decompressed per head, prefix-causal attention over them;
+// the PrefixCausalAttention twin) for feeds of 8 or 7 tokens and more, beside absorbed ones in
+// the same call, across chunks, a second turn over a cached context and contexts in shared
+// pages: the same host, the same tolerance (the attention sums in another order, in f32).
+TEST(GpuInferenceCpuTest, MhaFormPrefillMatchesTheHost) {
+  inference_check::MultiSlot(Device::Cpu(), DType::kF32, kF32, 8);
+}
+
+TEST(GpuInferenceCpuTest, MhaFormPrefillOverSharedPagesMatchesTheHost) {
+  inference_check::Fork(Device::Cpu(), DType::kF32, kF32, 7);
+}
+
 TEST(GpuInferenceCpuTest, ReleasedEpisodesReturnEveryPage) {
   inference_check::PagesNeverLeak(Device::Cpu(), DType::kF32, 60);
 }

@@ -11,6 +11,7 @@
 
 #include "core/philox.h"
 #include "core/safetensors.h"
+#include "kernels/attention.h"
 #include "kernels/mla_decode.h"
 
 namespace orrery::model {
@@ -418,6 +419,61 @@ TEST(OpsRunTest, MlaDecodeMatchesTheOpAndChecksIndices) {
   EXPECT_NE(e.status().message().find("--attr dv: expected an integer in [1, D = 10]"),
             std::string::npos)
       << e.status().message();
+}
+
+// mla_prefill through files equals the op on the same values, one sequence without offsets is
+// the whole batch, and the offsets are checked before either device runs.
+TEST(OpsRunTest, MlaPrefillMatchesTheOpAndChecksOffsets) {
+  PhiloxGenerator gen(10, 1);
+  const Tensor cu_q = Tensor::FromVector<int64_t>({3}, {0, 1, 6});
+  const Tensor cu_k = Tensor::FromVector<int64_t>({3}, {0, 9, 16});
+  Tensors in{{"q", Random({6, 2, 5}, gen)},
+             {"k", Random({16, 2, 5}, gen)},
+             {"v", Random({16, 2, 3}, gen)},
+             {"cu_seqlens_q", cu_q},
+             {"cu_seqlens_k", Tensor::FromVector<int32_t>({3}, {0, 9, 16})}};
+  StatusOr<Tensors> r = RunOpFile("mla_prefill", in, false, {{"scale", "0.7"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Tensor o, lse;
+  ASSERT_TRUE(
+      kernels::PrefixCausalAttention(in.at("q"), in.at("k"), in.at("v"), cu_q, cu_k, 0.7, &o, &lse)
+          .ok());
+  ASSERT_EQ(r->at("o").shape(), (Shape{6, 2, 3}));
+  ASSERT_EQ(r->at("lse").shape(), (Shape{6, 2}));
+  for (int64_t i = 0; i < o.numel(); ++i) {
+    EXPECT_EQ(r->at("o").data<double>()[i], o.data<double>()[i]) << i;
+  }
+  for (int64_t i = 0; i < lse.numel(); ++i) {
+    EXPECT_EQ(r->at("lse").data<double>()[i], lse.data<double>()[i]) << i;
+  }
+  // Without offsets: one sequence, the 6 queries the last of its 16 keys (default scale 5^-1/2).
+  Tensors one{{"q", in.at("q")}, {"k", in.at("k")}, {"v", in.at("v")}};
+  r = RunOpFile("mla_prefill", one, false, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(kernels::PrefixCausalAttention(
+                  in.at("q"), in.at("k"), in.at("v"), Tensor::FromVector<int64_t>({2}, {0, 6}),
+                  Tensor::FromVector<int64_t>({2}, {0, 16}), 1.0 / std::sqrt(5.0), &o, &lse)
+                  .ok());
+  for (int64_t i = 0; i < o.numel(); ++i) {
+    EXPECT_EQ(r->at("o").data<double>()[i], o.data<double>()[i]) << i;
+  }
+
+  const auto expect_error = [&](const Tensors& bad, bool backward, const std::string& want) {
+    StatusOr<Tensors> e = RunOpFile("mla_prefill", bad, backward, {});
+    ASSERT_FALSE(e.ok()) << want;
+    EXPECT_NE(e.status().message().find(want), std::string::npos) << e.status().message();
+    EXPECT_EQ(e.status().message().find('\n'), std::string::npos) << e.status().message();
+  };
+  Tensors bad = in;
+  bad["cu_seqlens_k"] = Tensor::FromVector<int64_t>({3}, {0, 12, 16});
+  expect_error(bad, false, "document 1 has 5 queries but 4 keys");
+  bad = in;
+  bad.erase("cu_seqlens_k");
+  expect_error(bad, false, "give both cu_seqlens_q and cu_seqlens_k, or neither");
+  bad = in;
+  bad["v"] = Random({15, 2, 3}, gen);
+  expect_error(bad, false, "tensor 'v' has shape [15, 2, 3], expected [16, 2, 3]");
+  expect_error(in, true, "op mla_prefill has no --backward");
 }
 
 }  // namespace
