@@ -10,9 +10,10 @@
 // so it is waited for with parity u % 2; a producer's first wait on an empty barrier uses parity
 // 1, which a fresh barrier reports as complete.
 //
-// A wait that sees no progress for kHangNs gives up and flags the CTA as stalled instead of
-// hanging the device: a transaction count that never completes is a bug, and the tests must fail
-// on it (on the poisoned outputs) rather than time out.
+// A wait that sees no progress for kHangNs gives up and flags the CTA (and the kernels of its
+// translation unit) as stalled instead of hanging the device: a transaction count that never
+// completes is a bug, and the tests must fail on it (on the poisoned outputs) rather than time
+// out.
 #pragma once
 
 #include <cuda.h>
@@ -67,19 +68,29 @@ __device__ __forceinline__ bool BarrierTryWait(uint32_t bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
+// Set by the first wait of this translation unit's kernels that gives up (BarrierWait), and never
+// cleared: every later wait that has waited kGlobalCheckNs gives up too, so that a protocol bug
+// costs one kHangNs per process instead of one per CTA and launch.
+static __device__ uint32_t g_pipeline_stalled = 0;
+constexpr uint64_t kGlobalCheckNs = uint64_t{1} << 20;  // ~1 ms, far beyond a healthy wait
+
 // Waits until the phase with parity `parity` of *bar has completed, or gives up: when no progress
-// came for kHangNs, or another thread of the CTA gave up before (*stalled != 0), it sets
-// *stalled (shared) and returns. A kernel then stops its pipeline and poisons its outputs, so that
-// a protocol bug fails the tests instead of hanging the device. (Not __trap(): a trap in the
-// consumer warpgroups' code makes ptxas give up their setmaxnreg register budget.)
+// came for kHangNs, or another thread of the CTA gave up before (*stalled != 0), or a wait of an
+// earlier CTA or launch did (g_pipeline_stalled, looked at after kGlobalCheckNs), it sets *stalled
+// (shared) and g_pipeline_stalled and returns. A kernel then stops its pipeline and poisons its
+// outputs, so that a protocol bug fails the tests instead of hanging the device. (Not __trap(): a
+// trap in the consumer warpgroups' code makes ptxas give up their setmaxnreg register budget.)
 __device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity,
                                             volatile uint32_t* stalled) {
   const uint32_t addr = SmemAddr(bar);
   if (BarrierTryWait(addr, parity)) return;
   const uint64_t t0 = GlobalTimerNs();
   while (!BarrierTryWait(addr, parity)) {
-    if (*stalled != 0 || GlobalTimerNs() - t0 > kHangNs) {
+    const uint64_t waited = GlobalTimerNs() - t0;
+    if (*stalled != 0 || waited > kHangNs ||
+        (waited > kGlobalCheckNs && *static_cast<volatile uint32_t*>(&g_pipeline_stalled) != 0)) {
       *stalled = 1;
+      *static_cast<volatile uint32_t*>(&g_pipeline_stalled) = 1;
       return;
     }
   }
