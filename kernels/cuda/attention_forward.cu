@@ -174,6 +174,10 @@ Status PrefixCausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const 
                                         const Tensor& cu_q, const Tensor& cu_k, double scale,
                                         Tensor* o, Tensor* lse, AttentionKernels kernels) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
+  const bool wgmma = kernels == AttentionKernels::kFastest || kernels == AttentionKernels::kWgmma;
+  if (wgmma && AttentionWgmmaSupported(q, k, v, scale)) {
+    return PrefixAttentionForwardWgmma(q, k, v, cu_q, cu_k, scale, o, lse, ctx->stream());
+  }
   if (kernels != AttentionKernels::kSimt && AttentionTcSupported(q, v)) {
     return PrefixAttentionForwardTc(q, k, v, cu_q, cu_k, scale, o, lse, ctx->stream());
   }

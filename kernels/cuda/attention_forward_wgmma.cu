@@ -20,10 +20,13 @@
 //     warpgroup 1 its round r, then warpgroup 0 round r + 1, ...), so that one's softmax runs
 //     while the tensor cores work on the other's products (kPingPong; without it the two issue
 //     whenever they are ready).
-// Keys run from the first query's document start (DocStart, attention_tc_layout.h) to the last
-// query; the TMA box is fixed, so keys outside a row's document or past its position are masked
-// per element, only on the tiles that cross the diagonal or a document start
-// (KeyTileWhollyVisible); past the tensor's end TMA reads zeros. CTAs take the query tiles from
+// Which keys a query row sees is a row map (attention_tc_layout.h), a template argument:
+// CausalRows for CausalAttention (keys from the row's document start to itself), PrefixRows for
+// PrefixCausalAttention (queries at the end of a longer context, packed apart from the keys). A
+// CTA streams keys from its first row's first key to its last row's last; the TMA box is fixed,
+// so keys outside a row's range are masked per element, only on the tiles that cross a range's
+// end (the diagonal) or start (a document start) (KeyTileWhollyVisible); past the key tensor's
+// end TMA reads zeros. CTAs take the query tiles from
 // the last to the first, so that the longest start first.
 // Shared memory: (128 dqk + kStages 128 (dqk + dv)) bf16 = 208 KB at 192/128, 224 KB at 128/128.
 //
@@ -53,7 +56,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using attention_tc::ClampToTile;
-using attention_tc::DocStart;
 using attention_tc::KeyTiles;
 using attention_tc::KeyTileWhollyVisible;
 using hopper::BarrierArrive;
@@ -97,9 +99,12 @@ struct Barriers {
   uint32_t stalled;  // set by a wait that gave up (hopper::BarrierWait): outputs become NaN
 };
 
+// Rows: which keys each query row sees (attention_tc_layout.h: CausalRows for CausalAttention,
+// PrefixRows for PrefixCausalAttention); n query rows.
+template <class Rows>
 struct Problem {
-  const int64_t* cu;
-  int64_t entries, n;
+  Rows rows;
+  int64_t n;
   int heads, m_blocks;
   float scale_log2;
   bf16* o;
@@ -147,7 +152,8 @@ __device__ void Produce(const CUtensorMap* q_map, const CUtensorMap* k_map,
 
 // A consumer warpgroup's rows of the online softmax over one key tile.
 struct SoftmaxRows {
-  int64_t row[2], start[2];  // this thread's rows (accumulator rows g, g + 8) and doc starts
+  int64_t row[2];            // this thread's rows (accumulator rows g, g + 8)
+  int64_t start[2], end[2];  // the keys each sees: start .. end (Rows::First, Rows::Last)
   float m[2], l[2];          // running max of the raw scores, this thread's part of the sums
   float scale_log2;
 
@@ -156,9 +162,9 @@ struct SoftmaxRows {
   __device__ __forceinline__ void Step(float (&s)[64], int64_t kb, bool masked, float (&alpha)[2]) {
     const int lane = static_cast<int>(threadIdx.x % 32);
     if (masked) {
-      // Key kb + c is visible to row r when start[r] <= kb + c <= row[r].
+      // Key kb + c is visible to row r when start[r] <= kb + c <= end[r].
       const int lo[2] = {ClampToTile(start[0] - kb, kBlockN), ClampToTile(start[1] - kb, kBlockN)};
-      const int hi[2] = {ClampToTile(row[0] - kb, kBlockN), ClampToTile(row[1] - kb, kBlockN)};
+      const int hi[2] = {ClampToTile(end[0] - kb, kBlockN), ClampToTile(end[1] - kb, kBlockN)};
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
         const int c = AccCol(lane, i), r = (i / 2) % 2;
@@ -210,11 +216,11 @@ __device__ __forceinline__ void IssuePV(float (&o)[64], const uint32_t (&p)[32],
   WgmmaCommit();
 }
 
-template <int kDqk, int kDv, bool kPingPong>
+template <int kDqk, int kDv, bool kPingPong, class Rows>
 __global__ void __launch_bounds__(kThreads, 1)
     AttentionForwardWgmmaKernel(const __grid_constant__ CUtensorMap q_map,
                                 const __grid_constant__ CUtensorMap k_map,
-                                const __grid_constant__ CUtensorMap v_map, Problem pr) {
+                                const __grid_constant__ CUtensorMap v_map, Problem<Rows> pr) {
   using P = Plan<kDqk, kDv>;
   constexpr int kStages = P::kStages;
   extern __shared__ unsigned char smem_raw[];
@@ -226,9 +232,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t q0 =
       static_cast<int64_t>(pr.m_blocks - 1 - static_cast<int>(blockIdx.x / pr.heads)) * kBlockM;
   const int64_t q_last = (q0 + kBlockM < pr.n ? q0 + kBlockM : pr.n) - 1;
-  // Keys from the first query's document start on (attention_tc_layout.h, KeyTiles).
-  const int64_t kv_begin = DocStart(pr.cu, pr.entries, pr.n, q0);
-  const int tiles = KeyTiles(kv_begin, q_last, kBlockN);
+  // Keys First(q0) .. Last(q_last): every one is seen by some row of the CTA (causal; PrefixRows
+  // may stream a masked tile, attention_tc_layout.h). At most 0 tiles only where no row sees a
+  // key (PrefixRows with more queries than keys: o = 0, lse = -inf).
+  const int64_t kv_begin = pr.rows.First(q0);
+  const int tiles = KeyTiles(kv_begin, pr.rows.Last(q_last), kBlockN);
   const int warpgroup = static_cast<int>(threadIdx.x / 128);
 
   if (threadIdx.x == 0) {
@@ -258,12 +266,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int consumer = warpgroup - 1;
   const int warp = static_cast<int>(threadIdx.x / 32) % 4,
             lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t last_start = DocStart(pr.cu, pr.entries, pr.n, q_last);  // the latest row start
+  // A tile is wholly visible when its keys lie in [First(q_last), Last(q0)] (the latest start, the
+  // earliest end).
+  const int64_t last_start = pr.rows.First(q_last), first_end = pr.rows.Last(q0);
   SoftmaxRows rows;
   rows.row[0] = q0 + consumer * kConsumerRows + 16 * warp + lane / 4;
   rows.row[1] = rows.row[0] + 8;
-  rows.start[0] = DocStart(pr.cu, pr.entries, pr.n, rows.row[0]);
-  rows.start[1] = DocStart(pr.cu, pr.entries, pr.n, rows.row[1]);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rows.start[r] = pr.rows.First(rows.row[r]);
+    rows.end[r] = pr.rows.Last(rows.row[r]);
+  }
   rows.m[0] = rows.m[1] = -INFINITY;
   rows.l[0] = rows.l[1] = 0.0f;
   rows.scale_log2 = pr.scale_log2;
@@ -278,57 +291,59 @@ __global__ void __launch_bounds__(kThreads, 1)
   Turns<kPingPong> turns{bars->turn, &bars->stalled, consumer};
   turns.Start();
   BarrierWait(&bars->q_full, 0, &bars->stalled);
-  // Tile 0: S_0 alone (there is no P yet).
-  BarrierWait(&bars->k_full[0], 0, &bars->stalled);
-  turns.Take();
-  FenceRegisters(s);
-  WgmmaFence();
-  IssueQK<kDqk>(s, q_rows, k_ring);
-  turns.Pass();
-  WgmmaWait<0>();
-  FenceRegisters(s);
-  Release(&bars->k_empty[0]);
-  rows.Step(s, kv_begin, !KeyTileWhollyVisible(kv_begin, kBlockN, q0, last_start), alpha);
-  AccumulatorsAsA<kBlockN>(p, s);
-
-  for (int t = 1; t < tiles; ++t) {
-    const int st = t % kStages, sp = (t - 1) % kStages;
-    const int64_t kb = kv_begin + static_cast<int64_t>(t) * kBlockN;
-    // Both waits before the fence: no branch between it and the two products (V_{t-1} came
-    // with K_{t-1}, so the second wait is rarely a wait).
-    BarrierWait(&bars->k_full[st], (t / kStages) & 1, &bars->stalled);
-    BarrierWait(&bars->v_full[sp], ((t - 1) / kStages) & 1, &bars->stalled);
+  if (tiles > 0) {
+    // Tile 0: S_0 alone (there is no P yet).
+    BarrierWait(&bars->k_full[0], 0, &bars->stalled);
     turns.Take();
     FenceRegisters(s);
+    WgmmaFence();
+    IssueQK<kDqk>(s, q_rows, k_ring);
+    turns.Pass();
+    WgmmaWait<0>();
+    FenceRegisters(s);
+    Release(&bars->k_empty[0]);
+    rows.Step(s, kv_begin, !KeyTileWhollyVisible(kv_begin, kBlockN, first_end, last_start), alpha);
+    AccumulatorsAsA<kBlockN>(p, s);
+
+    for (int t = 1; t < tiles; ++t) {
+      const int st = t % kStages, sp = (t - 1) % kStages;
+      const int64_t kb = kv_begin + static_cast<int64_t>(t) * kBlockN;
+      // Both waits before the fence: no branch between it and the two products (V_{t-1} came
+      // with K_{t-1}, so the second wait is rarely a wait).
+      BarrierWait(&bars->k_full[st], (t / kStages) & 1, &bars->stalled);
+      BarrierWait(&bars->v_full[sp], ((t - 1) / kStages) & 1, &bars->stalled);
+      turns.Take();
+      FenceRegisters(s);
+      FenceRegisters(p);
+      FenceRegisters(o);
+      WgmmaFence();
+      IssueQK<kDqk>(s, q_rows, k_ring + st * P::kKBytes);
+      IssuePV(o, p, v_ring + sp * P::kVBytes);
+      turns.Pass();
+      WgmmaWait<1>();  // S_t landed; P_{t-1} V_{t-1} may still run
+      FenceRegisters(s);
+      Release(&bars->k_empty[st]);
+      rows.Step(s, kb, !KeyTileWhollyVisible(kb, kBlockN, first_end, last_start), alpha);
+      WgmmaWait<0>();
+      FenceRegisters(o);
+      Release(&bars->v_empty[sp]);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
+      AccumulatorsAsA<kBlockN>(p, s);
+    }
+    // The last tile's P V.
+    const int sl = (tiles - 1) % kStages;
+    BarrierWait(&bars->v_full[sl], ((tiles - 1) / kStages) & 1, &bars->stalled);
+    turns.Take();
     FenceRegisters(p);
     FenceRegisters(o);
     WgmmaFence();
-    IssueQK<kDqk>(s, q_rows, k_ring + st * P::kKBytes);
-    IssuePV(o, p, v_ring + sp * P::kVBytes);
+    IssuePV(o, p, v_ring + sl * P::kVBytes);
     turns.Pass();
-    WgmmaWait<1>();  // S_t landed; P_{t-1} V_{t-1} may still run
-    FenceRegisters(s);
-    Release(&bars->k_empty[st]);
-    rows.Step(s, kb, !KeyTileWhollyVisible(kb, kBlockN, q0, last_start), alpha);
     WgmmaWait<0>();
     FenceRegisters(o);
-    Release(&bars->v_empty[sp]);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] *= alpha[(i / 2) % 2];
-    AccumulatorsAsA<kBlockN>(p, s);
+    Release(&bars->v_empty[sl]);
   }
-  // The last tile's P V.
-  const int sl = (tiles - 1) % kStages;
-  BarrierWait(&bars->v_full[sl], ((tiles - 1) / kStages) & 1, &bars->stalled);
-  turns.Take();
-  FenceRegisters(p);
-  FenceRegisters(o);
-  WgmmaFence();
-  IssuePV(o, p, v_ring + sl * P::kVBytes);
-  turns.Pass();
-  WgmmaWait<0>();
-  FenceRegisters(o);
-  Release(&bars->v_empty[sl]);
 
   // o = O / l, lse = (m scale_log2 + log2 l) ln 2 for the rows below n (a row's sum over its
   // quad by two shuffles; > 0 since every row sees its own key).
@@ -342,7 +357,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int64_t row = rows.row[r];
     if (row > q_last) continue;
-    const float inv = poisoned ? NAN : 1.0f / sum;
+    // sum > 0: every row sees a key (its own; PrefixRows: when n_d <= L_d, else o = 0, lse = -inf).
+    const float inv = poisoned ? NAN : (sum > 0.0f ? 1.0f / sum : 0.0f);
     bf16* orow = pr.o + row * pr.heads * kDv + static_cast<int64_t>(h) * kDv + 2 * t4;
 #pragma unroll
     for (int j = 0; j < kDv / 8; ++j) {
@@ -350,24 +366,25 @@ __global__ void __launch_bounds__(kThreads, 1)
           PackBf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
     }
     if (t4 == 0) {
-      pr.lse[row * pr.heads + h] = poisoned ? NAN : (rows.m[r] * pr.scale_log2 + log2f(sum)) * kLn2;
+      pr.lse[row * pr.heads + h] =
+          poisoned ? NAN
+                   : (sum > 0.0f ? (rows.m[r] * pr.scale_log2 + log2f(sum)) * kLn2 : -INFINITY);
     }
   }
 }
 
-template <int kDqk, int kDv, bool kPingPong>
-Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu, double scale,
+template <int kDqk, int kDv, bool kPingPong, class Rows>
+Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Rows& rows, double scale,
                Tensor* o, Tensor* lse, cudaStream_t stream) {
-  const int64_t n = q.dim(0), heads = q.dim(1);
+  const int64_t n = q.dim(0), nk = k.dim(0), heads = q.dim(1);
   ORRERY_ASSIGN_OR_RETURN(const CUtensorMap q_map,
                           Bf16TileMap(q.raw_data(), n, heads * kDqk, heads * kDqk, kBlockM));
   ORRERY_ASSIGN_OR_RETURN(const CUtensorMap k_map,
-                          Bf16TileMap(k.raw_data(), n, heads * kDqk, heads * kDqk, kBlockN));
+                          Bf16TileMap(k.raw_data(), nk, heads * kDqk, heads * kDqk, kBlockN));
   ORRERY_ASSIGN_OR_RETURN(const CUtensorMap v_map,
-                          Bf16TileMap(v.raw_data(), n, heads * kDv, heads * kDv, kBlockN));
-  Problem pr;
-  pr.cu = cu.data<int64_t>();
-  pr.entries = cu.numel();
+                          Bf16TileMap(v.raw_data(), nk, heads * kDv, heads * kDv, kBlockN));
+  Problem<Rows> pr;
+  pr.rows = rows;
   pr.n = n;
   pr.heads = static_cast<int>(heads);
   pr.m_blocks = static_cast<int>((n + kBlockM - 1) / kBlockM);
@@ -375,7 +392,7 @@ Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   pr.o = static_cast<bf16*>(o->raw_data());
   pr.lse = lse->data<float>();
   constexpr size_t kSmem = Plan<kDqk, kDv>::kSmemBytes;
-  auto* kernel = AttentionForwardWgmmaKernel<kDqk, kDv, kPingPong>;
+  auto* kernel = AttentionForwardWgmmaKernel<kDqk, kDv, kPingPong, Rows>;
   ORRERY_RETURN_IF_ERROR(
       CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "AttentionForwardWgmmaKernel shared memory"));
@@ -385,6 +402,13 @@ Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   return LastLaunchStatus("AttentionForwardWgmmaKernel");
 }
 
+template <bool kPingPong, class Rows>
+Status ForwardDims(const Tensor& q, const Tensor& k, const Tensor& v, const Rows& rows,
+                   double scale, Tensor* o, Tensor* lse, cudaStream_t stream) {
+  if (q.dim(2) == 192) return Forward<192, 128, kPingPong>(q, k, v, rows, scale, o, lse, stream);
+  return Forward<128, 128, kPingPong>(q, k, v, rows, scale, o, lse, stream);
+}
+
 }  // namespace
 }  // namespace attention_wgmma
 
@@ -392,7 +416,8 @@ bool AttentionWgmmaSupported(const Tensor& q, const Tensor& k, const Tensor& v, 
   const int64_t dqk = q.dim(2), dv = v.dim(2);
   if (q.dtype() != DType::kBF16 || dv != 128 || (dqk != 192 && dqk != 128)) return false;
   if (!(scale > 0.0) || !std::isfinite(scale)) return false;
-  if (q.dim(0) >= (int64_t{1} << 31) - 256) return false;
+  constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 256;  // 32-bit TMA coordinates
+  if (q.dim(0) >= kMaxTokens || k.dim(0) >= kMaxTokens || k.dim(0) < 1) return false;
   for (const Tensor* t : {&q, &k, &v}) {
     if (reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return false;
   }
@@ -410,13 +435,18 @@ bool AttentionWgmmaSupported(const Tensor& q, const Tensor& k, const Tensor& v, 
 Status AttentionForwardWgmma(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
                              cudaStream_t stream, bool ping_pong) {
-  using attention_wgmma::Forward;
-  if (q.dim(2) == 192) {
-    return ping_pong ? Forward<192, 128, true>(q, k, v, cu_seqlens, scale, o, lse, stream)
-                     : Forward<192, 128, false>(q, k, v, cu_seqlens, scale, o, lse, stream);
-  }
-  return ping_pong ? Forward<128, 128, true>(q, k, v, cu_seqlens, scale, o, lse, stream)
-                   : Forward<128, 128, false>(q, k, v, cu_seqlens, scale, o, lse, stream);
+  using attention_wgmma::ForwardDims;
+  const attention_tc::CausalRows rows{cu_seqlens.data<int64_t>(), cu_seqlens.numel(), q.dim(0)};
+  return ping_pong ? ForwardDims<true>(q, k, v, rows, scale, o, lse, stream)
+                   : ForwardDims<false>(q, k, v, rows, scale, o, lse, stream);
+}
+
+Status PrefixAttentionForwardWgmma(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& cu_q, const Tensor& cu_k, double scale, Tensor* o,
+                                   Tensor* lse, cudaStream_t stream) {
+  const attention_tc::PrefixRows rows{cu_q.data<int64_t>(), cu_k.data<int64_t>(), cu_q.numel(),
+                                      q.dim(0)};
+  return attention_wgmma::ForwardDims<true>(q, k, v, rows, scale, o, lse, stream);
 }
 
 }  // namespace orrery::kernels::cuda

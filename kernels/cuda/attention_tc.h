@@ -17,9 +17,9 @@ namespace orrery::kernels::cuda {
 // (192, 128) or (128, 128).
 bool AttentionTcSupported(const Tensor& q, const Tensor& v);
 
-// Whether the wgmma forward takes q [N, H, dqk], k, v [N, H, dv] with this scale: bf16, (dqk, dv)
-// (192, 128) or (128, 128), scale > 0, q, k, v 16-byte aligned (TMA), N < 2^31 - 256, and the
-// device an sm_90 (Hopper).
+// Whether the wgmma kernels take q [Nq, H, dqk], k [Nk, H, dqk], v [Nk, H, dv] with this scale:
+// bf16, (dqk, dv) (192, 128) or (128, 128), scale > 0, q, k, v 16-byte aligned (TMA),
+// 1 <= Nk, Nq < 2^31 - 256, and the device an sm_90 (Hopper).
 bool AttentionWgmmaSupported(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 
 // o and the natural log-sum-exp lse (f32 [N, H]) of causal attention within documents, on wgmma
@@ -29,6 +29,10 @@ bool AttentionWgmmaSupported(const Tensor& q, const Tensor& k, const Tensor& v, 
 Status AttentionForwardWgmma(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
                              cudaStream_t stream, bool ping_pong = true);
+// PrefixCausalAttention's forward (kernels/attention.h) on wgmma, where AttentionWgmmaSupported.
+Status PrefixAttentionForwardWgmma(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& cu_q, const Tensor& cu_k, double scale, Tensor* o,
+                                   Tensor* lse, cudaStream_t stream);
 Status AttentionForwardTc(const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
                           cudaStream_t stream);

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/philox.h"
@@ -469,6 +470,84 @@ void CheckKeyVisibility(const std::vector<int64_t>& lengths) {
       const bool visible = i < n && j <= i && start(i) == start(j);
       ASSERT_EQ(count[i * n + j], visible ? 1 : 0) << "query " << i << " key " << j;
     }
+  }
+}
+
+// The forward with PrefixRows (PrefixCausalAttention: queries the last n_d positions of a
+// document's L_d keys, packed apart): every visible pair once, no hidden one, no key tile past the
+// padded keys. Visibility from the definition: query i of document d sees the document's keys 0
+// .. L_d - n_d + (i - cu_q[d]).
+void CheckPrefixVisibility(const std::vector<int64_t>& queries, const std::vector<int64_t>& keys) {
+  using attention_tc::ClampToTile;
+  using attention_tc::KeyTiles;
+  using attention_tc::KeyTileWhollyVisible;
+  using attention_tc::PrefixRows;
+  constexpr int kRows = 128, kTile = 128;
+  std::vector<int64_t> cu_q = {0}, cu_k = {0};
+  for (size_t d = 0; d < queries.size(); ++d) {
+    cu_q.push_back(cu_q.back() + queries[d]);
+    cu_k.push_back(cu_k.back() + keys[d]);
+  }
+  const int64_t nq = cu_q.back(), nk = cu_k.back();
+  SCOPED_TRACE("prefix, nq " + std::to_string(nq) + " nk " + std::to_string(nk));
+  const PrefixRows rows{cu_q.data(), cu_k.data(), static_cast<int64_t>(cu_q.size()), nq};
+  const auto visible = [&](int64_t i, int64_t j) {
+    for (size_t d = 0; d + 1 < cu_q.size(); ++d) {
+      if (i < cu_q[d] || i >= cu_q[d + 1]) continue;
+      const int64_t n = cu_q[d + 1] - cu_q[d], len = cu_k[d + 1] - cu_k[d];
+      return j >= cu_k[d] && j - cu_k[d] <= len - n + (i - cu_q[d]);
+    }
+    return false;
+  };
+  const int64_t width = nk + kTile;
+  std::vector<int> count(static_cast<size_t>(nq * width), 0);
+  for (int64_t q0 = 0; q0 < nq; q0 += kRows) {
+    const int64_t q_last = std::min<int64_t>(q0 + kRows, nq) - 1;
+    const int64_t kv_begin = rows.First(q0), last_start = rows.First(q_last);
+    const int64_t first_end = rows.Last(q0);
+    for (int it = 0; it < KeyTiles(kv_begin, rows.Last(q_last), kTile); ++it) {
+      const int64_t kb = kv_begin + int64_t{it} * kTile;
+      const bool wholly = KeyTileWhollyVisible(kb, kTile, first_end, last_start);
+      for (int64_t row = q0; row <= q_last; ++row) {
+        const int lo = ClampToTile(rows.First(row) - kb, kTile);
+        const int hi = ClampToTile(rows.Last(row) - kb, kTile);
+        for (int c = 0; c < kTile; ++c) {
+          if (!(wholly || (lo <= c && c <= hi))) continue;
+          ASSERT_LT(kb + c, width) << "a key tile past the padded keys";
+          ++count[static_cast<size_t>(row * width + kb + c)];
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < nq; ++i) {
+    for (int64_t j = 0; j < width; ++j) {
+      ASSERT_EQ(count[static_cast<size_t>(i * width + j)], visible(i, j) ? 1 : 0)
+          << "query " << i << " key " << j;
+    }
+  }
+}
+
+TEST(WgmmaLayout, PrefixTilesCoverEachVisiblePairOnce) {
+  // (queries, keys) per document: single queries at the end of long contexts, all-query
+  // documents, a document without queries between two with, a 640-query chunk at the end of 9000
+  // keys beside a second turn, lengths on no tile boundary.
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> layouts = {
+      {{1, 1, 1}, {1, 65, 3000}},
+      {{127, 128, 129}, {127, 128, 129}},
+      {{3, 0, 70}, {100, 45, 70}},
+      {{640, 37}, {9000, 1000}},
+      {{1, 70, 0, 3, 130, 0, 64}, {200, 70, 0, 9, 131, 5, 64}},
+      {{0, 5, 0}, {3, 9, 0}},
+  };
+  for (const auto& [q, k] : layouts) CheckPrefixVisibility(q, k);
+  PhiloxGenerator rng(93, 0);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<int64_t> q(1 + rng.UniformInt(6)), k(q.size());
+    for (size_t i = 0; i < q.size(); ++i) {
+      k[i] = static_cast<int64_t>(rng.UniformInt(trial % 2 ? 20 : 400));
+      q[i] = k[i] == 0 ? 0 : static_cast<int64_t>(rng.UniformInt(static_cast<uint64_t>(k[i]) + 1));
+    }
+    CheckPrefixVisibility(q, k);
   }
 }
 
