@@ -9,7 +9,8 @@
 // attention_forward_tc.cu and attention_backward_tc.cu on mma.sync), else in f32 on SIMT cores
 // (attention_forward.cu, attention_backward.cu). The environment variable
 // ORRERY_ATTENTION=wgmma|mma|simt forces one kernel set where it takes the inputs (the next one
-// down elsewhere), so that benchmarks and bisections can A/B them; another value is an error.
+// down elsewhere), here and in PrefixCausalAttention, so that benchmarks and bisections can A/B
+// them; another value is an error.
 //
 // Layouts (N packed tokens, H heads): q, k [N, H, dqk]; v, o [N, H, dv]; lse [N, H], the natural
 // log-sum-exp of each row's scaled scores, saved by the forward so that the backward recomputes

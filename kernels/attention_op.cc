@@ -74,14 +74,14 @@ AttentionShape ShapeOf(const Tensor& q, const Tensor& v) {
 
 #if defined(ORRERY_KERNELS_CUDA)
 // The CUDA kernel set ORRERY_ATTENTION names: unset or empty the fastest, else wgmma, mma or simt.
-StatusOr<cuda::AttentionKernels> KernelsFromEnv() {
+StatusOr<cuda::AttentionKernels> KernelsFromEnv(const char* op) {
   const char* env = std::getenv("ORRERY_ATTENTION");
   const std::string name = env == nullptr ? "" : env;
   if (name.empty()) return cuda::AttentionKernels::kFastest;
   if (name == "wgmma") return cuda::AttentionKernels::kWgmma;
   if (name == "mma") return cuda::AttentionKernels::kMma;
   if (name == "simt") return cuda::AttentionKernels::kSimt;
-  return InvalidArgumentError(std::string(kOp) + ": ORRERY_ATTENTION=" + name +
+  return InvalidArgumentError(std::string(op) + ": ORRERY_ATTENTION=" + name +
                               ", expected wgmma, mma or simt (or unset)");
 }
 #endif
@@ -227,7 +227,8 @@ Status PrefixCausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, 
     return Status::OK();
   }
 #if defined(ORRERY_KERNELS_CUDA)
-  return cuda::PrefixCausalAttentionForwardCuda(q, k, v, cu_q, cu_k, scale, o, lse);
+  ORRERY_ASSIGN_OR_RETURN(const cuda::AttentionKernels kernels, KernelsFromEnv(kPrefixOp));
+  return cuda::PrefixCausalAttentionForwardCuda(q, k, v, cu_q, cu_k, scale, o, lse, kernels);
 #else
   return NoCuda(kPrefixOp, q);
 #endif
@@ -249,7 +250,7 @@ Status CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
     return Status::OK();
   }
 #if defined(ORRERY_KERNELS_CUDA)
-  ORRERY_ASSIGN_OR_RETURN(const cuda::AttentionKernels kernels, KernelsFromEnv());
+  ORRERY_ASSIGN_OR_RETURN(const cuda::AttentionKernels kernels, KernelsFromEnv(kOp));
   return cuda::CausalAttentionForwardCuda(q, k, v, cu_seqlens, scale, o, lse, kernels);
 #else
   return NoCuda(kOp, q);
@@ -277,7 +278,7 @@ Status CausalAttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, co
     return Status::OK();
   }
 #if defined(ORRERY_KERNELS_CUDA)
-  ORRERY_ASSIGN_OR_RETURN(const cuda::AttentionKernels kernels, KernelsFromEnv());
+  ORRERY_ASSIGN_OR_RETURN(const cuda::AttentionKernels kernels, KernelsFromEnv(kOp));
   return cuda::CausalAttentionBackwardCuda(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv,
                                            kernels);
 #else
