@@ -5,8 +5,8 @@
 #
 #   scripts/gpu_attention.sh BIN_DIR [SHAPE...]
 #
-# BIN_DIR holds wgmma_probe_gpu_tests, attention_gpu_tests and attention_gpu_bench (built with
-# CUDA, e.g. build/tests) and in BIN_DIR/lib the shared libraries the GPU machine lacks; or all of
+# BIN_DIR holds wgmma_probe_gpu_tests, attention_gpu_tests, prefix_attention_gpu_tests (run when
+# present) and attention_gpu_bench (built with CUDA, e.g. build/tests) and in BIN_DIR/lib the shared libraries the GPU machine lacks; or all of
 # that packed by scripts/gpu_bundle.sh as BIN_DIR/bundle.tar.xz, unpacked here first. SHAPEs
 # (4x8192x16, 1x65536x16, 1x8192x128; default all) go to the bench and to
 # scripts/gpu_attention_torch.py. Each part runs under a time limit (ATTN_PROBE_TIMEOUT,
@@ -38,6 +38,10 @@ timeout "${ATTN_PROBE_TIMEOUT:-60}" "$bin/wgmma_probe_gpu_tests" 2>&1 | tee "$ou
   status=1
 timeout "${ATTN_TEST_TIMEOUT:-240}" "$bin/attention_gpu_tests" 2>&1 | tee "$out/tests.log" ||
   status=1
+if [[ -x "$bin/prefix_attention_gpu_tests" ]]; then
+  timeout "${ATTN_TEST_TIMEOUT:-240}" "$bin/prefix_attention_gpu_tests" 2>&1 |
+    tee "$out/prefix_tests.log" || status=1
+fi
 timeout "${ATTN_BENCH_TIMEOUT:-240}" "$bin/attention_gpu_bench" "$@" 2>&1 |
   tee "$out/bench.log" || status=1
 timeout "${ATTN_TORCH_TIMEOUT:-240}" python3 scripts/gpu_attention_torch.py "$@" 2>&1 |
