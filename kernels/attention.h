@@ -2,10 +2,15 @@
 // (spec §3.1-3.2), dispatched by device. The CPU path runs the CausalAttentionForward/Backward
 // templates of kernels/mla_attention.h (the CPU model's core and this op's twin); the CUDA path
 // runs flash-attention style kernels that stream key tiles through an online softmax and never
-// hold an [N, N] score matrix: on tensor cores (kernels/cuda/attention_forward_tc.cu,
-// attention_backward_tc.cu; bf16 MMAs with f32 accumulation, P and dS rounded to bf16) for bf16
-// inputs with head dims 192/128 or 128/128, else in f32 on SIMT cores (attention_forward.cu,
-// attention_backward.cu).
+// hold an [N, N] score matrix: on tensor cores for bf16 inputs with head dims 192/128 or 128/128
+// (bf16 products with f32 accumulation, P and dS rounded to bf16; on Hopper
+// kernels/cuda/attention_forward_wgmma.cu, attention_backward_dq_wgmma.cu and
+// attention_backward_dkdv_wgmma.cu, wgmma with TMA loads and warp specialisation, else
+// attention_forward_tc.cu and attention_backward_tc.cu on mma.sync), else in f32 on SIMT cores
+// (attention_forward.cu, attention_backward.cu). The environment variable
+// ORRERY_ATTENTION=wgmma|mma|simt forces one kernel set where it takes the inputs (the next one
+// down elsewhere), here and in PrefixCausalAttention, so that benchmarks and bisections can A/B
+// them; another value is an error.
 //
 // Layouts (N packed tokens, H heads): q, k [N, H, dqk]; v, o [N, H, dv]; lse [N, H], the natural
 // log-sum-exp of each row's scaled scores, saved by the forward so that the backward recomputes

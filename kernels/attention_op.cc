@@ -1,5 +1,6 @@
 // CausalAttention / CausalAttentionGrad: checks, then the CPU templates (kernels/mla_attention.h)
-// or CUDA.
+// or CUDA, with the kernel set ORRERY_ATTENTION names (kernels/attention.h).
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +71,20 @@ DType LseType(const Tensor& q) { return q.device().is_cpu() ? q.dtype() : DType:
 AttentionShape ShapeOf(const Tensor& q, const Tensor& v) {
   return {q.dim(0), q.dim(1), q.dim(2), v.dim(2)};
 }
+
+#if defined(ORRERY_KERNELS_CUDA)
+// The CUDA kernel set ORRERY_ATTENTION names: unset or empty the fastest, else wgmma, mma or simt.
+StatusOr<cuda::AttentionKernels> KernelsFromEnv(const char* op) {
+  const char* env = std::getenv("ORRERY_ATTENTION");
+  const std::string name = env == nullptr ? "" : env;
+  if (name.empty()) return cuda::AttentionKernels::kFastest;
+  if (name == "wgmma") return cuda::AttentionKernels::kWgmma;
+  if (name == "mma") return cuda::AttentionKernels::kMma;
+  if (name == "simt") return cuda::AttentionKernels::kSimt;
+  return InvalidArgumentError(std::string(op) + ": ORRERY_ATTENTION=" + name +
+                              ", expected wgmma, mma or simt (or unset)");
+}
+#endif
 
 std::vector<int64_t> Offsets(const Tensor& cu) {
   return std::vector<int64_t>(cu.data<int64_t>(), cu.data<int64_t>() + cu.numel());
@@ -212,7 +227,8 @@ Status PrefixCausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, 
     return Status::OK();
   }
 #if defined(ORRERY_KERNELS_CUDA)
-  return cuda::PrefixCausalAttentionForwardCuda(q, k, v, cu_q, cu_k, scale, o, lse);
+  ORRERY_ASSIGN_OR_RETURN(const cuda::AttentionKernels kernels, KernelsFromEnv(kPrefixOp));
+  return cuda::PrefixCausalAttentionForwardCuda(q, k, v, cu_q, cu_k, scale, o, lse, kernels);
 #else
   return NoCuda(kPrefixOp, q);
 #endif
@@ -234,7 +250,8 @@ Status CausalAttention(const Tensor& q, const Tensor& k, const Tensor& v, const 
     return Status::OK();
   }
 #if defined(ORRERY_KERNELS_CUDA)
-  return cuda::CausalAttentionForwardCuda(q, k, v, cu_seqlens, scale, o, lse);
+  ORRERY_ASSIGN_OR_RETURN(const cuda::AttentionKernels kernels, KernelsFromEnv(kOp));
+  return cuda::CausalAttentionForwardCuda(q, k, v, cu_seqlens, scale, o, lse, kernels);
 #else
   return NoCuda(kOp, q);
 #endif
@@ -261,7 +278,9 @@ Status CausalAttentionGrad(const Tensor& q, const Tensor& k, const Tensor& v, co
     return Status::OK();
   }
 #if defined(ORRERY_KERNELS_CUDA)
-  return cuda::CausalAttentionBackwardCuda(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv);
+  ORRERY_ASSIGN_OR_RETURN(const cuda::AttentionKernels kernels, KernelsFromEnv(kOp));
+  return cuda::CausalAttentionBackwardCuda(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv,
+                                           kernels);
 #else
   return NoCuda(kOp, q);
 #endif

@@ -12,8 +12,9 @@
 //
 // Plain f32 FMAs (bf16 inputs widened on load), no tensor cores: the reference fallback. bf16
 // inputs with the model's head dims run the preprocess here and then the tensor-core kernels
-// (attention_backward_tc.cu) instead, unless the caller asks for AttentionKernels::kSimt; f32
-// inputs and other head dims always run these passes.
+// (attention_backward_tc.cu, on Hopper attention_backward_dq_wgmma.cu and
+// attention_backward_dkdv_wgmma.cu) instead, unless the caller asks for AttentionKernels::kSimt;
+// f32 inputs and other head dims always run these passes.
 // Measured time (tests/gpu/attention_gpu_bench.cc, H200, bf16, (B, T, H) = (4, 8192, 16), qk 192 /
 // v 128): 5.5 causal TFLOP/s.
 #include <cmath>
@@ -239,11 +240,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // With `tensor_cores` (AttentionTcSupported inputs), the preprocess here and then the
-// tensor-core kernels (attention_backward_tc.cu); else the SIMT passes.
+// tensor-core kernels (attention_backward_tc.cu, or with `wgmma` attention_backward_dq_wgmma.cu and
+// attention_backward_dkdv_wgmma.cu); else the SIMT passes.
 template <typename T>
 Status Backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                 const Tensor& lse, const Tensor& d_o, const Tensor& cu, double scale, Tensor* dq,
-                Tensor* dk, Tensor* dv, bool tensor_cores, cudaStream_t stream) {
+                Tensor* dk, Tensor* dv, bool tensor_cores, bool wgmma, cudaStream_t stream) {
   const int64_t n = q.dim(0);
   const int heads = static_cast<int>(q.dim(1)), dqk = static_cast<int>(q.dim(2)),
             dvd = static_cast<int>(v.dim(2));
@@ -257,6 +259,10 @@ Status Backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
   AttentionRowDotKernel<T><<<GridFor(n * heads, kWarps), kThreads, 0, stream>>>(
       static_cast<const T*>(o.raw_data()), gp, n * heads, dvd, dsum.data<float>());
   ORRERY_RETURN_IF_ERROR(LastLaunchStatus("AttentionRowDotKernel"));
+  if (tensor_cores && wgmma) {
+    ORRERY_RETURN_IF_ERROR(AttentionDkDvWgmma(q, k, v, lse, dsum, d_o, cu, scale, dk, dv, stream));
+    return AttentionDqWgmma(q, k, v, lse, dsum, d_o, cu, scale, dq, stream);
+  }
   if (tensor_cores) {
     return AttentionBackwardTc(q, k, v, lse, dsum, d_o, cu, scale, dq, dk, dv, stream);
   }
@@ -287,12 +293,16 @@ Status CausalAttentionBackwardCuda(const Tensor& q, const Tensor& k, const Tenso
                                    Tensor* dv, AttentionKernels kernels) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
   if (q.dtype() == DType::kBF16) {
-    const bool tc = kernels == AttentionKernels::kFastest && AttentionTcSupported(q, v);
+    const bool tc = kernels != AttentionKernels::kSimt && AttentionTcSupported(q, v);
+    const bool wgmma =
+        tc && (kernels == AttentionKernels::kFastest || kernels == AttentionKernels::kWgmma) &&
+        AttentionWgmmaSupported(q, k, v, scale) &&
+        reinterpret_cast<uintptr_t>(d_o.raw_data()) % 16 == 0;
     return attention::Backward<__nv_bfloat16>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv,
-                                              tc, ctx->stream());
+                                              tc, wgmma, ctx->stream());
   }
   return attention::Backward<float>(q, k, v, o, lse, d_o, cu_seqlens, scale, dq, dk, dv, false,
-                                    ctx->stream());
+                                    false, ctx->stream());
 }
 
 }  // namespace orrery::kernels::cuda

@@ -6,8 +6,9 @@
 //
 // Plain f32 FMAs (bf16 inputs widened on load), no tensor cores; a tile that straddles documents
 // scans the earlier document's keys masked. The reference fallback: bf16 inputs with the model's
-// head dims run the tensor-core kernel (attention_forward_tc.cu) instead, unless the caller asks
-// for AttentionKernels::kSimt; f32 inputs and other head dims always run here.
+// head dims run a tensor-core kernel instead (attention_forward_wgmma.cu on Hopper, else
+// attention_forward_tc.cu; AttentionKernels in ops_cuda.h), unless the caller asks for
+// AttentionKernels::kSimt; f32 inputs and other head dims always run here.
 // Measured time (tests/gpu/attention_gpu_bench.cc, H200, bf16, (B, T, H) = (4, 8192, 16), qk 192 /
 // v 128): 6.6 causal TFLOP/s.
 // The row map (attention_tc_layout.h) makes the same kernel PrefixCausalAttention's: per query row
@@ -156,7 +157,11 @@ Status CausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
                                   AttentionKernels kernels) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
-  if (kernels == AttentionKernels::kFastest && AttentionTcSupported(q, v)) {
+  const bool wgmma = kernels == AttentionKernels::kFastest || kernels == AttentionKernels::kWgmma;
+  if (wgmma && AttentionWgmmaSupported(q, k, v, scale)) {
+    return AttentionForwardWgmma(q, k, v, cu_seqlens, scale, o, lse, ctx->stream());
+  }
+  if (kernels != AttentionKernels::kSimt && AttentionTcSupported(q, v)) {
     return AttentionForwardTc(q, k, v, cu_seqlens, scale, o, lse, ctx->stream());
   }
   if (q.dtype() == DType::kBF16) {
@@ -169,6 +174,10 @@ Status PrefixCausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const 
                                         const Tensor& cu_q, const Tensor& cu_k, double scale,
                                         Tensor* o, Tensor* lse, AttentionKernels kernels) {
   ORRERY_ASSIGN_OR_RETURN(DeviceContext * ctx, DeviceContext::Get(q.device().index));
+  const bool wgmma = kernels == AttentionKernels::kFastest || kernels == AttentionKernels::kWgmma;
+  if (wgmma && AttentionWgmmaSupported(q, k, v, scale)) {
+    return PrefixAttentionForwardWgmma(q, k, v, cu_q, cu_k, scale, o, lse, ctx->stream());
+  }
   if (kernels != AttentionKernels::kSimt && AttentionTcSupported(q, v)) {
     return PrefixAttentionForwardTc(q, k, v, cu_q, cu_k, scale, o, lse, ctx->stream());
   }

@@ -40,10 +40,14 @@ Status RmsNormBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& rstd,
 
 // Causal attention per document (kernels/attention.h): q, k [N, H, dqk], v [N, H, dv] of one dtype
 // (bf16 or f32), dims <= 256; cu_seqlens i64 [docs + 1] on the device; o like v, lse [N, H] f32.
-// kFastest runs the tensor-core kernels (attention_tc.h) where they take the inputs (bf16, head
-// dims 192/128 or 128/128) and the SIMT kernels otherwise; kSimt always the SIMT kernels, the
-// f32-arithmetic reference the tests and benchmarks compare the tensor-core ones with.
-enum class AttentionKernels { kFastest, kSimt };
+// The kernel sets (attention_tc.h), each used where it takes the inputs, else the next one down:
+//   kWgmma: the Hopper kernels (wgmma, TMA, warp specialisation; bf16, head dims 192/128 or
+//     128/128, sm_90), forward and backward.
+//   kMma: the mma.sync tensor-core kernels (bf16, head dims 192/128 or 128/128).
+//   kSimt: the f32-arithmetic SIMT kernels (every dtype and dim), the reference the tests and
+//     benchmarks compare the tensor-core ones with.
+// kFastest is kWgmma. The op (attention_op.cc) passes the set ORRERY_ATTENTION names.
+enum class AttentionKernels { kFastest, kWgmma, kMma, kSimt };
 Status CausalAttentionForwardCuda(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& cu_seqlens, double scale, Tensor* o, Tensor* lse,
                                   AttentionKernels kernels = AttentionKernels::kFastest);

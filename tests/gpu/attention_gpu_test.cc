@@ -1,8 +1,9 @@
 // Causal attention per document (kernels/attention.h) on the GPU against its CPU twin (the
 // CausalAttentionForward/Backward templates, run in f64) on fresh random inputs; skipped without a
-// GPU. The bf16 cases with head dims 192/128 and 128/128 run the tensor-core kernels (the default
-// dispatch), all other cases the SIMT kernels; AttentionTcGpuTest below covers the tensor-core
-// kernels on longer ragged batches and against the SIMT kernels.
+// GPU. The bf16 cases with head dims 192/128 and 128/128 run each tensor-core kernel set in turn
+// (AttentionKernels::kWgmma, the Hopper forward, and kMma, the mma.sync kernels; ops_cuda.h), all
+// other cases the SIMT kernels; AttentionTcGpuTest below covers the tensor-core kernels on longer
+// ragged batches and against the SIMT kernels.
 //
 // Each reference runs in f64 on the very values the GPU sees: q, k, v, dO rounded to bf16 or f32
 // first, and the backward of both sides is given the same o (the reference's, rounded to the
@@ -20,6 +21,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -30,6 +32,7 @@
 #include "core/philox.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_tc.h"
+#include "kernels/cuda/device_context.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/kernels/kda_test_util.h"
@@ -49,8 +52,11 @@ using testing::RandomNormal;
 using testing::RelRmsError;
 
 // Document lengths: a single token, lengths below, at and past the 32-row tiles, an empty
-// document, and tiles that straddle documents (the offsets are not multiples of 32).
-const std::vector<int64_t> kDocLengths = {1, 7, 130, 0, 300, 45, 32};
+// document, tiles that straddle documents (the offsets are not multiples of 32), and 65 tokens
+// (one past the mma.sync kernels' 64-row tiles). The tensor-core cases add a document of 1100
+// tokens (more than 8 of the wgmma forward's 128-key tiles).
+const std::vector<int64_t> kDocLengths = {1, 7, 130, 0, 300, 45, 32, 65};
+constexpr int64_t kLongDocTc = 1100;
 
 Tensor Offsets(const std::vector<int64_t>& lengths) {
   std::vector<int64_t> cu = {0};
@@ -62,11 +68,34 @@ using Dims = std::pair<int64_t, int64_t>;                // qk_dim, v_dim
 using AttentionCase = std::tuple<DType, Dims, int64_t>;  // dtype, dims, heads
 class AttentionGpuTest : public ::testing::TestWithParam<AttentionCase> {};
 
+// The kernel sets a case runs: each tensor-core set where it takes the inputs, else the default.
+std::vector<cuda::AttentionKernels> KernelSets(DType dt, int64_t dqk, int64_t dv) {
+  if (dt == DType::kBF16 && dv == 128 && (dqk == 192 || dqk == 128)) {
+    return {cuda::AttentionKernels::kWgmma, cuda::AttentionKernels::kMma};
+  }
+  return {cuda::AttentionKernels::kFastest};
+}
+const char* KernelsName(cuda::AttentionKernels kernels) {
+  switch (kernels) {
+    case cuda::AttentionKernels::kWgmma:
+      return "wgmma";
+    case cuda::AttentionKernels::kMma:
+      return "mma";
+    case cuda::AttentionKernels::kSimt:
+      return "simt";
+    default:
+      return "fastest";
+  }
+}
+
 TEST_P(AttentionGpuTest, ForwardAndBackwardMatchCpuTwin) {
   SKIP_WITHOUT_GPU();
   const auto [dt, dims, heads] = GetParam();
   const auto [dqk, dv] = dims;
-  const Tensor cu = Offsets(kDocLengths);
+  const std::vector<cuda::AttentionKernels> sets = KernelSets(dt, dqk, dv);
+  std::vector<int64_t> lengths = kDocLengths;
+  if (sets.size() > 1) lengths.push_back(kLongDocTc);
+  const Tensor cu = Offsets(lengths);
   const int64_t n = cu.data<int64_t>()[cu.numel() - 1];
   PhiloxGenerator rng(static_cast<uint64_t>(1000 + dqk * 7 + dv * 3 + heads), 0);
   // q at twice the unit spread: scores ~ N(0, 4), a softmax peaked enough that the running max
@@ -79,36 +108,46 @@ TEST_P(AttentionGpuTest, ForwardAndBackwardMatchCpuTwin) {
 
   Tensor o_ref, lse_ref;
   ASSERT_TRUE(CausalAttention(q, k, v, cu, scale, &o_ref, &lse_ref).ok());
-  const Tensor qg = ToGpu(q, dt), kg = ToGpu(k, dt), vg = ToGpu(v, dt);
-  const Tensor cug = cu.To(Device::Cuda(0)).value();
-  Tensor o = Poisoned({n, heads, dv}, dt), lse = Poisoned({n, heads}, DType::kF32);
-  Status st = CausalAttention(qg, kg, vg, cug, scale, &o, &lse);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  ExpectClose(o, o_ref, TolFor(dt), "o");
-  ExpectClose(lse, lse_ref, kF32Tol, "lse (f32)");
-
   const Tensor o_in = Round(o_ref, dt);
   Tensor dq_ref, dk_ref, dv_ref;
   ASSERT_TRUE(
       CausalAttentionGrad(q, k, v, o_in, lse_ref, d_o, cu, scale, &dq_ref, &dk_ref, &dv_ref).ok());
-  Tensor dq = Poisoned({n, heads, dqk}, dt), dk = Poisoned({n, heads, dqk}, dt),
-         dvg = Poisoned({n, heads, dv}, dt);
-  st = CausalAttentionGrad(qg, kg, vg, ToGpu(o_in, dt), ToGpu(lse_ref, DType::kF32), ToGpu(d_o, dt),
-                           cug, scale, &dq, &dk, &dvg);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  ExpectClose(dq, dq_ref, TolFor(dt), "dq");
-  ExpectClose(dk, dk_ref, TolFor(dt), "dk");
-  ExpectClose(dvg, dv_ref, TolFor(dt), "dv");
+  const Tensor qg = ToGpu(q, dt), kg = ToGpu(k, dt), vg = ToGpu(v, dt);
+  const Tensor cug = cu.To(Device::Cuda(0)).value();
+  if (sets.size() > 1) {
+    ASSERT_TRUE(cuda::AttentionWgmmaSupported(qg, kg, vg, scale))
+        << "the wgmma forward would not run";
+  }
 
-  // The backward is deterministic: a second run gives the same bits.
-  Tensor dq2, dk2, dv2;
-  st = CausalAttentionGrad(qg, kg, vg, ToGpu(o_in, dt), ToGpu(lse_ref, DType::kF32), ToGpu(d_o, dt),
-                           cug, scale, &dq2, &dk2, &dv2);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  for (const auto& [a, b] :
-       std::vector<std::pair<Tensor, Tensor>>{{dq, dq2}, {dk, dk2}, {dvg, dv2}}) {
-    const Tensor ha = a.To(Device::Cpu()).value(), hb = b.To(Device::Cpu()).value();
-    EXPECT_EQ(std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()), 0) << "not deterministic";
+  for (const cuda::AttentionKernels kernels : sets) {
+    SCOPED_TRACE(std::string("kernels ") + KernelsName(kernels));
+    std::printf("  kernels %s\n", KernelsName(kernels));
+    Tensor o = Poisoned({n, heads, dv}, dt), lse = Poisoned({n, heads}, DType::kF32);
+    Status st = cuda::CausalAttentionForwardCuda(qg, kg, vg, cug, scale, &o, &lse, kernels);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectClose(o, o_ref, TolFor(dt), "o");
+    ExpectClose(lse, lse_ref, kF32Tol, "lse (f32)");
+
+    Tensor dq = Poisoned({n, heads, dqk}, dt), dk = Poisoned({n, heads, dqk}, dt),
+           dvg = Poisoned({n, heads, dv}, dt);
+    st = cuda::CausalAttentionBackwardCuda(qg, kg, vg, ToGpu(o_in, dt), ToGpu(lse_ref, DType::kF32),
+                                           ToGpu(d_o, dt), cug, scale, &dq, &dk, &dvg, kernels);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectClose(dq, dq_ref, TolFor(dt), "dq");
+    ExpectClose(dk, dk_ref, TolFor(dt), "dk");
+    ExpectClose(dvg, dv_ref, TolFor(dt), "dv");
+
+    // The backward is deterministic: a second run gives the same bits.
+    Tensor dq2 = Poisoned({n, heads, dqk}, dt), dk2 = Poisoned({n, heads, dqk}, dt),
+           dv2 = Poisoned({n, heads, dv}, dt);
+    st = cuda::CausalAttentionBackwardCuda(qg, kg, vg, ToGpu(o_in, dt), ToGpu(lse_ref, DType::kF32),
+                                           ToGpu(d_o, dt), cug, scale, &dq2, &dk2, &dv2, kernels);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (const auto& [a, b] :
+         std::vector<std::pair<Tensor, Tensor>>{{dq, dq2}, {dk, dk2}, {dvg, dv2}}) {
+      const Tensor ha = a.To(Device::Cpu()).value(), hb = b.To(Device::Cpu()).value();
+      EXPECT_EQ(std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()), 0) << "not deterministic";
+    }
   }
 }
 
@@ -127,9 +166,10 @@ INSTANTIATE_TEST_SUITE_P(All, AttentionGpuTest,
                                   "_h" + std::to_string(std::get<2>(info.param));
                          });
 
-// The tensor-core kernels (attention_forward_tc.cu, attention_backward_tc.cu: bf16, head dims
-// 192/128 and 128/128) on longer, ragged packed batches, against the CPU twin (f64 on the same
-// bf16 values, as above) and against the SIMT kernels (AttentionKernels::kSimt) on the same inputs.
+// The tensor-core kernel sets (kWgmma: attention_forward_wgmma.cu; kMma: attention_forward_tc.cu;
+// both with attention_backward_tc.cu; bf16, head dims 192/128 and 128/128) in turn on longer,
+// ragged packed batches, against the CPU twin (f64 on the same bf16 values, as above) and against
+// the SIMT kernels (AttentionKernels::kSimt) on the same inputs.
 // Tolerances (relative RMS):
 //   o, dq, dk, dv against the twin: kBf16Tol = 5e-3. The output's own bf16 rounding is ~1.65e-3
 //     on Gaussian data; the kernels also round P (forward, dV) and dS (dK, dQ) to bf16 before
@@ -141,11 +181,13 @@ INSTANTIATE_TEST_SUITE_P(All, AttentionGpuTest,
 //     output roundings (sqrt(2) * 1.65e-3 = 2.3e-3) plus the tensor-core kernels' P/dS roundings.
 // On a failure the worst element is printed as (token, head, column) with both values.
 
-// Document lengths for the tensor-core tiles (64 query rows, 64 keys in the forward, 32 in the
-// backward): a 1-token document at the start and in the middle, lengths one below, at and one past
-// a tile, tiles straddling up to four documents, and a tail that ends mid-tile.
+// Document lengths for the tensor-core tiles (mma.sync: 64 query rows, 64 keys in the forward, 32
+// in the backward; wgmma: 128 query rows, 128 keys): a 1-token document at the start and in the
+// middle, lengths one below, at and one past a 64-row tile, tiles straddling up to six documents,
+// and a tail that ends mid-tile.
 const std::vector<int64_t> kRaggedLengths = {1, 63, 64, 65, 200, 1, 130, 17};
-// One document spanning ~47 64-row tiles next to a 1-token one and a shorter one (T = 3701).
+// One document spanning ~47 64-row tiles (~24 wgmma key tiles) next to a 1-token one and a
+// shorter one (T = 3701).
 const std::vector<int64_t> kLongLengths = {3000, 1, 700};
 
 // Fails with the worst element when gpu [tokens, heads, cols] (or [tokens, heads]) is further
@@ -195,52 +237,77 @@ TEST_P(AttentionTcGpuTest, MatchesCpuTwinAndSimtKernels) {
   const Tensor qg = ToGpu(q, dt), kg = ToGpu(k, dt), vg = ToGpu(v, dt), dog = ToGpu(d_o, dt);
   const Tensor cug = cu.To(Device::Cuda(0)).value();
   ASSERT_TRUE(cuda::AttentionTcSupported(qg, vg)) << "not a tensor-core case";
+  ASSERT_TRUE(cuda::AttentionWgmmaSupported(qg, kg, vg, scale))
+      << "the wgmma forward would not run";
 
-  // Forward: tensor cores (the default dispatch) against the twin and the SIMT kernel.
+  // The references: the twin, and the SIMT kernels on the same inputs. The backward takes the
+  // reference's o (rounded to bf16) and lse, as in the test above.
   Tensor o_ref, lse_ref;
   ASSERT_TRUE(CausalAttention(q, k, v, cu, scale, &o_ref, &lse_ref).ok());
-  Tensor o = Poisoned({n, heads, dv}, dt), lse = Poisoned({n, heads}, DType::kF32);
-  Status st = CausalAttention(qg, kg, vg, cug, scale, &o, &lse);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  ExpectCloseAt(o, o_ref, kBf16Tol, "tc o");
-  ExpectCloseAt(lse, lse_ref, kF32Tol, "tc lse (f32)");
   Tensor o_simt = Poisoned({n, heads, dv}, dt), lse_simt = Poisoned({n, heads}, DType::kF32);
-  st = cuda::CausalAttentionForwardCuda(qg, kg, vg, cug, scale, &o_simt, &lse_simt,
-                                        cuda::AttentionKernels::kSimt);
+  Status st = cuda::CausalAttentionForwardCuda(qg, kg, vg, cug, scale, &o_simt, &lse_simt,
+                                               cuda::AttentionKernels::kSimt);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  ExpectCloseAt(o, o_simt, kBf16Tol, "tc o vs simt o");
-  ExpectCloseAt(lse, lse_simt, kF32Tol, "tc lse vs simt lse");
-
-  // Backward on the reference's o (rounded to bf16) and lse, as in the test above.
   const Tensor o_in = Round(o_ref, dt);
   const Tensor o_ing = ToGpu(o_in, dt), lse_g = ToGpu(lse_ref, DType::kF32);
   Tensor dq_ref, dk_ref, dv_ref;
   ASSERT_TRUE(
       CausalAttentionGrad(q, k, v, o_in, lse_ref, d_o, cu, scale, &dq_ref, &dk_ref, &dv_ref).ok());
-  Tensor dq = Poisoned({n, heads, dqk}, dt), dk = Poisoned({n, heads, dqk}, dt),
-         dvg = Poisoned({n, heads, dv}, dt);
-  st = CausalAttentionGrad(qg, kg, vg, o_ing, lse_g, dog, cug, scale, &dq, &dk, &dvg);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  ExpectCloseAt(dq, dq_ref, kBf16Tol, "tc dq");
-  ExpectCloseAt(dk, dk_ref, kBf16Tol, "tc dk");
-  ExpectCloseAt(dvg, dv_ref, kBf16Tol, "tc dv");
   Tensor dq_s = Poisoned({n, heads, dqk}, dt), dk_s = Poisoned({n, heads, dqk}, dt),
          dv_s = Poisoned({n, heads, dv}, dt);
   st = cuda::CausalAttentionBackwardCuda(qg, kg, vg, o_ing, lse_g, dog, cug, scale, &dq_s, &dk_s,
                                          &dv_s, cuda::AttentionKernels::kSimt);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  ExpectCloseAt(dq, dq_s, kBf16Tol, "tc dq vs simt dq");
-  ExpectCloseAt(dk, dk_s, kBf16Tol, "tc dk vs simt dk");
-  ExpectCloseAt(dvg, dv_s, kBf16Tol, "tc dv vs simt dv");
 
-  // Deterministic: a second run gives the same bits.
-  Tensor dq2, dk2, dv2;
-  st = CausalAttentionGrad(qg, kg, vg, o_ing, lse_g, dog, cug, scale, &dq2, &dk2, &dv2);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  for (const auto& [a, b] :
-       std::vector<std::pair<Tensor, Tensor>>{{dq, dq2}, {dk, dk2}, {dvg, dv2}}) {
-    const Tensor ha = a.To(Device::Cpu()).value(), hb = b.To(Device::Cpu()).value();
-    EXPECT_EQ(std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()), 0) << "not deterministic";
+  for (const cuda::AttentionKernels kernels :
+       {cuda::AttentionKernels::kWgmma, cuda::AttentionKernels::kMma}) {
+    const std::string name = KernelsName(kernels);
+    SCOPED_TRACE("kernels " + name);
+    Tensor o = Poisoned({n, heads, dv}, dt), lse = Poisoned({n, heads}, DType::kF32);
+    st = cuda::CausalAttentionForwardCuda(qg, kg, vg, cug, scale, &o, &lse, kernels);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectCloseAt(o, o_ref, kBf16Tol, name + " o");
+    ExpectCloseAt(lse, lse_ref, kF32Tol, name + " lse (f32)");
+    ExpectCloseAt(o, o_simt, kBf16Tol, name + " o vs simt o");
+    ExpectCloseAt(lse, lse_simt, kF32Tol, name + " lse vs simt lse");
+    if (kernels == cuda::AttentionKernels::kWgmma) {
+      // Without the consumers' ping-pong only the order of issue changes: the same bits.
+      Tensor o_free = Poisoned({n, heads, dv}, dt), lse_free = Poisoned({n, heads}, DType::kF32);
+      st = cuda::AttentionForwardWgmma(qg, kg, vg, cug, scale, &o_free, &lse_free,
+                                       cuda::DeviceContext::Get(0).value()->stream(),
+                                       /*ping_pong=*/false);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      for (const auto& [a, b] :
+           std::vector<std::pair<Tensor, Tensor>>{{o, o_free}, {lse, lse_free}}) {
+        const Tensor ha = a.To(Device::Cpu()).value(), hb = b.To(Device::Cpu()).value();
+        EXPECT_EQ(std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()), 0)
+            << "the wgmma forward without ping-pong differs";
+      }
+    }
+
+    Tensor dq = Poisoned({n, heads, dqk}, dt), dk = Poisoned({n, heads, dqk}, dt),
+           dvg = Poisoned({n, heads, dv}, dt);
+    st = cuda::CausalAttentionBackwardCuda(qg, kg, vg, o_ing, lse_g, dog, cug, scale, &dq, &dk,
+                                           &dvg, kernels);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectCloseAt(dq, dq_ref, kBf16Tol, name + " dq");
+    ExpectCloseAt(dk, dk_ref, kBf16Tol, name + " dk");
+    ExpectCloseAt(dvg, dv_ref, kBf16Tol, name + " dv");
+    ExpectCloseAt(dq, dq_s, kBf16Tol, name + " dq vs simt dq");
+    ExpectCloseAt(dk, dk_s, kBf16Tol, name + " dk vs simt dk");
+    ExpectCloseAt(dvg, dv_s, kBf16Tol, name + " dv vs simt dv");
+
+    // Deterministic: a second run gives the same bits.
+    Tensor dq2 = Poisoned({n, heads, dqk}, dt), dk2 = Poisoned({n, heads, dqk}, dt),
+           dv2 = Poisoned({n, heads, dv}, dt);
+    st = cuda::CausalAttentionBackwardCuda(qg, kg, vg, o_ing, lse_g, dog, cug, scale, &dq2, &dk2,
+                                           &dv2, kernels);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    for (const auto& [a, b] :
+         std::vector<std::pair<Tensor, Tensor>>{{dq, dq2}, {dk, dk2}, {dvg, dv2}}) {
+      const Tensor ha = a.To(Device::Cpu()).value(), hb = b.To(Device::Cpu()).value();
+      EXPECT_EQ(std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()), 0) << "not deterministic";
+    }
   }
 }
 
@@ -291,6 +358,41 @@ TEST(AttentionGpuErrors, RejectsBadArguments) {
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("causal_attention: lse bf16[5, 2]"), std::string::npos)
       << st.ToString();
+}
+
+// ORRERY_ATTENTION picks the kernel set the op runs (the op's o has the bits of the forced set's),
+// and a value it does not know is one clear error.
+TEST(AttentionGpuErrors, KernelSetFromEnvironment) {
+  SKIP_WITHOUT_GPU();
+  const Tensor cu = Offsets({70, 130});
+  PhiloxGenerator rng(17, 0);
+  const Tensor q = ToGpu(RandomNormal({200, 2, 128}, DType::kF64, rng), DType::kBF16);
+  const Tensor k = ToGpu(RandomNormal({200, 2, 128}, DType::kF64, rng), DType::kBF16);
+  const Tensor v = ToGpu(RandomNormal({200, 2, 128}, DType::kF64, rng), DType::kBF16);
+  const Tensor cug = cu.To(Device::Cuda(0)).value();
+  for (const auto& [name, kernels] : std::vector<std::pair<std::string, cuda::AttentionKernels>>{
+           {"wgmma", cuda::AttentionKernels::kWgmma},
+           {"mma", cuda::AttentionKernels::kMma},
+           {"simt", cuda::AttentionKernels::kSimt}}) {
+    ASSERT_EQ(setenv("ORRERY_ATTENTION", name.c_str(), 1), 0);
+    Tensor o, lse;
+    Status st = CausalAttention(q, k, v, cug, 0.1, &o, &lse);
+    ASSERT_TRUE(st.ok()) << name << ": " << st.ToString();
+    Tensor o_direct = Poisoned({200, 2, 128}, DType::kBF16),
+           lse_direct = Poisoned({200, 2}, DType::kF32);
+    st = cuda::CausalAttentionForwardCuda(q, k, v, cug, 0.1, &o_direct, &lse_direct, kernels);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const Tensor a = o.To(Device::Cpu()).value(), b = o_direct.To(Device::Cpu()).value();
+    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0)
+        << "ORRERY_ATTENTION=" << name;
+  }
+  ASSERT_EQ(setenv("ORRERY_ATTENTION", "flash", 1), 0);
+  Tensor o, lse;
+  const Status st = CausalAttention(q, k, v, cug, 0.1, &o, &lse);
+  unsetenv("ORRERY_ATTENTION");
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.message(),
+            "causal_attention: ORRERY_ATTENTION=flash, expected wgmma, mma or simt (or unset)");
 }
 
 }  // namespace

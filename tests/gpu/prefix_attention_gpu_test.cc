@@ -1,10 +1,11 @@
 // Prefix-causal attention (kernels/attention.h PrefixCausalAttention) on the GPU against its CPU
 // twin run in f64 on the very values the GPU sees (q, k, v rounded to bf16 or f32 first), on fresh
-// random inputs; skipped without a GPU. bf16 with head dims 192/128 and 128/128 runs the
-// tensor-core forward (attention_forward_tc.cu with its PrefixRows row map), everything else the
-// SIMT forward (attention_forward.cu); the tensor-core cases are also compared with the SIMT
-// kernel (AttentionKernels::kSimt) on the same inputs, and with cu_q == cu_k both must give
-// CausalAttention's results (the same tiles and masks).
+// random inputs; skipped without a GPU. bf16 with head dims 192/128 and 128/128 runs a
+// tensor-core forward with its PrefixRows row map (attention_forward_wgmma.cu on Hopper, the
+// default, and attention_forward_tc.cu, forced), everything else the SIMT forward
+// (attention_forward.cu); the tensor-core cases are also compared with the SIMT kernel
+// (AttentionKernels::kSimt) on the same inputs, and with cu_q == cu_k both must give
+// CausalAttention's results (the same kernel, tiles and masks).
 // Tolerances (relative RMS, tests/gpu/gpu_test_util.h): bf16 outputs 5e-3 (the output's own
 // rounding is ~1.65e-3, the tensor-core kernel also rounds P to bf16, ~1e-3 averaged over a
 // tile's keys); f32 outputs and every lse 2e-5 (f32 sums over <= 16K keys: sqrt(16384) * 6e-8 ~
@@ -99,6 +100,13 @@ TEST_P(PrefixAttentionGpuTest, MatchesCpuTwin) {
     ASSERT_TRUE(st.ok()) << st.ToString();
     ExpectClose(o, o_s, kBf16Tol, "tc o vs simt o");
     ExpectClose(lse, lse_s, kF32Tol, "tc lse vs simt lse");
+    // The default is the Hopper set where it runs; the mma.sync set against the twin as well.
+    Tensor o_m = Poisoned({nq, heads, dv}, dt), lse_m = Poisoned({nq, heads}, DType::kF32);
+    st = cuda::PrefixCausalAttentionForwardCuda(qg, kg, vg, cu_qg, cu_kg, scale, &o_m, &lse_m,
+                                                cuda::AttentionKernels::kMma);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectClose(o_m, o_ref, TolFor(dt), std::string(layout.name) + " mma o");
+    ExpectClose(lse_m, lse_ref, kF32Tol, std::string(layout.name) + " mma lse (f32)");
   }
 }
 
