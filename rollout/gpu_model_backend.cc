@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "core/cuda_ipc.h"
 #include "rollout/feed_plan.h"
 
 namespace orrery::rollout {
@@ -100,6 +101,10 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> GpuModelBackend::WeightTar
 
 Status GpuModelBackend::WeightsWritten(int64_t version) {
   ORRERY_RETURN_IF_ERROR(model_->RefreshComputeCopies());
+  // Applied when this returns (the casts are queued ahead of the next step's kernels anyway): a
+  // caller that times the apply times the work, not its queueing.
+  if (model_->device().is_cuda())
+    ORRERY_RETURN_IF_ERROR(CudaDeviceSynchronize(model_->device().index));
   version_ = version;
   return Status::OK();
 }

@@ -47,7 +47,7 @@ class GpuModelBackend : public PolicyBackend {
                      int64_t version) override;
   int64_t version() const override { return version_; }
   // The masters and balancing biases (model::GpuModel::NamedMasters); WeightsWritten refreshes
-  // the compute copies.
+  // the compute copies and waits for them.
   StatusOr<std::vector<std::pair<std::string, Tensor>>> WeightTargets() override;
   Status WeightsWritten(int64_t version) override;
 

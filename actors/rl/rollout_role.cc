@@ -185,6 +185,12 @@ class RolloutActor {
     if (!config_.weights_shared) return Status::OK();
     ORRERY_ASSIGN_OR_RETURN(std::string learner,
                             ctx_.fleet().Lookup("learner:0", std::chrono::seconds(120)));
+    StatusOr<model::NamedTensors> targets = backend_->WeightTargets();
+    if (!targets.ok()) {
+      ORRERY_LOG(WARN) << "weights: " << targets.status().message() << "; reading the files";
+      return Status::OK();
+    }
+    shared_targets_ = std::move(targets).value();  // views of the backend's own storage
     shared_ = std::make_unique<SharedWeightClient>(ctx_.zmq(), ctx_.name() + "/shared-weights");
     ORRERY_RETURN_IF_ERROR(shared_->Connect(learner));
     ORRERY_LOG(INFO) << "weights: from learner:0's shared buffers at " << learner << " (files in "
@@ -198,13 +204,7 @@ class RolloutActor {
   StatusOr<bool> PollShared() {
     const auto now = std::chrono::steady_clock::now();
     if (now < shared_retry_at_) return false;
-    StatusOr<model::NamedTensors> targets = backend_->WeightTargets();
-    if (!targets.ok()) {
-      ORRERY_LOG(WARN) << "weights: " << targets.status().message() << "; reading the files";
-      shared_.reset();
-      return false;
-    }
-    StatusOr<SharedUpdate> got = shared_->Fetch(loop_->version(), *targets);
+    StatusOr<SharedUpdate> got = shared_->Fetch(loop_->version(), shared_targets_);
     if (!got.ok()) {
       const StatusCode code = got.status().code();
       if (code == StatusCode::kDataLoss) {
@@ -343,6 +343,7 @@ class RolloutActor {
   std::unique_ptr<MetricsPublisher> metrics_;
   std::unique_ptr<WeightFollower> follower_;
   std::unique_ptr<SharedWeightClient> shared_;  // weights = "shared", until it cannot be used
+  model::NamedTensors shared_targets_;          // the backend's weights, written in place
   std::chrono::steady_clock::time_point shared_retry_at_, shared_warned_at_;
   bool reload_ = false;  // the backend's weights are not one whole version: load the newest file
   int64_t sync_version_ = -1;
