@@ -143,7 +143,8 @@ int Parent(const std::string& config_path, int versions, const std::string& dir)
   OrDie(WriteFileAtomic(layout_path, publisher->layout().Serialize()), layout_path);
 
   int down[2], up[2];
-  if (pipe(down) != 0 || pipe(up) != 0) Die("pipe failed");
+  // Close-on-exec: the child keeps only the two ends dup2 puts on descriptors 3 and 4.
+  if (pipe2(down, O_CLOEXEC) != 0 || pipe2(up, O_CLOEXEC) != 0) Die("pipe failed");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, down[0], 3);
