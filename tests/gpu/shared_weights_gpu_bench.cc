@@ -1,7 +1,7 @@
 // How long a new policy version takes to reach a rollout on the same GPU, by phase (issue 26's
 // weight-update benchmark), against the file path it replaces, measured in the same run.
 //
-//   shared_weights_gpu_bench CONFIG [VERSIONS] [DIR]
+//   shared_weights_gpu_bench CONFIG [VERSIONS] [DIR] [cpu]
 //
 // Two processes on one GPU: this one is the learner (a GpuModel of CONFIG in bf16, its masters
 // published into CUDA IPC buffers: model/shared_weights.h), a child (this binary with --child) is
@@ -16,7 +16,9 @@
 //   rename, in DIR, default the working directory), read (the file back into host tensors),
 //   load (host tensors into the GPU masters, compute copies refreshed).
 // Prints the median and minimum of each phase over VERSIONS versions (default 8; the first one is
-// not counted: mapping and first-touch costs) and the bytes of a version.
+// not counted: mapping and first-touch costs) and the bytes of a version. With "cpu" both
+// processes run the GPU model on the ops' CPU twins in f32 and share a memfd: a rehearsal of this
+// program on a machine without a GPU (its figures are not the GPU's).
 //
 // Measured: not yet timed.
 #include <fcntl.h>
@@ -70,14 +72,18 @@ void OrDie(const Status& s, const std::string& what) {
   if (!s.ok()) Die(what + ": " + s.message());
 }
 
-std::unique_ptr<GpuModel> MakeModel(const std::string& config_path, uint64_t seed,
+std::unique_ptr<GpuModel> MakeModel(const std::string& config_path, uint64_t seed, Device device,
                                     std::unique_ptr<Model>* host) {
   const ModelConfig c = OrDie(LoadModelConfig(config_path), config_path);
   *host = OrDie(Model::Create(c, seed), "host model");
   GpuModelOptions o;
-  o.device = Device::Cuda(0);
-  o.compute_dtype = DType::kBF16;
+  o.device = device;
+  o.compute_dtype = device.is_cuda() ? DType::kBF16 : DType::kF32;
   return OrDie(GpuModel::FromHost(**host, o), "GPU model");
+}
+
+void Sync(Device device) {
+  if (device.is_cuda()) OrDie(CudaDeviceSynchronize(device.index), "sync");
 }
 
 std::string ReadLine(FILE* in) {
@@ -87,12 +93,12 @@ std::string ReadLine(FILE* in) {
 }
 
 // The rollout: reads "layout PATH", then "version V HANDLE PUBLISHED_AT" lines until "quit".
-int Child(const std::string& config_path) {
+int Child(const std::string& config_path, Device device) {
   FILE* in = fdopen(3, "r");
   FILE* out = fdopen(4, "w");
   if (in == nullptr || out == nullptr) Die("--child: no pipes on descriptors 3 and 4");
   std::unique_ptr<Model> host;
-  std::unique_ptr<GpuModel> gpu = MakeModel(config_path, 7, &host);
+  std::unique_ptr<GpuModel> gpu = MakeModel(config_path, 7, device, &host);
   char path[4096];
   if (std::sscanf(ReadLine(in).c_str(), "layout %4095s", path) != 1) Die("expected a layout");
   const SharedWeightLayout layout =
@@ -112,7 +118,7 @@ int Child(const std::string& config_path) {
     const double transfer = OrDie(reader.CopyInto(handle, layout, gpu->NamedMasters()), "copy");
     const Clock::time_point apply_start = Clock::now();
     OrDie(gpu->RefreshComputeCopies(), "refresh");
-    OrDie(CudaDeviceSynchronize(0), "sync");
+    Sync(device);
     const double apply = Since(apply_start);
     const double live = UnixSeconds() - published_at;
     std::fprintf(out, "done %lld %.9f %.9f %.9f\n", v, transfer, apply, live);
@@ -130,13 +136,14 @@ struct Series {
   double Min() const { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
 };
 
-int Parent(const std::string& config_path, int versions, const std::string& dir) {
+int Parent(const std::string& config_path, int versions, const std::string& dir, Device device) {
   const Clock::time_point start = Clock::now();
   std::unique_ptr<Model> host;
-  std::unique_ptr<GpuModel> learner = MakeModel(config_path, 1, &host);
-  std::printf("learner model of %s ready in %.1f s\n", config_path.c_str(), Since(start));
+  std::unique_ptr<GpuModel> learner = MakeModel(config_path, 1, device, &host);
+  std::printf("learner model of %s on %s ready in %.1f s\n", config_path.c_str(),
+              device.ToString().c_str(), Since(start));
   auto publisher =
-      OrDie(SharedWeightPublisher::Create(learner->NamedMasters(), Device::Cuda(0)), "publisher");
+      OrDie(SharedWeightPublisher::Create(learner->NamedMasters(), device), "publisher");
   const int64_t bytes = publisher->layout().total_bytes();
   std::filesystem::create_directories(dir);
   const std::string layout_path = dir + "/bench-layout.txt";
@@ -149,8 +156,9 @@ int Parent(const std::string& config_path, int versions, const std::string& dir)
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, down[0], 3);
   posix_spawn_file_actions_adddup2(&actions, up[1], 4);
-  std::string self = "/proc/self/exe", flag = "--child", cfg = config_path;
-  char* argv[] = {self.data(), flag.data(), cfg.data(), nullptr};
+  std::string self = "/proc/self/exe", flag = "--child", cfg = config_path,
+              where = device.is_cuda() ? "cuda" : "cpu";
+  char* argv[] = {self.data(), flag.data(), cfg.data(), where.data(), nullptr};
   pid_t pid = 0;
   if (posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv, environ) != 0) {
     Die("posix_spawn failed");
@@ -212,7 +220,7 @@ int Parent(const std::string& config_path, int versions, const std::string& dir)
     for (GpuParameter& p : learner->parameters())
       OrDie(p.master.CopyFrom(loaded.at(p.name)), p.name);
     OrDie(learner->RefreshComputeCopies(), "refresh");
-    OrDie(CudaDeviceSynchronize(0), "sync");
+    Sync(device);
     load.v.push_back(Since(t));
   }
   std::filesystem::remove(file);
@@ -247,15 +255,20 @@ int Parent(const std::string& config_path, int versions, const std::string& dir)
 
 int main(int argc, char** argv) {
   using namespace orrery::model;
-  if (argc >= 3 && std::string(argv[1]) == "--child") return Child(argv[2]);
-  if (argc < 2 || argc > 4) {
-    std::fprintf(stderr, "usage: shared_weights_gpu_bench CONFIG [VERSIONS] [DIR]\n");
+  if (argc == 4 && std::string(argv[1]) == "--child") {
+    return Child(argv[2],
+                 std::string(argv[3]) == "cpu" ? orrery::Device::Cpu() : orrery::Device::Cuda(0));
+  }
+  const bool cpu = argc == 5 && std::string(argv[4]) == "cpu";
+  if (argc < 2 || argc > 5 || (argc == 5 && !cpu)) {
+    std::fprintf(stderr, "usage: shared_weights_gpu_bench CONFIG [VERSIONS] [DIR] [cpu]\n");
     return 2;
   }
-  if (orrery::CudaDeviceCount() == 0) {
+  if (!cpu && orrery::CudaDeviceCount() == 0) {
     std::fprintf(stderr, "shared_weights_gpu_bench: no CUDA device visible\n");
     return 1;
   }
   const int versions = argc >= 3 ? std::max(2, std::atoi(argv[2])) : 8;
-  return Parent(argv[1], versions, argc >= 4 ? argv[3] : ".");
+  return Parent(argv[1], versions, argc >= 4 ? argv[3] : ".",
+                cpu ? orrery::Device::Cpu() : orrery::Device::Cuda(0));
 }
