@@ -10,7 +10,7 @@
 #
 # KJV_TXT is `bible "Gen1:1-Exo40:38"` (bible-kjv; a GPU machine without it gets the file carried).
 # Writes DATA_DIR (token shards, tokenizer.json) and, beside it, the transcripts and the tokenizer.
-# SCALE (default 1) multiplies the transcript counts (20,000 + 40,000 + 40,000): the integration
+# SCALE (default 1) multiplies the transcript counts (20,000 + 60,000 + 60,000): the integration
 # test uses a small one. Does nothing when DATA_DIR/.done exists. About 10 s on one core.
 set -euo pipefail
 if [[ $# -lt 3 || $# -gt 4 ]]; then
@@ -28,9 +28,9 @@ mkdir -p "$work"
 count() { awk -v n="$1" -v s="$scale" 'BEGIN { c = int(n * s); print (c < 1 ? 1 : c) }'; }
 "$orrery" env synth --env calc --count "$(count 20000)" --seed 1 --difficulty 1 \
   --no-tool-fraction 0.6 --out "$work/calc.jsonl"
-"$orrery" env synth --env calc --count "$(count 40000)" --seed 2 --difficulty 2 \
+"$orrery" env synth --env calc --count "$(count 60000)" --seed 2 --difficulty 2 \
   --tool one_operation --no-tool-fraction 0.6 --out "$work/calc_d2.jsonl"
-"$orrery" env synth --env calc --count "$(count 40000)" --seed 3 --difficulty 3 \
+"$orrery" env synth --env calc --count "$(count 60000)" --seed 3 --difficulty 3 \
   --tool one_operation --no-tool-fraction 0.6 --out "$work/calc_d3.jsonl"
 inputs=("$kjv" "$work/calc.jsonl" "$work/calc_d2.jsonl" "$work/calc_d3.jsonl")
 "$orrery" tokenizer train --input "${inputs[@]}" --vocab-size 1024 --out "$work/tokenizer.json"
