@@ -21,6 +21,8 @@
 # Two files come back. Failure modes each print one line in summary.txt ("launch: exit 124 in
 # 400 s (cut by its 400 s limit)", "no GPU: ...", "no data: ...").
 #
+# DEMO=0 runs only the IPC test and the two weight-update benchmarks (about 2 minutes).
+#
 # A rehearsal on a machine without a GPU runs the same steps on another config of the same layout
 # (run.dir run/, pretrain.data data/ beside it in runs/demo-gpu/, e.g. demo_gpu.toml with
 # run.device = "cpu" and a tiny budget through scripts/toml_override.py): CONFIG=that.toml
@@ -101,29 +103,36 @@ if [[ -x "$bin/shared_weights_gpu_tests" ]]; then
   grep -hE "^\[  (PASSED|FAILED|SKIPPED) |child: version" "$out/logs/ipc_test.log" | tee -a "$summary"
 fi
 
-# 2. Data: the carried text through the demo's pipeline, or a prepared directory.
-t=$SECONDS
-mkdir -p runs/demo-gpu
-if [[ -f "$data/index.safetensors" ]]; then
-  rm -rf runs/demo-gpu/data && ln -s "$(cd "$data" && pwd)" runs/demo-gpu/data && touch runs/demo-gpu/data/.done
-elif [[ -f "$data/kjv.txt" ]]; then
-  step data 120 scripts/gpu_demo_data.sh "$bin/orrery" "$data/kjv.txt" runs/demo-gpu/data \
-    "${DATA_SCALE:-1}" || status=1
-else
-  say "no data: $data has neither kjv.txt nor index.safetensors"
-  pack
-  exit 1
-fi
-data_seconds=$((SECONDS - t))
+demo() {
+  # 2. Data: the carried text through the demo's pipeline, or a prepared directory.
+  t=$SECONDS
+  mkdir -p runs/demo-gpu
+  if [[ -f "$data/index.safetensors" ]]; then
+    rm -rf runs/demo-gpu/data && ln -s "$(cd "$data" && pwd)" runs/demo-gpu/data && touch runs/demo-gpu/data/.done
+  elif [[ -f "$data/kjv.txt" ]]; then
+    step data 120 scripts/gpu_demo_data.sh "$bin/orrery" "$data/kjv.txt" runs/demo-gpu/data \
+      "${DATA_SCALE:-1}" || status=1
+  else
+    say "no data: $data has neither kjv.txt nor index.safetensors"
+    pack
+    exit 1
+  fi
+  data_seconds=$((SECONDS - t))
 
-# 3. The main job. Reserve: the benchmarks of the demo model (~30 s) and packing.
-reserve=45 step launch 600 "$bin/orrery" launch "$config" || status=1
-grep -E "^(== |run summary|  (wall time|pass rate|tool use|run directory|final policy)|    calc/)" \
-  "$out/logs/launch.log" | tee -a "$summary"
-grep -E " E \[|FAILED|error" "$out/logs/launch.log" | head -5 | tee -a "$summary"
-python3 scripts/gpu_demo_report.py runs/demo-gpu/run --data-seconds "$data_seconds" \
-  > "$out/logs/report.log" 2>&1
-tee -a "$summary" < "$out/logs/report.log"
+  # 3. The main job. Reserve: the benchmarks of the demo model (~30 s) and packing.
+  reserve=45 step launch 600 "$bin/orrery" launch "$config" || status=1
+  grep -E "^(== |run summary|  (wall time|pass rate|tool use|run directory|final policy)|    calc/)" \
+    "$out/logs/launch.log" | tee -a "$summary"
+  grep -E " E \[|FAILED|error" "$out/logs/launch.log" | head -5 | tee -a "$summary"
+  python3 scripts/gpu_demo_report.py runs/demo-gpu/run --data-seconds "$data_seconds" \
+    > "$out/logs/report.log" 2>&1
+  tee -a "$summary" < "$out/logs/report.log"
+}
+if [[ ${DEMO:-1} == 1 ]]; then
+  demo
+else
+  say "demo: skipped (DEMO=0)"
+fi
 
 # 4. Weight update time by phase: the demo model, then small.
 bench() {  # NAME CONFIG VERSIONS LIMIT
@@ -135,7 +144,8 @@ reserve=8 bench gpu_demo configs/model/gpu-demo.toml 8 40
 reserve=8 bench small configs/model/small.toml 6 150
 
 # 5. Async against sync, same updates, from the demo's pretrained model (when 200 s are left).
-if (( $(left) > 200 )) && compgen -G "runs/demo-gpu/run/pretrain/checkpoints/step-*" > /dev/null; then
+if [[ ${DEMO:-1} == 1 ]] && (( $(left) > 200 )) &&
+   compgen -G "runs/demo-gpu/run/pretrain/checkpoints/step-*" > /dev/null; then
   for mode in async sync; do
     python3 scripts/toml_override.py "$config" "runs/demo-gpu/cmp-$mode.toml" \
       --drop pretrain --drop optimizer --drop stages \
@@ -152,7 +162,7 @@ if (( $(left) > 200 )) && compgen -G "runs/demo-gpu/run/pretrain/checkpoints/ste
   done
   python3 scripts/gpu_demo_report.py runs/demo-gpu/run --compare runs/demo-gpu/cmp-async \
     runs/demo-gpu/cmp-sync 2>&1 | sed -n '/^async:/,$p' | tee -a "$summary"
-else
+elif [[ ${DEMO:-1} == 1 ]]; then
   say "async vs sync: skipped ($(left) s left)"
 fi
 pack
