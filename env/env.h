@@ -92,6 +92,12 @@ class Env {
   virtual std::string name() const = 0;
   // Task `index` of `split`: deterministic for a given environment configuration.
   virtual StatusOr<TaskRef> Task(Split split, uint64_t index) const = 0;
+  // The family a task belongs to, for pass rates per family (actors/rl/policy_eval.h): tasks of
+  // one family are alike in what they ask ("calc/d2": two operations). Default: the name.
+  virtual std::string Family(const TaskRef& task) const {
+    (void)task;
+    return name();
+  }
   virtual StatusOr<std::unique_ptr<Episode>> Reset(const TaskRef& task, Deadline deadline) = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "core/cuda_ipc.h"
 #include "rollout/feed_plan.h"
 
 namespace orrery::rollout {
@@ -106,14 +107,7 @@ Status GpuModelBackend::LoadWeights(const std::vector<std::pair<std::string, Ten
                                     int64_t version) {
   // Every parameter (its fp32 master) and balancing bias by name, checked before any is written.
   std::map<std::string, Tensor> targets;
-  for (model::GpuParameter& p : model_->parameters()) targets.emplace(p.name, p.master);
-  const model::ModelConfig& c = model_->config();
-  std::vector<Tensor>& biases = model_->balancing_biases();
-  for (size_t i = 0; i < biases.size(); ++i) {
-    targets.emplace("layers." + std::to_string(c.first_k_dense + static_cast<int64_t>(i)) +
-                        ".moe.balancing_bias",
-                    biases[i]);
-  }
+  for (auto& [name, t] : model_->NamedMasters()) targets.emplace(name, t);
   std::map<std::string, const Tensor*> given;
   for (const auto& [name, t] : named) {
     auto it = targets.find(name);
@@ -138,7 +132,19 @@ Status GpuModelBackend::LoadWeights(const std::vector<std::pair<std::string, Ten
       ORRERY_RETURN_IF_ERROR(dst.CopyFrom(cast));
     }
   }
+  return WeightsWritten(version);
+}
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> GpuModelBackend::WeightTargets() {
+  return model_->NamedMasters();
+}
+
+Status GpuModelBackend::WeightsWritten(int64_t version) {
   ORRERY_RETURN_IF_ERROR(model_->RefreshComputeCopies());
+  // Applied when this returns (the casts are queued ahead of the next step's kernels anyway): a
+  // caller that times the apply times the work, not its queueing.
+  if (model_->device().is_cuda())
+    ORRERY_RETURN_IF_ERROR(CudaDeviceSynchronize(model_->device().index));
   version_ = version;
   return Status::OK();
 }

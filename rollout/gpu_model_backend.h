@@ -54,6 +54,10 @@ class GpuModelBackend : public PolicyBackend {
   Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
                      int64_t version) override;
   int64_t version() const override { return version_; }
+  // The masters and balancing biases (model::GpuModel::NamedMasters); WeightsWritten refreshes
+  // the compute copies and waits for them.
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> WeightTargets() override;
+  Status WeightsWritten(int64_t version) override;
 
   model::GpuModel& model() { return *model_; }
   model::GpuInferenceState& state() { return *state_; }

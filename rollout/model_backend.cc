@@ -60,6 +60,15 @@ Status ModelBackend::LoadWeights(const std::vector<std::pair<std::string, Tensor
   return Status::OK();
 }
 
+StatusOr<std::vector<std::pair<std::string, Tensor>>> ModelBackend::WeightTargets() {
+  return NamedWeights(*model_);
+}
+
+Status ModelBackend::WeightsWritten(int64_t version) {
+  version_ = version;  // the decode state reads the parameters themselves: nothing derives
+  return Status::OK();
+}
+
 std::vector<std::pair<std::string, Tensor>> NamedWeights(model::Model& model) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (model::Parameter& p : model.parameters()) out.emplace_back(p.name, p.value);

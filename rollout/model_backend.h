@@ -34,6 +34,8 @@ class ModelBackend : public PolicyBackend {
   Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
                      int64_t version) override;
   int64_t version() const override { return version_; }
+  StatusOr<std::vector<std::pair<std::string, Tensor>>> WeightTargets() override;
+  Status WeightsWritten(int64_t version) override;
 
  private:
   ModelBackend(model::Model* model, std::unique_ptr<model::InferenceState> state, int max_slots,

@@ -64,6 +64,19 @@ class PolicyBackend {
   virtual Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
                              int64_t version) = 0;
   virtual int64_t version() const = 0;
+
+  // The tensors LoadWeights writes, by the same names (the backend's own storage, not copies), so
+  // a version can be copied straight into them (model/shared_weights.h); then WeightsWritten.
+  // Called between Feed calls. Backends that cannot be written in place return Unimplemented.
+  virtual StatusOr<std::vector<std::pair<std::string, Tensor>>> WeightTargets() {
+    return UnimplementedError("this policy backend takes weights through LoadWeights only");
+  }
+  // After WeightTargets' tensors were written: what derives from them follows, and the policy
+  // version becomes `version`.
+  virtual Status WeightsWritten(int64_t version) {
+    (void)version;
+    return UnimplementedError("this policy backend takes weights through LoadWeights only");
+  }
 };
 
 }  // namespace orrery::rollout

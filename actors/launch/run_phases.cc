@@ -25,26 +25,22 @@ std::string Absolute(const std::string& path) {
 
 StatusOr<rl_actors::PolicyEvalResult> ReadEvalJson(const std::string& path) {
   ORRERY_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  try {
-    nlohmann::json j = nlohmann::json::parse(text);
-    rl_actors::PolicyEvalResult r;
-    r.episodes = j.at("episodes").get<int>();
-    r.passed = j.at("passed").get<int>();
-    r.mean_reward = j.at("mean_reward").get<double>();
-    r.tool_call_episode_ratio = j.at("tool_call_episode_ratio").get<double>();
-    r.format_error_ratio = j.at("format_error_ratio").get<double>();
-    r.mean_generated_tokens = j.at("mean_generated_tokens").get<double>();
-    r.seconds = j.at("seconds").get<double>();
-    return r;
-  } catch (const std::exception& e) {
-    return DataLossError(path + ": " + e.what());
-  }
+  StatusOr<rl_actors::PolicyEvalResult> r = rl_actors::PolicyEvalResult::FromJson(text);
+  if (!r.ok()) return r.status().WithContext(path);
+  return r;
 }
 
-std::string Percent(const rl_actors::PolicyEvalResult& r) {
+template <typename R>
+std::string Percent(const R& r) {
   char b[64];
   std::snprintf(b, sizeof(b), "%.1f%% (%d/%d)", 100.0 * r.pass_rate(), r.passed, r.episodes);
   return b;
+}
+
+// The GPU memory a phase of this process cached (its caching allocator keeps freed blocks) goes
+// back to the driver: the fleet's learner and rollouts share the device with this process.
+void ReleaseDeviceCache(const RunConfig& run) {
+  if (run.device == RunDevice::kCuda) ReleaseCachedDeviceMemory(0);
 }
 
 }  // namespace
@@ -87,6 +83,7 @@ Status RunPhases::BeforeFleet(const std::function<void(const MetricRecord&)>& on
     std::fflush(stdout);
     const auto start = std::chrono::steady_clock::now();
     ORRERY_ASSIGN_OR_RETURN(PretrainSummary summary, RunPretrainJob(job));
+    ReleaseDeviceCache(options_.run);
     pretrain_seconds_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!summary.finished)
@@ -120,6 +117,7 @@ Status RunPhases::BeforeFleet(const std::function<void(const MetricRecord&)>& on
     std::fflush(stdout);
     before = Evaluate(init_, paths.eval_before);
     if (!before.ok()) return before.status();
+    eval_before_seconds_ = before->seconds;
   }
   before_ = *before;
   std::printf("== RL phase: initial pass rate %s; %lld updates of %d groups x %d (%s)\n",
@@ -151,6 +149,7 @@ StatusOr<rl_actors::PolicyEvalResult> RunPhases::Evaluate(const std::string& che
   o.dtype = options_.run.dtype;
   ORRERY_ASSIGN_OR_RETURN(rl_actors::PolicyEvalResult r,
                           rl_actors::EvaluatePolicy(*policy.model, *policy.format, *env, o));
+  ReleaseDeviceCache(options_.run);
   ORRERY_RETURN_IF_ERROR(WriteFileAtomic(json_path, r.ToJson() + "\n"));
   return r;
 }
@@ -165,16 +164,44 @@ Status RunPhases::AfterFleet(const std::string& dashboard_url) {
   ORRERY_ASSIGN_OR_RETURN(rl_actors::PolicyEvalResult after,
                           Evaluate(final_checkpoint, paths.eval_after));
   std::printf("\nrun summary (%s)\n", options_.run.name.c_str());
-  if (pretrain_) std::printf("  pretraining     %.0f s this launch\n", pretrain_seconds_);
-  std::printf("  RL phase        %.0f s this launch (wall)\n", rl_seconds);
+  std::printf("  wall time       ");
+  if (pretrain_) std::printf("pretraining %.0f s, ", pretrain_seconds_);
+  std::printf("initial score %.0f s, RL phase %.0f s, final score %.0f s (this launch)\n",
+              eval_before_seconds_, rl_seconds, after.seconds);
   std::printf("  pass rate       before %s -> after %s  (%+.1f points)\n", Percent(before_).c_str(),
               Percent(after).c_str(), 100.0 * (after.pass_rate() - before_.pass_rate()));
+  if (after.families.size() > 1 || before_.families.size() > 1) {
+    std::map<std::string, int> names;
+    for (const auto& [name, f] : before_.families) names[name] = 0;
+    for (const auto& [name, f] : after.families) names[name] = 0;
+    for (const auto& [name, unused] : names) {
+      const rl_actors::FamilyEvalResult b =
+          before_.families.count(name) ? before_.families.at(name) : rl_actors::FamilyEvalResult();
+      const rl_actors::FamilyEvalResult a =
+          after.families.count(name) ? after.families.at(name) : rl_actors::FamilyEvalResult();
+      std::printf("    %-13s before %s -> after %s  (%+.1f points)\n", name.c_str(),
+                  Percent(b).c_str(), Percent(a).c_str(), 100.0 * (a.pass_rate() - b.pass_rate()));
+    }
+  }
   std::printf("  tool use        before %.0f%% -> after %.0f%% of episodes\n",
               100.0 * before_.tool_call_episode_ratio, 100.0 * after.tool_call_episode_ratio);
   std::printf("  run directory   %s\n", Absolute(options_.run.dir).c_str());
   std::printf("  final policy    %s\n", final_checkpoint.c_str());
   if (!dashboard_url.empty()) std::printf("  dashboard       %s\n", dashboard_url.c_str());
   std::fflush(stdout);
+  // The same, for scripts (scripts/gpu_demo.sh): RUN/summary.json.
+  nlohmann::json j;
+  j["name"] = options_.run.name;
+  j["seconds"] = {{"pretrain", pretrain_seconds_},
+                  {"eval_before", eval_before_seconds_},
+                  {"rl", rl_seconds},
+                  {"eval_after", after.seconds}};
+  j["updates"] = rl_config_.steps;
+  j["sync"] = rl_config_.sync || options_.sync;
+  j["before"] = nlohmann::json::parse(before_.ToJson());
+  j["after"] = nlohmann::json::parse(after.ToJson());
+  j["final_policy"] = final_checkpoint;
+  ORRERY_RETURN_IF_ERROR(WriteFileAtomic(options_.run.dir + "/summary.json", j.dump(2) + "\n"));
   return Status::OK();
 }
 

@@ -7,7 +7,9 @@
 //      [rl] init, or RUN/pretrain when the config pretrains; the launcher writes RUN/rl/launch.json
 //      for the actors, scores the initial policy on the test tasks (RUN/rl/eval_before.json, kept
 //      across re-launches), runs the fleet until the learner announces the last version
-//      (phase "rl-done"), scores the final policy (RUN/rl/eval_after.json) and prints a summary.
+//      (phase "rl-done"), scores the final policy (RUN/rl/eval_after.json) and prints a summary:
+//      wall time by phase, pass rate before and after (per task family when there are several),
+//      tool use; the same as RUN/summary.json.
 // Without these sections the launcher only runs the fleet until Ctrl-C.
 #pragma once
 
@@ -56,6 +58,7 @@ class RunPhases {
   rl_actors::RlConfig rl_config_;  // [rl] as read at Load
   std::string init_;
   double pretrain_seconds_ = 0;
+  double eval_before_seconds_ = 0;  // 0 when the initial score was kept from an earlier launch
   std::chrono::steady_clock::time_point rl_start_;
   rl_actors::PolicyEvalResult before_;
 };

@@ -66,6 +66,12 @@ int EvalCommand(const ConfigSections* sections, const CliArgs& args) {
       policy->path.c_str(), r->passed, r->episodes, 100.0 * r->pass_rate(), r->mean_reward,
       100.0 * r->tool_call_episode_ratio, 100.0 * r->format_error_ratio, r->mean_generated_tokens,
       r->seconds);
+  if (r->families.size() > 1) {
+    for (const auto& [name, f] : r->families) {
+      std::printf("  %-13s %d/%d passed (%.1f%%), tool calls in %d episodes\n", name.c_str(),
+                  f.passed, f.episodes, 100.0 * f.pass_rate(), f.with_tools);
+    }
+  }
   if (args.Has("json")) {
     if (Status s = WriteFileAtomic(args.Get("json"), r->ToJson() + "\n"); !s.ok()) {
       return ReportError(s);

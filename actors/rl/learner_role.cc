@@ -16,11 +16,14 @@
 // to "rl-done" and every rank waits for the fleet to stop.
 // [run] device = "cuda": the trainer trains the GPU model (model/gpu/gpu_model.h, in [run] dtype)
 // uploaded from the initial policy on CUDA device rank % visible devices (on one GPU every rank
-// and the rollouts share it); before each publication its weights are copied into the host model,
-// whose tensors WeightStore writes (a same-host device copy to the rollouts would replace that
-// copy and the file: issue 26's next step).
+// and the rollouts share it); before each file publication its weights are copied into the host
+// model, whose tensors WeightStore writes.
 // [rl.rollout] weights = "learner": rank 0 also binds its endpoint and serves the published
 // versions (WeightServer) on a thread of its own, for rollouts that do not share RUN.
+// [rl.rollout] weights = "shared": rank 0 also copies every version into a buffer it shares with
+// the rollouts of its host (model/shared_weights.h: CUDA IPC from the GPU model's masters, or
+// shared memory from the host model) before it writes the file, and answers weights.Shared /
+// weights.Release on that same thread (actors/rl/shared_weights_service.h).
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -37,6 +40,7 @@
 #include "actors/rl/rl_metrics.h"
 #include "actors/rl/rl_roles.h"
 #include "actors/rl/rl_run.h"
+#include "actors/rl/shared_weights_service.h"
 #include "actors/rl/trajectory_convert.h"
 #include "actors/rl/weight_server.h"
 #include "actors/runtime/actor.h"
@@ -49,6 +53,7 @@
 #include "learner/checkpoint.h"
 #include "learner/policy_checkpoint.h"
 #include "learner/rl/weight_store.h"
+#include "model/shared_weights.h"
 #include "rollout/model_backend.h"
 
 namespace orrery::rl_actors {
@@ -82,6 +87,7 @@ class LearnerRank {
     }
     ORRERY_RETURN_IF_ERROR(Start());
     if (rank_ == 0) {
+      ORRERY_RETURN_IF_ERROR(ShareWeights());
       ORRERY_RETURN_IF_ERROR(ServeWeights());
       ORRERY_ASSIGN_OR_RETURN(
           metrics_, MetricsPublisher::Open(
@@ -255,14 +261,34 @@ class LearnerRank {
     return Status::OK();
   }
 
-  // weights = "learner": the published versions, served on ctx.endpoint() by a thread of its own
-  // until this rank's Run returns.
+  // The tensors a version is made of: the GPU model's masters, or the host model's parameters.
+  model::NamedTensors TrainedWeights() {
+    return gpu_model_ != nullptr ? gpu_model_->NamedMasters()
+                                 : rollout::NamedWeights(*policy_.model);
+  }
+
+  // weights = "shared": the two buffers versions alternate in, on the trained model's device.
+  Status ShareWeights() {
+    if (!config_.weights_shared) return Status::OK();
+    const Device device = gpu_model_ != nullptr ? gpu_model_->device() : Device::Cpu();
+    StatusOr<std::unique_ptr<model::SharedWeightPublisher>> p =
+        model::SharedWeightPublisher::Create(TrainedWeights(), device);
+    if (!p.ok()) return p.status().WithContext("rl.rollout.weights = \"shared\"");
+    shared_ = std::move(p).value();
+    ORRERY_LOG(INFO) << "sharing versions with the rollouts of this host: 2 buffers of "
+                     << shared_->layout().total_bytes() << " bytes on " << device.ToString();
+    return Status::OK();
+  }
+
+  // weights = "learner" or "shared": the published versions (files, and shared buffers), served
+  // on ctx.endpoint() by a thread of its own until this rank's Run returns.
   Status ServeWeights() {
-    if (!config_.weights_from_learner) return Status::OK();
+    if (!config_.weights_from_learner && !config_.weights_shared) return Status::OK();
     weight_server_ = std::make_unique<WeightServer>(paths_.weights);
     weight_actor_ = std::make_unique<Actor>(ctx_.zmq(), ctx_.name());
     ORRERY_RETURN_IF_ERROR(weight_actor_->Bind(ctx_.endpoint()));
     weight_server_->Register(*weight_actor_);
+    RegisterSharedWeights(*weight_actor_, shared_.get());
     weight_thread_ = std::thread([this] {
       if (Status s = weight_actor_->Run(weight_stop_); !s.ok()) {
         ORRERY_LOG(ERROR) << "weight server: " << s.message();
@@ -272,15 +298,24 @@ class LearnerRank {
     return Status::OK();
   }
 
+  // The new version to the rollouts: first into the shared buffer (weights = "shared": the
+  // rollouts of this host take it from there), then as a file (other hosts, restarts, fallback).
   Status Publish() {
+    const int64_t v = trainer_->version();
+    if (shared_ != nullptr) {
+      ORRERY_ASSIGN_OR_RETURN(sync_.shared_snapshot_seconds,
+                              shared_->Publish(TrainedWeights(), v, UnixSeconds()));
+    }
     // The GPU trainer's weights into the host model (nothing to do when it trains that model).
+    const auto copy_start = std::chrono::steady_clock::now();
     ORRERY_RETURN_IF_ERROR(trainer_->CopyWeightsTo(policy_.model.get()));
-    ORRERY_ASSIGN_OR_RETURN(
-        rl::PublishTimings t,
-        weights_.Publish(rollout::NamedWeights(*policy_.model), trainer_->version()));
+    sync_.host_copy_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
+    ORRERY_ASSIGN_OR_RETURN(rl::PublishTimings t,
+                            weights_.Publish(rollout::NamedWeights(*policy_.model), v));
     sync_.snapshot_seconds = t.snapshot_seconds;
     sync_.write_seconds = t.write_seconds;
-    return ctx_.fleet().SetRunState("rl", -1, trainer_->version());
+    return ctx_.fleet().SetRunState("rl", -1, v);
   }
 
   Status AfterUpdate(const rl::RlStepStats& stats) {
@@ -347,8 +382,11 @@ class LearnerRank {
   int rank_, world_;
   RlRunPaths paths_;
   rl::WeightStore weights_;
-  // weights = "learner" (rank 0): the server, its mailbox and loop thread; the stop is cancelled
-  // and the thread joined before the mailbox goes.
+  // weights = "shared" (rank 0): the buffers the rollouts of this host copy versions from (the
+  // server thread that answers for it is joined in the destructor's body, before it goes).
+  std::unique_ptr<model::SharedWeightPublisher> shared_;
+  // weights = "learner" or "shared" (rank 0): the server, its mailbox and loop thread; the stop
+  // is cancelled and the thread joined before the mailbox goes.
   std::unique_ptr<WeightServer> weight_server_;
   std::unique_ptr<Actor> weight_actor_;
   Cancellation weight_stop_;

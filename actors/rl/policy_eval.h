@@ -5,9 +5,11 @@
 // rollout actors use (continuous batching over `slots`), so evaluation and training see exactly
 // the same prompts, tool protocol and limits. An episode passes when the environment's "correct"
 // reward component is at least 0.5 (or, without that component, when its reward is at least 1).
+// Pass rates are also counted per task family (env::Env::Family: "calc/d2", ...).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "core/run_config.h"
@@ -28,9 +30,17 @@ struct PolicyEvalOptions {
   DType dtype = DType::kBF16;
 };
 
+struct FamilyEvalResult {
+  int episodes = 0;
+  int passed = 0;
+  int with_tools = 0;  // episodes with at least one tool call
+  double pass_rate() const { return episodes > 0 ? static_cast<double>(passed) / episodes : 0.0; }
+};
+
 struct PolicyEvalResult {
   int episodes = 0;
   int passed = 0;
+  std::map<std::string, FamilyEvalResult> families;
   double mean_reward = 0;
   double tool_call_episode_ratio = 0;  // episodes with at least one tool call
   double format_error_ratio = 0;
@@ -38,6 +48,8 @@ struct PolicyEvalResult {
   double seconds = 0;
   double pass_rate() const { return episodes > 0 ? static_cast<double>(passed) / episodes : 0.0; }
   std::string ToJson() const;
+  // ToJson's text back ("families" may be absent: files written before families were counted).
+  static StatusOr<PolicyEvalResult> FromJson(const std::string& text);
 };
 
 // True when the trajectory counts as a pass (see above).

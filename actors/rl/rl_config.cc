@@ -36,7 +36,9 @@ RlConfig ReadRlConfig(ConfigTable& root) {
   c.agent.max_episode_tokens = static_cast<int>(r.Int("max_episode_tokens", 320, 2, 1 << 24));
   c.agent.env_timeout_seconds = r.Float("env_timeout_s", 30.0, 0.001, 86400.0);
   c.weight_poll_ms = r.Int("weight_poll_ms", c.weight_poll_ms, 1, 3600 * 1000);
-  c.weights_from_learner = r.Enum("weights", "directory", {"directory", "learner"}) == "learner";
+  const std::string weights = r.Enum("weights", "directory", {"directory", "learner", "shared"});
+  c.weights_from_learner = weights == "learner";
+  c.weights_shared = weights == "shared";
   c.weight_chunk_mb = r.Int("weight_chunk_mb", c.weight_chunk_mb, 1, 512);
   // One env worker per slot: an episode has at most one env call in flight, so none waits for a
   // worker (the sandbox pools' sizing rule, EnvDemand).

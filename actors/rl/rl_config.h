@@ -34,7 +34,11 @@
 //                                 #   machine, or a filesystem every host shares); "learner":
 //                                 #   fetched from learner rank 0 over the fleet's transport into
 //                                 #   the rollout's own state directory (no shared filesystem;
-//                                 #   actors/rl/weight_fetcher.h)
+//                                 #   actors/rl/weight_fetcher.h); "shared": rollouts on learner
+//                                 #   rank 0's host copy each version out of a buffer it shares
+//                                 #   (CUDA IPC on the GPU, shared memory on the CPU:
+//                                 #   model/shared_weights.h), no file between them; the
+//                                 #   directory stays for other hosts and as the fallback
 //   weight_chunk_mb = 1           # "learner": the size of one fetched chunk (larger ones were
 //                                 #   slower: tests/bench/weights_bench.cc)
 //
@@ -92,6 +96,7 @@ struct RlConfig {
   std::vector<std::string> env_endpoints;
   int64_t weight_poll_ms = 200;
   bool weights_from_learner = false;  // [rl.rollout] weights = "learner"
+  bool weights_shared = false;        // [rl.rollout] weights = "shared"
   int64_t weight_chunk_mb = 1;
 
   rl::RlTrainerOptions trainer;

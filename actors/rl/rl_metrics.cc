@@ -110,6 +110,12 @@ MetricRecord LearnerRecord(const std::string& source, const rl::RlStepStats& sta
   r.scalars["learner/env_fault_dropped"] = static_cast<double>(stats.env_fault_dropped);
   r.scalars["learner/optimizer_steps"] = static_cast<double>(stats.optimizer_steps);
   r.scalars["learner/uniform_groups"] = static_cast<double>(stats.uniform_groups);
+  if (sync.shared_snapshot_seconds > 0) {
+    r.scalars["learner/weight_sync_seconds/phase/shared_snapshot"] = sync.shared_snapshot_seconds;
+  }
+  if (sync.host_copy_seconds > 0) {
+    r.scalars["learner/weight_sync_seconds/phase/host_copy"] = sync.host_copy_seconds;
+  }
   r.scalars["learner/weight_sync_seconds/phase/snapshot"] = sync.snapshot_seconds;
   r.scalars["learner/weight_sync_seconds/phase/write"] = sync.write_seconds;
   int64_t bins = std::max<int64_t>(max_staleness, 0) + 1;

@@ -20,8 +20,12 @@ MetricRecord RolloutRecord(const std::string& source, int64_t step,
                            const std::vector<rollout::TrajectoryGroup>& groups,
                            int64_t generated_tokens, double generation_seconds);
 
+// The learner's side of publishing a version, by phase (learner/weight_sync_seconds/phase/*):
+// shared_snapshot, the copy into the shared buffer (weights = "shared", 0 otherwise); host_copy,
+// the GPU model's masters into the host model (0 on the CPU); snapshot and write, the file.
 struct WeightSyncTimes {
-  double snapshot_seconds = 0, write_seconds = 0;
+  double shared_snapshot_seconds = 0, host_copy_seconds = 0, snapshot_seconds = 0,
+         write_seconds = 0;
 };
 
 // learner/* and routing/* of one update. `model` supplies the Quantile Balancing biases.

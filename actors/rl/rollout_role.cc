@@ -12,8 +12,10 @@
 // between engine steps (episodes in flight continue: partial rollouts). The backend is the one
 // [run] device asks for (rollout/make_backend.h): the host model, or the GPU engine on CUDA device
 // 0 (shared with the learner on one GPU), which takes the named tensors into its masters in
-// place. The version's tensors reach it through PollWeights only, so a same-host device copy from
-// the learner (CUDA IPC, issue 26's next step) replaces the file read there and nothing else.
+// place. With [rl.rollout] weights = "shared", PollWeights first asks learner rank 0 for a newer
+// version in its shared buffer (actors/rl/shared_weights_service.h) and copies it straight into
+// the backend's weights (device to device on the GPU), timed as transfer and apply; the files are
+// the fallback (another host, a learner that is restarting, a copy that was not whole).
 // Async mode keeps every slot busy; sync mode generates this instance's share of one update's
 // groups with version v, then waits for version v + 1.
 #include <chrono>
@@ -28,6 +30,7 @@
 #include "actors/rl/rl_metrics.h"
 #include "actors/rl/rl_roles.h"
 #include "actors/rl/rl_run.h"
+#include "actors/rl/shared_weights_service.h"
 #include "actors/rl/task_cursor.h"
 #include "actors/rl/trajectory_convert.h"
 #include "actors/rl/weight_follower.h"
@@ -74,6 +77,7 @@ class RolloutActor {
     loop_ = std::make_unique<rollout::AgentLoop>(backend_.get(), policy_.format.get(), env_.get(),
                                                  agent);
     ORRERY_RETURN_IF_ERROR(FollowLearner());
+    ORRERY_RETURN_IF_ERROR(ShareWithLearner());
     ORRERY_RETURN_IF_ERROR(PollWeights());
     ORRERY_ASSIGN_OR_RETURN(std::string replay,
                             ctx_.fleet().Lookup("replay", std::chrono::seconds(60)));
@@ -176,14 +180,80 @@ class RolloutActor {
     return follower_->status();
   }
 
+  // weights = "shared": the client of learner rank 0's shared buffers.
+  Status ShareWithLearner() {
+    if (!config_.weights_shared) return Status::OK();
+    ORRERY_ASSIGN_OR_RETURN(std::string learner,
+                            ctx_.fleet().Lookup("learner:0", std::chrono::seconds(120)));
+    StatusOr<model::NamedTensors> targets = backend_->WeightTargets();
+    if (!targets.ok()) {
+      ORRERY_LOG(WARN) << "weights: " << targets.status().message() << "; reading the files";
+      return Status::OK();
+    }
+    shared_targets_ = std::move(targets).value();  // views of the backend's own storage
+    shared_ = std::make_unique<SharedWeightClient>(ctx_.zmq(), ctx_.name() + "/shared-weights");
+    ORRERY_RETURN_IF_ERROR(shared_->Connect(learner));
+    ORRERY_LOG(INFO) << "weights: from learner:0's shared buffers at " << learner << " (files in "
+                     << weights_.dir() << " as the fallback)";
+    return Status::OK();
+  }
+
+  // A newer version from the learner's shared buffer, straight into the backend's weights: true
+  // when one was applied. Only an error that ends the actor is returned; the others leave the
+  // files to this poll (and a copy that was not whole makes the file path reload).
+  StatusOr<bool> PollShared() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < shared_retry_at_) return false;
+    StatusOr<SharedUpdate> got = shared_->Fetch(loop_->version(), shared_targets_);
+    if (!got.ok()) {
+      const StatusCode code = got.status().code();
+      if (code == StatusCode::kDataLoss) {
+        reload_ = true;  // the backend's weights are a mix: the file path loads a whole version
+        ORRERY_LOG(WARN) << got.status().message() << "; reloading from the files";
+      } else if (code == StatusCode::kFailedPrecondition) {
+        ORRERY_LOG(WARN) << got.status().message() << "; reading versions from " << weights_.dir();
+        shared_.reset();
+      } else {
+        // The learner starting or restarting: the files meanwhile, asked again in a few seconds.
+        if (now - shared_warned_at_ >= std::chrono::minutes(1)) {
+          ORRERY_LOG(WARN) << "weights: " << got.status().message() << "; reading the files";
+          shared_warned_at_ = now;
+        }
+        shared_retry_at_ = now + std::chrono::seconds(5);
+      }
+      return false;
+    }
+    if (got->version < 0) return false;
+    const auto apply_start = std::chrono::steady_clock::now();
+    ORRERY_RETURN_IF_ERROR(backend_->WeightsWritten(got->version));
+    const double apply =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - apply_start).count();
+    reload_ = false;
+    MetricRecord r;
+    r.time = UnixSeconds();
+    r.source = ctx_.name();
+    r.step = got->version;
+    r.scalars["rollout/weight_sync_seconds/phase/transfer"] = got->transfer_seconds;
+    r.scalars["rollout/weight_sync_seconds/phase/apply"] = apply;
+    r.scalars["rollout/weight_live_seconds"] = r.time - got->published_at;
+    r.scalars["rollout/weight_shared_bytes"] = static_cast<double>(got->bytes);
+    if (metrics_) (void)metrics_->Publish(r);
+    return true;
+  }
+
   Status PollWeights() {
     if (follower_ != nullptr) ORRERY_RETURN_IF_ERROR(follower_->status());
+    if (shared_ != nullptr) {
+      ORRERY_ASSIGN_OR_RETURN(const bool took, PollShared());
+      if (took) return Status::OK();
+    }
     StatusOr<int64_t> latest = weights_.Latest();
     if (!latest.ok()) {
-      if (latest.status().code() == StatusCode::kNotFound) return Status::OK();
-      return latest.status();
+      if (latest.status().code() == StatusCode::kNotFound && !reload_) return Status::OK();
+      return reload_ ? latest.status().WithContext("weights: the shared copy was not whole")
+                     : latest.status();
     }
-    if (*latest <= loop_->version()) return Status::OK();
+    if (*latest <= loop_->version() && !reload_) return Status::OK();
     rl::LoadTimings timings;
     StatusOr<std::vector<std::pair<std::string, Tensor>>> named = weights_.Load(*latest, &timings);
     if (!named.ok()) {
@@ -192,6 +262,7 @@ class RolloutActor {
       return named.status();
     }
     ORRERY_RETURN_IF_ERROR(loop_->UpdateWeights(*named, *latest));
+    reload_ = false;
     MetricRecord r;
     r.time = UnixSeconds();
     r.source = ctx_.name();
@@ -271,6 +342,10 @@ class RolloutActor {
   std::unique_ptr<replay::ReplayClient> replay_;
   std::unique_ptr<MetricsPublisher> metrics_;
   std::unique_ptr<WeightFollower> follower_;
+  std::unique_ptr<SharedWeightClient> shared_;  // weights = "shared", until it cannot be used
+  model::NamedTensors shared_targets_;          // the backend's weights, written in place
+  std::chrono::steady_clock::time_point shared_retry_at_, shared_warned_at_;
+  bool reload_ = false;  // the backend's weights are not one whole version: load the newest file
   int64_t sync_version_ = -1;
   int sync_issued_ = 0;
   int64_t stale_dropped_ = 0;

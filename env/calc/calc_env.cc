@@ -90,6 +90,10 @@ class CalcEnv : public env::Env {
     return env::TaskRef{task.id, split, options_.seed, index};
   }
 
+  std::string Family(const env::TaskRef& task) const override {
+    return "calc/d" + std::to_string(Difficulty(task.index));
+  }
+
   StatusOr<std::unique_ptr<env::Episode>> Reset(const env::TaskRef& ref, Deadline) override {
     ORRERY_ASSIGN_OR_RETURN(CalcTask task,
                             MakeCalcTask(ref.seed, ref.split, ref.index, Difficulty(ref.index)));
@@ -99,6 +103,14 @@ class CalcEnv : public env::Env {
 
  private:
   int Difficulty(uint64_t index) const {
+    if (!options_.difficulties.empty()) {
+      // A hash of the index, not index % n: rollout instance i of N takes tasks i, i + N, ...,
+      // which a modulus would give one difficulty only when N and n share a factor.
+      uint64_t z = index + 0x9e3779b97f4a7c15ull;  // splitmix64's finaliser
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      return options_.difficulties[(z ^ (z >> 31)) % options_.difficulties.size()];
+    }
     return options_.difficulty != 0 ? options_.difficulty
                                     : kMinDifficulty + static_cast<int>(index % kMaxDifficulty);
   }
@@ -115,6 +127,12 @@ CalcEnvOptions ReadCalcEnvOptions(ConfigTable& table) {
   CalcEnvOptions o;
   o.seed = static_cast<uint64_t>(table.Int("seed", 0, 0));
   o.difficulty = static_cast<int>(table.Int("difficulty", 0, 0, kMaxDifficulty));
+  for (int64_t d : table.IntList("difficulties", {}, kMinDifficulty, kMaxDifficulty)) {
+    o.difficulties.push_back(static_cast<int>(d));
+  }
+  if (!o.difficulties.empty() && o.difficulty != 0) {
+    table.Fail("difficulties", "is a mix of difficulties: leave difficulty out (or 0) with it");
+  }
   o.max_tool_calls = static_cast<int>(table.Int("max_tool_calls", 16, 1, 1000));
   o.tool = table.Enum("tool", "expression", {"expression", "one_operation"}) == "one_operation"
                ? CalcTool::kOneOperation

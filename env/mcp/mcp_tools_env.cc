@@ -188,6 +188,7 @@ class McpToolsEnv : public Env {
   StatusOr<TaskRef> Task(Split split, uint64_t index) const override {
     return inner_->Task(split, index);
   }
+  std::string Family(const TaskRef& task) const override { return inner_->Family(task); }
   StatusOr<std::unique_ptr<Episode>> Reset(const TaskRef& task, Deadline deadline) override {
     ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<Episode> inner, inner_->Reset(task, deadline));
     std::vector<ToolSpec> tools = inner->tools();

@@ -641,6 +641,18 @@ Device GpuModel::device() const { return impl_->device; }
 std::vector<GpuParameter>& GpuModel::parameters() { return impl_->params; }
 std::vector<Tensor>& GpuModel::balancing_biases() { return impl_->biases; }
 
+std::vector<std::pair<std::string, Tensor>> GpuModel::NamedMasters() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const GpuParameter& p : impl_->params) out.emplace_back(p.name, p.master);
+  const ModelConfig& c = impl_->config;
+  for (size_t i = 0; i < impl_->biases.size(); ++i) {
+    out.emplace_back("layers." + std::to_string(c.first_k_dense + static_cast<int64_t>(i)) +
+                         ".moe.balancing_bias",
+                     impl_->biases[i]);
+  }
+  return out;
+}
+
 StatusOr<GpuLoss> GpuModel::ForwardBackward(const GpuBatch& batch, double grad_scale,
                                             bool backward) {
   CrossEntropyHead head(batch, grad_scale);

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -110,6 +111,10 @@ class GpuModel {
   std::vector<GpuParameter>& parameters();
   // f32 [E] per MoE layer on the host: selection-only biases, updated by UpdateBalancing.
   std::vector<Tensor>& balancing_biases();
+  // Every parameter's fp32 master (device) and every balancing bias (host, named
+  // "layers.L.moe.balancing_bias"), by checkpoint name: what a policy version is (views, not
+  // copies; after writing the masters directly call RefreshComputeCopies).
+  std::vector<std::pair<std::string, Tensor>> NamedMasters();
 
   // Loss over batch.targets; with `backward`, adds grad_scale * d loss_sum / d theta to every
   // GpuParameter::grad and keeps the router scores for the next UpdateBalancing.

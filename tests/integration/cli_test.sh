@@ -104,6 +104,20 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
   [ ! -e "$tmp/runs" ] || fail "rl launch on cuda without a gpu made its run directory"
 fi
 
+# The GPU demo's config plans on any machine (its data need not exist yet), and on one without a
+# GPU its launch stops with one line before anything starts.
+out="$("$orrery" launch "$src/configs/demo_gpu.toml" --dry-run 2>&1)" || fail "demo_gpu dry run: $out"
+for role in replay:0 rollout:0 learner:0; do
+  printf '%s\n' "$out" | grep -q "^$role " || fail "demo_gpu dry run plans no $role: $out"
+done
+"$orrery" config check "$src/configs/demo_gpu.toml" > /dev/null 2>&1 ||
+  fail "configs/demo_gpu.toml rejected: $("$orrery" config check "$src/configs/demo_gpu.toml" 2>&1 | tail -1)"
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
+  expect_one_line "the gpu demo without a gpu" \
+    "^orrery: .*demo_gpu.toml: run.device = \"cuda\": no CUDA device is visible to this process" \
+    "$orrery" launch "$src/configs/demo_gpu.toml"
+fi
+
 # `source scripts/env.sh` puts the default build's orrery on PATH (README, "Running one test").
 if [ "$(realpath "$orrery")" = "$(realpath "$src/build/bin/orrery" 2>/dev/null)" ]; then
   found="$(env -i HOME="$HOME" PATH=/usr/bin:/bin bash -c "source '$src/scripts/env.sh'; command -v orrery")"

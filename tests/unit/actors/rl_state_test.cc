@@ -1,5 +1,6 @@
 // The RL actors' durable state and config: the learner's batch log (round trip, damage refused,
-// dropping what a checkpoint covers), the learner start file, the launch manifest and [rl].
+// dropping what a checkpoint covers), the learner start file, the launch manifest and [rl], the
+// evaluation's JSON (per family, and files written before families were counted).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 
 #include "actors/rl/batch_log.h"
 #include "actors/rl/learner_rendezvous.h"
+#include "actors/rl/policy_eval.h"
 #include "actors/rl/rl_config.h"
 #include "actors/rl/rl_run.h"
 #include "actors/rl/task_cursor.h"
@@ -166,6 +168,32 @@ TEST(RlConfigTest, EnvWorkersAndRemoteEnvironments) {
 // A restarted instance re-issues the groups in flight when it died; one that was issued three times
 // without ever being stored (the instance died each time: a crash on that group) is dropped and
 // counted, so the fleet's restart budget is not spent on it.
+TEST(PolicyEvalResultTest, JsonRoundTripsFamiliesAndReadsOlderFiles) {
+  PolicyEvalResult r;
+  r.episodes = 10;
+  r.passed = 4;
+  r.mean_reward = 0.4;
+  r.tool_call_episode_ratio = 0.5;
+  r.seconds = 1.5;
+  r.families["calc/d2"] = FamilyEvalResult{6, 3, 4};
+  r.families["calc/d3"] = FamilyEvalResult{4, 1, 1};
+  StatusOr<PolicyEvalResult> back = PolicyEvalResult::FromJson(r.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->episodes, 10);
+  EXPECT_EQ(back->passed, 4);
+  ASSERT_EQ(back->families.size(), 2u);
+  EXPECT_EQ(back->families.at("calc/d2").passed, 3);
+  EXPECT_EQ(back->families.at("calc/d3").with_tools, 1);
+  EXPECT_DOUBLE_EQ(back->families.at("calc/d2").pass_rate(), 0.5);
+  // An eval_before.json of an earlier launch: no "families".
+  StatusOr<PolicyEvalResult> old = PolicyEvalResult::FromJson(
+      R"({"episodes":2,"passed":1,"pass_rate":0.5,"mean_reward":0.5,)"
+      R"("tool_call_episode_ratio":1,"format_error_ratio":0,"mean_generated_tokens":9,"seconds":1})");
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_TRUE(old->families.empty());
+  EXPECT_EQ(PolicyEvalResult::FromJson("{\"episodes\": 1}").status().code(), StatusCode::kDataLoss);
+}
+
 TEST(TaskCursorTest, AGroupThatKeepsEndingTheInstanceIsDropped) {
   const std::string path = TempDir("cursor") + "/task_cursor";
   // Instance 1 of 2: tasks 1, 3, 5, ...

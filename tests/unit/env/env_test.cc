@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "env/calc/calc_env.h"
@@ -112,6 +113,46 @@ TEST(CalcEnvTest, OneOperationToolTakesSeveralSteps) {
   StatusOr<EpisodeScore> score = e->Score(traj, DeadlineIn(5));
   EXPECT_EQ(score->reward, 1.0);
   EXPECT_EQ(score->components.at("tool_calls"), 2.0);
+}
+
+// A mix of difficulties: every task gets one of them (by a hash of its index, so that rollout
+// instances taking every N-th task still see the mix), its family names it, and its question has
+// that difficulty's operand count. Setting difficulty beside the mix is a config error.
+TEST(CalcEnvTest, DifficultyMixGivesEachTaskOneOfThemAndItsFamily) {
+  calc::CalcEnvOptions o;
+  o.difficulties = {2, 3};
+  o.tool = calc::CalcTool::kOneOperation;
+  std::unique_ptr<Env> env = calc::MakeCalcEnv(o);
+  std::map<std::string, int> families, even_families;
+  for (uint64_t i = 0; i < 400; ++i) {
+    const TaskRef task = *env->Task(Split::kTest, i);
+    const std::string family = env->Family(task);
+    ASSERT_TRUE(family == "calc/d2" || family == "calc/d3") << family;
+    ++families[family];
+    if (i % 2 == 0) ++even_families[family];
+    const int d = family == "calc/d2" ? 2 : 3;
+    EXPECT_EQ(task.id, calc::MakeCalcTask(0, Split::kTest, i, d)->id);
+    std::unique_ptr<Episode> e = std::move(*env->Reset(task, DeadlineIn(5)));
+    EXPECT_EQ(e->initial_messages()[1].content,
+              calc::MakeCalcTask(0, Split::kTest, i, d)->question);
+  }
+  EXPECT_GT(families["calc/d2"], 150);
+  EXPECT_GT(families["calc/d3"], 150);
+  EXPECT_GT(even_families["calc/d2"], 60) << "every other task still mixes";
+  EXPECT_GT(even_families["calc/d3"], 60);
+  EXPECT_EQ(Calc()->Family(*Calc()->Task(Split::kTest, 5)), "calc/d2") << "difficulty 1 + 5 % 4";
+
+  ConfigDocument doc =
+      *ConfigDocument::ParseString("[calc]\ndifficulty = 2\ndifficulties = [2, 3]\n", "t.toml");
+  ConfigTable t = doc.root().Table("calc");
+  (void)calc::ReadCalcEnvOptions(t);
+  const Status s = doc.Finish();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("difficulties"), std::string::npos) << s.message();
+  doc = *ConfigDocument::ParseString("[calc]\ndifficulties = [2, 5]\n", "t.toml");
+  t = doc.root().Table("calc");
+  (void)calc::ReadCalcEnvOptions(t);
+  EXPECT_FALSE(doc.Finish().ok()) << "difficulty 5 does not exist";
 }
 
 TEST(CalcEnvTest, ManyEpisodesInFlight) {
