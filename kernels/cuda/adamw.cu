@@ -32,7 +32,22 @@ struct AdamWScalars {
   float b1, b2, eps, step_size, inv_sqrt_bc2, decay;
 };
 
-// The CPU twin's expression order, so f32 results agree to rounding of the same operations.
+// One element's update in the CPU twin's expression order, every operation rounded on its own
+// (the _rn intrinsics are never contracted into FMAs): the compiler's contraction choices may
+// differ between kernels, and the per-tensor and the many-tensor steps must give the same bits.
+__device__ __forceinline__ void AdamWElement(const AdamWScalars& c, float decay, float g, float f,
+                                             float* w, float* m, float* v, __nv_bfloat16* w_bf16) {
+  const float gi = __fmul_rn(g, f);
+  const float mi = __fadd_rn(__fmul_rn(c.b1, *m), __fmul_rn(1.0f - c.b1, gi));
+  const float vi = __fadd_rn(__fmul_rn(c.b2, *v), __fmul_rn(__fmul_rn(1.0f - c.b2, gi), gi));
+  const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), c.inv_sqrt_bc2), c.eps);
+  const float wi = __fsub_rn(__fmul_rn(*w, decay), __fdiv_rn(__fmul_rn(c.step_size, mi), denom));
+  *m = mi;
+  *v = vi;
+  *w = wi;
+  if (w_bf16 != nullptr) *w_bf16 = __float2bfloat16(wi);
+}
+
 __global__ void AdamWKernel(AdamWScalars c, const float* __restrict__ g,
                             const float* __restrict__ factor, int64_t n, float* __restrict__ w,
                             float* __restrict__ m, float* __restrict__ v,
@@ -40,14 +55,8 @@ __global__ void AdamWKernel(AdamWScalars c, const float* __restrict__ g,
   const float f = factor != nullptr ? *factor : 1.0f;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = g[i] * f;
-    const float mi = c.b1 * m[i] + (1.0f - c.b1) * gi;
-    const float vi = c.b2 * v[i] + (1.0f - c.b2) * gi * gi;
-    const float wi = w[i] * c.decay - c.step_size * mi / (sqrtf(vi) * c.inv_sqrt_bc2 + c.eps);
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi;
-    if (w_bf16 != nullptr) w_bf16[i] = __float2bfloat16(wi);
+    AdamWElement(c, c.decay, g[i], f, w + i, m + i, v + i,
+                 w_bf16 != nullptr ? w_bf16 + i : nullptr);
   }
 }
 
@@ -100,14 +109,8 @@ __global__ void AdamWManyKernel(AdamWScalars c, const ManyTensor* __restrict__ t
   const float f = factor != nullptr ? *factor : 1.0f;
   const int64_t end = ch.begin + kChunk < t.n ? ch.begin + kChunk : t.n;
   for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float gi = t.g[i] * f;
-    const float mi = c.b1 * t.m[i] + (1.0f - c.b1) * gi;
-    const float vi = c.b2 * t.v[i] + (1.0f - c.b2) * gi * gi;
-    const float wi = t.w[i] * t.decay - c.step_size * mi / (sqrtf(vi) * c.inv_sqrt_bc2 + c.eps);
-    t.m[i] = mi;
-    t.v[i] = vi;
-    t.w[i] = wi;
-    if (t.w_bf16 != nullptr) t.w_bf16[i] = __float2bfloat16(wi);
+    AdamWElement(c, t.decay, t.g[i], f, t.w + i, t.m + i, t.v + i,
+                 t.w_bf16 != nullptr ? t.w_bf16 + i : nullptr);
   }
 }
 

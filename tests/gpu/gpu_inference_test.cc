@@ -281,8 +281,14 @@ TEST(GpuInferenceTest, F32MhaFormSlotsMatchTheHost) {
 }
 TEST(GpuInferenceTest, Bf16MhaFormSlotsMatchTheHost) {
   SKIP_WITHOUT_GPU();
-  inference_check::MultiSlot(Device::Cuda(0), DType::kBF16, kBf16, 8);
-  inference_check::Fork(Device::Cuda(0), DType::kBF16, kBf16, 7);
+  // Rows are compared where their own call's routing agrees: on the H200 (session 16) the MHA
+  // form's prompts flipped 14 of 654 ids, each slot's first among them, which left no row to
+  // compare under the whole-slot rule (the absorbed form, with 10 flips, had kept 7). A flip in
+  // the context moves a later row little (the long test measures 1.6e-2 with 1557 flipped ids in
+  // the context), so the bound stays the bf16 one.
+  constexpr Tolerance kBf16OwnCall{kBf16.logits, kBf16.ids, true, true};
+  inference_check::MultiSlot(Device::Cuda(0), DType::kBF16, kBf16OwnCall, 8);
+  inference_check::Fork(Device::Cuda(0), DType::kBF16, kBf16OwnCall, 7);
 }
 
 // Decode calls that do not fill their bucket (padding rows) against the host; in bf16 the steps
