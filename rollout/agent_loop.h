@@ -39,11 +39,11 @@
 // when its first feed (its group's prompt, once known) fits in the free context less what waiting
 // feeds need; a planned feed that does not fit waits, and later episodes' prompts do not overtake
 // it (both counted in AgentStats). No episode is truncated or failed for want of context. When
-// nothing at all can be fed for want of it, the youngest episode that holds context and has no
-// env call in flight is preempted: its slot is released and it returns to the head of the queue;
-// readmitted, it feeds its whole context again (its recorded tokens, logprobs, versions and R3
-// experts are kept). An episode that does not fit even alone is an error of the step (the pool is
-// smaller than max_episode_tokens needs).
+// nothing at all can be fed for want of it, the youngest episode younger than the oldest waiting
+// one that holds context and has no env call in flight is preempted: its slot is released and it
+// returns to the head of the queue; readmitted once its whole context fits, it feeds that context
+// again (its recorded tokens, logprobs, versions and R3 experts are kept). An episode that does
+// not fit even alone is an error of the step (the pool is smaller than max_episode_tokens needs).
 //
 // Environment calls (Reset, a turn's tool calls, Score) run off the decode loop on env_workers
 // threads: an episode waiting for one leaves the decode batch (keeping its backend slot and
