@@ -49,6 +49,16 @@ void GpuModelBackend::Release(int slot) {
   if (slot >= 0 && slot < max_slots_) (void)state_->Reset(slot);
 }
 
+Status GpuModelBackend::CopySlot(int src, int dst) { return state_->CopySlot(src, dst); }
+
+int64_t GpuModelBackend::context_capacity() const {
+  return state_->num_pages() * state_->page_size();
+}
+int64_t GpuModelBackend::free_context() const { return state_->free_pages() * state_->page_size(); }
+int64_t GpuModelBackend::FeedCost(int slot, int64_t tokens) const {
+  return state_->PagesNeeded(slot, tokens) * state_->page_size();
+}
+
 StatusOr<FeedResult> GpuModelBackend::Feed(const std::vector<int>& slots,
                                            const std::vector<std::vector<int32_t>>& tokens) {
   ORRERY_ASSIGN_OR_RETURN(FeedPlan plan,

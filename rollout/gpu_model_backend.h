@@ -5,6 +5,11 @@
 //
 // LoadWeights writes the GpuModel's fp32 masters and balancing biases in place and refreshes its
 // compute copies; every slot's cache is kept (partial rollouts, as with ModelBackend).
+//
+// The context pool is the state's latent pages: context_capacity() = num_pages x page_size,
+// free_context() the free pages x page_size, FeedCost the pages a feed takes
+// (GpuInferenceState::PagesNeeded) x page_size. CopySlot shares the source's pages (CopyCost 0)
+// and copies its KDA and conv rows.
 #pragma once
 
 #include <memory>
@@ -51,6 +56,10 @@ class GpuModelBackend : public PolicyBackend {
                                       const std::vector<std::vector<int32_t>>& tokens,
                                       const std::vector<SlotDraw>& draws) override;
   void Release(int slot) override;
+  Status CopySlot(int src, int dst) override;
+  int64_t context_capacity() const override;
+  int64_t free_context() const override;
+  int64_t FeedCost(int slot, int64_t tokens) const override;
   Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
                      int64_t version) override;
   int64_t version() const override { return version_; }

@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 
 #include "rollout/feed_plan.h"
 
 namespace orrery::rollout {
 
 StatusOr<std::unique_ptr<ModelBackend>> ModelBackend::Create(model::Model* model, int max_slots,
-                                                             int64_t max_context) {
-  if (max_slots < 1 || max_context < 2) {
-    return InvalidArgumentError("model backend: max_slots must be >= 1 and max_context >= 2");
+                                                             int64_t max_context,
+                                                             int64_t context_tokens) {
+  if (max_slots < 1 || max_context < 2 || context_tokens < 0) {
+    return InvalidArgumentError(
+        "model backend: max_slots must be >= 1, max_context >= 2 and context_tokens >= 0");
   }
   model::InferenceOptions options;
   options.num_slots = max_slots;
@@ -21,12 +24,16 @@ StatusOr<std::unique_ptr<ModelBackend>> ModelBackend::Create(model::Model* model
     if (slot != s) return InternalError("model backend: slots are not handed out in order");
   }
   return std::unique_ptr<ModelBackend>(
-      new ModelBackend(model, std::move(state), max_slots, max_context));
+      new ModelBackend(model, std::move(state), max_slots, max_context, context_tokens));
 }
 
 ModelBackend::ModelBackend(model::Model* model, std::unique_ptr<model::InferenceState> state,
-                           int max_slots, int64_t max_context)
-    : model_(model), state_(std::move(state)), max_slots_(max_slots), max_context_(max_context) {}
+                           int max_slots, int64_t max_context, int64_t context_tokens)
+    : model_(model),
+      state_(std::move(state)),
+      max_slots_(max_slots),
+      max_context_(max_context),
+      context_tokens_(context_tokens) {}
 
 int64_t ModelBackend::vocab_size() const { return model_->config().vocab_size; }
 int ModelBackend::moe_layers() const { return static_cast<int>(model_->config().num_moe_layers()); }
@@ -36,11 +43,44 @@ void ModelBackend::Release(int slot) {
   if (slot >= 0 && slot < max_slots_) (void)state_->Reset(slot);
 }
 
+Status ModelBackend::CopySlot(int src, int dst) {
+  if (context_tokens_ > 0 && CopyCost(src) - state_->length(dst) > free_context()) {
+    return ResourceExhaustedError("model backend: copying slot " + std::to_string(src) + " takes " +
+                                  std::to_string(CopyCost(src)) + " context tokens, " +
+                                  std::to_string(free_context()) + " of " +
+                                  std::to_string(context_tokens_) + " are free");
+  }
+  return state_->CopySlot(src, dst);
+}
+
+int64_t ModelBackend::context_capacity() const {
+  return context_tokens_ > 0 ? context_tokens_ : kUnlimited;
+}
+
+int64_t ModelBackend::free_context() const {
+  if (context_tokens_ == 0) return kUnlimited;
+  int64_t used = 0;
+  for (int s = 0; s < max_slots_; ++s) used += state_->length(s);
+  return context_tokens_ - used;
+}
+
+int64_t ModelBackend::FeedCost(int /*slot*/, int64_t tokens) const { return tokens; }
+int64_t ModelBackend::CopyCost(int src) const { return state_->length(src); }
+
 StatusOr<FeedResult> ModelBackend::Feed(const std::vector<int>& slots,
                                         const std::vector<std::vector<int32_t>>& tokens) {
   ORRERY_ASSIGN_OR_RETURN(FeedPlan plan,
                           FeedPlan::Make(slots, tokens, max_slots_, max_context_, vocab_size(),
                                          [this](int s) { return state_->length(s); }));
+  if (context_tokens_ > 0) {
+    int64_t fed = 0;
+    for (const auto& t : tokens) fed += static_cast<int64_t>(t.size());
+    if (fed > free_context()) {
+      return ResourceExhaustedError("model backend: the feed takes " + std::to_string(fed) +
+                                    " context tokens, " + std::to_string(free_context()) + " of " +
+                                    std::to_string(context_tokens_) + " are free");
+    }
+  }
   model::StepOutput pre, dec;
   if (!plan.prefill_slots.empty()) {
     ORRERY_ASSIGN_OR_RETURN(pre,

@@ -6,6 +6,11 @@
 //
 // LoadWeights keeps every slot's state: the context computed under the old weights stays, and
 // decoding continues under the new ones (partial rollouts, as in Kimi k1.5 and AReaL).
+//
+// CopySlot copies the state (InferenceState::CopySlot). The context pool is unlimited unless
+// `context_tokens` > 0 is given: then the slots hold at most that many tokens together, a feed or
+// copy beyond it is a ResourceExhausted error before any change, and FeedCost / CopyCost are the
+// tokens added (a host-side stand-in for the GPU's page pool, for tests of admission control).
 #pragma once
 
 #include <memory>
@@ -21,7 +26,8 @@ class ModelBackend : public PolicyBackend {
  public:
   // `model` must outlive the backend; it is used in place (LoadWeights writes into it).
   static StatusOr<std::unique_ptr<ModelBackend>> Create(model::Model* model, int max_slots,
-                                                        int64_t max_context);
+                                                        int64_t max_context,
+                                                        int64_t context_tokens = 0);
 
   int64_t vocab_size() const override;
   int moe_layers() const override;
@@ -31,6 +37,11 @@ class ModelBackend : public PolicyBackend {
   StatusOr<FeedResult> Feed(const std::vector<int>& slots,
                             const std::vector<std::vector<int32_t>>& tokens) override;
   void Release(int slot) override;
+  Status CopySlot(int src, int dst) override;
+  int64_t context_capacity() const override;
+  int64_t free_context() const override;
+  int64_t FeedCost(int slot, int64_t tokens) const override;
+  int64_t CopyCost(int src) const override;
   Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
                      int64_t version) override;
   int64_t version() const override { return version_; }
@@ -39,12 +50,13 @@ class ModelBackend : public PolicyBackend {
 
  private:
   ModelBackend(model::Model* model, std::unique_ptr<model::InferenceState> state, int max_slots,
-               int64_t max_context);
+               int64_t max_context, int64_t context_tokens);
 
   model::Model* model_;
   std::unique_ptr<model::InferenceState> state_;
   int max_slots_;
   int64_t max_context_;
+  int64_t context_tokens_;  // 0: unlimited
   int64_t version_ = 0;
 };
 

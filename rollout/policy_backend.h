@@ -4,10 +4,14 @@
 //
 // The contract mirrors the model's inference-state API (Prefill / DecodeStep over slots): Feed
 // appends tokens to each listed slot (a prompt, tool results, or the one token just sampled) and
-// returns the logits that follow each slot's context.
+// returns the logits that follow each slot's context; CopySlot gives a slot another's context (a
+// group's prompt fed once). For admission control the backend says how much context it can still
+// hold (its pool: latent pages on the GPU) and what a feed or a copy would take of it, so the
+// caller schedules feeds that fit instead of calls that fail.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +62,23 @@ class PolicyBackend {
                                               const std::vector<SlotDraw>& draws);
   // Empties a slot.
   virtual void Release(int slot) = 0;
+  // Makes slot `dst` hold slot `src`'s context, as if it had been fed the same tokens (dst's own
+  // context is dropped): what follows equals feeding dst separately, within the backend's
+  // determinism. The GPU backend shares src's pages by reference count (the first divergent write
+  // into a shared, partially filled page copies it), the CPU backend copies the state.
+  virtual Status CopySlot(int src, int dst) = 0;
+
+  // The pool the slots' contexts are held in, in tokens: `context_capacity()` in all,
+  // `free_context()` free now; kUnlimited when nothing but max_context bounds a slot.
+  static constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
+  virtual int64_t context_capacity() const { return kUnlimited; }
+  virtual int64_t free_context() const { return kUnlimited; }
+  // What feeding `tokens` more tokens to `slot` would take from the free context (the GPU
+  // backend: its new pages, a copy-on-write one included, times the page size), and what
+  // CopySlot(src, dst) of an empty dst would take. Costs of feeds to distinct slots add up: a
+  // call whose summed cost is at most free_context() does not run out of pool.
+  virtual int64_t FeedCost(int /*slot*/, int64_t /*tokens*/) const { return 0; }
+  virtual int64_t CopyCost(int /*src*/) const { return 0; }
 
   // Replaces the weights (every parameter and balancing bias by name, as Model::Save names them)
   // and sets the policy version. Called between Feed calls; contexts are kept.

@@ -35,6 +35,12 @@ RlConfig ReadRlConfig(ConfigTable& root) {
   c.agent.max_turn_tokens = static_cast<int>(r.Int("max_turn_tokens", 64, 1, 1 << 20));
   c.agent.max_episode_tokens = static_cast<int>(r.Int("max_episode_tokens", 320, 2, 1 << 24));
   c.agent.env_timeout_seconds = r.Float("env_timeout_s", 30.0, 0.001, 86400.0);
+  c.agent.max_step_tokens = r.Int("max_step_tokens", 8192, 0, int64_t{1} << 30);
+  if (c.agent.max_step_tokens > 0 && c.agent.max_step_tokens < c.slots) {
+    r.Fail("max_step_tokens",
+           "expected 0 (no bound) or at least rl.rollout.slots = " + std::to_string(c.slots) +
+               " (every decoding episode is fed each step)");
+  }
   c.weight_poll_ms = r.Int("weight_poll_ms", c.weight_poll_ms, 1, 3600 * 1000);
   const std::string weights = r.Enum("weights", "directory", {"directory", "learner", "shared"});
   c.weights_from_learner = weights == "learner";

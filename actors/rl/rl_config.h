@@ -24,6 +24,8 @@
 //   temperature = 1.0  top_p = 1.0
 //   max_turns = 3  max_turn_tokens = 64  max_episode_tokens = 320
 //   env_timeout_s = 30
+//   max_step_tokens = 8192        # tokens one engine step feeds: every decoding episode, then
+//                                 #   prompt and tool-result chunks (0: no bound; else >= slots)
 //   env = "local"                 # where environment calls run, off the decode loop either way:
 //                                 #   "local": on one env worker thread per slot in the rollout
 //                                 #   process; "remote": on env servers (RemoteEnv)

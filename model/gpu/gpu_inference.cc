@@ -1141,6 +1141,11 @@ int64_t GpuInferenceState::free_pages() const {
   return static_cast<int64_t>(impl_->free_pages.size());
 }
 
+int64_t GpuInferenceState::PagesNeeded(int64_t slot, int64_t tokens) const {
+  if (!in_use(slot)) return 0;
+  return impl_->PagesNeeded(slot, tokens);
+}
+
 int64_t GpuInferenceState::MhaBytesPerToken() const { return impl_->MhaBytesPerToken(); }
 int64_t GpuInferenceState::mha_prefill_tokens() const { return impl_->mha_tokens; }
 

@@ -162,6 +162,11 @@ class GpuInferenceState {
   int64_t page_size() const;
   int64_t num_pages() const;
   int64_t free_pages() const;
+  // Pages feeding `tokens` more tokens to allocated `slot` would take from the pool, a copy of a
+  // shared, partially filled last page included (0 without MLA layers): what a call checks, so a
+  // scheduler can ask first. The needs of distinct slots add up (an upper bound: once one of two
+  // slots sharing a page has copied it, the other writes in place).
+  int64_t PagesNeeded(int64_t slot, int64_t tokens) const;
   // Device bytes of the state: KDA and conv state of every slot and the page pools.
   int64_t bytes() const;
   // The MHA-form prefill's scratch per token of a slot's context and feed (all MLA layers).

@@ -33,8 +33,10 @@
 namespace orrery::model::inference_check {
 
 // k3_mla_dims: MLA heads of K3's widths (qk 128 + 64, v 128; kv_lora_rank 64), which the
-// tensor-core attention kernels take in bf16, instead of the toy 16 + 8 / 16.
-inline StatusOr<ModelConfig> Config(int64_t max_seq_len, bool k3_mla_dims = false) {
+// tensor-core attention kernels take in bf16, instead of the toy 16 + 8 / 16. `vocab`: 131, or
+// more for a chat tokenizer's ids (the agent-loop checks).
+inline StatusOr<ModelConfig> Config(int64_t max_seq_len, bool k3_mla_dims = false,
+                                    int64_t vocab = 131) {
   const std::string mla = k3_mla_dims ? R"(
 kv_lora_rank = 64
 qk_nope_head_dim = 128
@@ -49,7 +51,8 @@ v_head_dim = 16
 )";
   const std::string text = R"(
 [model]
-vocab_size = 131
+vocab_size = )" + std::to_string(vocab) +
+                           R"(
 hidden_size = 64
 num_layers = 4
 full_attn_layers = [2, 4]
@@ -85,8 +88,9 @@ block_size = 2
 
 // A host model with its parameters moved off their init (zero AttnRes queries, unit gains), so
 // that every path of the stack matters.
-inline std::unique_ptr<Model> HostModel(int64_t max_seq_len = 4096, bool k3_mla_dims = false) {
-  StatusOr<ModelConfig> c = Config(max_seq_len, k3_mla_dims);
+inline std::unique_ptr<Model> HostModel(int64_t max_seq_len = 4096, bool k3_mla_dims = false,
+                                        int64_t vocab = 131) {
+  StatusOr<ModelConfig> c = Config(max_seq_len, k3_mla_dims, vocab);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return nullptr;
   auto m = Model::Create(*c, 41, DType::kF32);

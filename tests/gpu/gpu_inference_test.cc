@@ -5,7 +5,8 @@
 // the MHA-form prefill for longer feeds; then prefill + decode of a sequence of a few thousand
 // tokens, and a 14.5K-token one in both MLA forms (chunks, a second turn), against the host's
 // full forward of the same tokens, and the GPU PolicyBackend against the CPU one (LoadWeights
-// keeps the caches). Skipped without a GPU.
+// keeps the caches; a copied prompt against separate prefills) and under the agent loop's
+// scheduling (shared prompts; an over-subscribed pool with a token budget). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -511,6 +512,25 @@ TEST(GpuInferenceTest, SampledDecodeIsReproducibleBySeed) {
 TEST(GpuInferenceTest, GpuBackendMatchesTheCpuBackendAcrossAWeightUpdate) {
   SKIP_WITHOUT_GPU();
   rollout_check::BackendAcrossWeightUpdate(Device::Cuda(0), kF32.logits);
+}
+
+// A prompt fed once and copied by the GPU backend (pages shared, copy-on-write) continues as the
+// CPU backend's separate prefills of it (gpu_backend_check.h).
+TEST(GpuInferenceTest, GpuBackendCopiedPromptContinuesAsSeparatePrefills) {
+  SKIP_WITHOUT_GPU();
+  rollout_check::BackendCopySlot(Device::Cuda(0), kF32.logits);
+}
+
+// The agent loop on the GPU backend: a forked group decodes as separate prefills, and an
+// over-subscribed page pool with a token budget makes episodes wait, each finishing whole with
+// the unconstrained run's trajectory and every page back (gpu_backend_check.h).
+TEST(GpuInferenceTest, AgentForkedGroupMatchesSeparatePrefills) {
+  SKIP_WITHOUT_GPU();
+  rollout_check::AgentSharedPromptsMatchSeparatePrefills(Device::Cuda(0));
+}
+TEST(GpuInferenceTest, AgentOnAnOverSubscribedPoolWaitsAndFinishesEveryEpisode) {
+  SKIP_WITHOUT_GPU();
+  rollout_check::AgentOverSubscribedPoolWaits(Device::Cuda(0));
 }
 
 }  // namespace

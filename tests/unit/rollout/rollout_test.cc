@@ -596,8 +596,9 @@ TEST(RolloutAgentLoop, LimitsTruncateAndVersionsFollowUpdates) {
       if (t.roles[i] != TokenRole::kModel) continue;
       (t.policy_versions[i] == 0 ? v0 : v1)++;
     }
-    EXPECT_EQ(v0, 4);  // sampled in the first four steps
-    EXPECT_EQ(v1, 6);
+    // Sampled in steps 2 to 4: the first feeds the group's shared prompt but its last token.
+    EXPECT_EQ(v0, 3);
+    EXPECT_EQ(v1, 7);
   }
 }
 
@@ -679,6 +680,13 @@ class TwinSamplingBackend : public PolicyBackend {
     return out;
   }
   void Release(int slot) override { inner_->Release(slot); }
+  Status CopySlot(int src, int dst) override { return inner_->CopySlot(src, dst); }
+  int64_t context_capacity() const override { return inner_->context_capacity(); }
+  int64_t free_context() const override { return inner_->free_context(); }
+  int64_t FeedCost(int slot, int64_t tokens) const override {
+    return inner_->FeedCost(slot, tokens);
+  }
+  int64_t CopyCost(int src) const override { return inner_->CopyCost(src); }
   Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
                      int64_t version) override {
     return inner_->LoadWeights(named, version);
@@ -758,6 +766,153 @@ TEST(RolloutAgentLoop, BackendsThatSampleThemselvesDrawWhatTheHostDraws) {
                        RunEpisodes(&gpu_host_side, f, sampling));
     EXPECT_GT((*gpu_a)->state().decode_stats().eager_steps, 0);
   }
+}
+
+// The tokens before an episode's first model token: its prompt.
+int64_t PromptTokens(const Trajectory& t) {
+  int64_t n = 0;
+  while (n < t.size() && t.roles[static_cast<size_t>(n)] != TokenRole::kModel) ++n;
+  return n;
+}
+
+// A group's prompt is prefilled once: the first episode feeds it but its last token, the others
+// get a copy of that slot (CopySlot) and each feeds only the last token. The trajectories are
+// those of separate prefills (f64: routing near-ties cannot flip between the paths), and the
+// prompt's prefill tokens drop G-fold: (n - 1) instead of G n. With env workers the Resets return
+// one by one; the result is the same.
+TEST(RolloutAgentLoop, AGroupsPromptIsPrefilledOnce) {
+  CalcFixture f;
+  auto m = TinyModel(21, DType::kF64);
+  const int g = 4;
+  for (int workers : {0, 2}) {
+    AgentOptions o;
+    o.max_turn_tokens = 6;
+    o.max_episode_tokens = 400;
+    o.seed = 9;
+    o.env_workers = workers;
+    auto run = [&](bool share, AgentStats* stats, int64_t* prefill) {
+      auto created = ModelBackend::Create(m.get(), g, 512);
+      EXPECT_TRUE(created.ok());
+      CountingBackend counted(created->get());
+      o.share_prompts = share;
+      auto groups = RunAgent(&counted, f, o, 1, g, stats, [] {});
+      *prefill = counted.prefill_tokens;
+      return groups;
+    };
+    AgentStats with, without;
+    int64_t prefill_with = 0, prefill_without = 0;
+    const auto a = run(true, &with, &prefill_with);
+    const auto b = run(false, &without, &prefill_without);
+    ExpectSameTrajectories(a, b, 1e-6);
+    ASSERT_EQ(a.size(), 1u);
+    const int64_t n = PromptTokens(a[0].trajectories[0]);
+    ASSERT_GT(n, 50);
+    // Tool results are fed alike in both runs; the prompts are not.
+    const int64_t tools = prefill_without - g * n;
+    if (workers == 0) {  // every Reset is back before the first feed: all G share
+      EXPECT_EQ(prefill_with - tools, n - 1) << "the prompt's prefill, once";
+      EXPECT_EQ(with.prompt_tokens_shared, (g - 1) * (n - 1));
+    }
+    // Whichever siblings shared, each copy saved its prefix and nothing else changed.
+    EXPECT_EQ(with.prompt_tokens_shared % (n - 1), 0);
+    EXPECT_EQ(with.tokens_fed + with.prompt_tokens_shared, without.tokens_fed);
+    EXPECT_EQ(without.prompt_tokens_shared, 0);
+  }
+}
+
+// Continuous batching with a token budget: no step feeds more than max_step_tokens, decodes go
+// beside prefill chunks (a prompt is fed over several steps, sampled after its last chunk), and
+// the trajectories are the unbudgeted loop's. A budget below the slots is refused.
+TEST(RolloutAgentLoop, AStepNeverFeedsMoreThanItsBudget) {
+  CalcFixture f;
+  auto m = TinyModel(21, DType::kF64);
+  AgentOptions o;
+  o.max_turn_tokens = 6;
+  o.max_episode_tokens = 400;
+  o.seed = 5;
+  auto cpu_a = ModelBackend::Create(m.get(), 4, 512);
+  ASSERT_TRUE(cpu_a.ok());
+  auto cpu_b = ModelBackend::Create(m.get(), 4, 512);
+  ASSERT_TRUE(cpu_b.ok());
+  CountingBackend unbounded(cpu_a->get()), bounded(cpu_b->get());
+  AgentStats free_stats, budget_stats;
+  const auto want = RunAgent(&unbounded, f, o, 3, 2, &free_stats, [&] { unbounded.EndStep(); });
+  o.max_step_tokens = 16;
+  const auto got = RunAgent(&bounded, f, o, 3, 2, &budget_stats, [&] { bounded.EndStep(); });
+  ExpectSameTrajectories(got, want, 1e-6);
+  EXPECT_GT(unbounded.max_step_tokens, 100) << "unbounded, a step takes whole prompts";
+  EXPECT_LE(bounded.max_step_tokens, 16);
+  EXPECT_GT(bounded.mixed_steps, 0) << "prefill chunks beside decodes";
+  EXPECT_GT(budget_stats.chunked_feeds, 0);
+  // The same tokens fed (less what copied prompts saved: which siblings share depends on when
+  // slots free up).
+  EXPECT_EQ(budget_stats.tokens_fed + budget_stats.prompt_tokens_shared,
+            free_stats.tokens_fed + free_stats.prompt_tokens_shared);
+  EXPECT_GT(budget_stats.steps, free_stats.steps);
+
+  auto created = ModelBackend::Create(m.get(), 4, 512);
+  ASSERT_TRUE(created.ok());
+  o.max_step_tokens = 3;
+  AgentLoop loop(created->get(), f.format.get(), f.env.get(), o);
+  loop.AddGroup(f.task, 1, 1);
+  auto step = loop.Step();
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(step.status().message().find("max_step_tokens = 3 is below the 4 slots"),
+            std::string::npos)
+      << step.status().message();
+  o.max_step_tokens = -1;
+  EXPECT_FALSE(ValidateAgentOptions(o).ok());
+}
+
+// Admission control on the CPU backend's context pool (ModelBackend's context_tokens): a pool that
+// holds one episode and a few tokens more. Episodes wait in the queue and before feeds, some are
+// preempted and fed again, none is truncated or failed, every trajectory is the unconstrained
+// run's, and the pool is empty when the loop is idle. (The same on the GPU backend's pages:
+// GpuBackendCpuTest.AgentOnAnOverSubscribedPoolWaitsAndFinishesEveryEpisode.)
+TEST(RolloutAgentLoop, AnOverSubscribedContextPoolMakesEpisodesWait) {
+  CalcFixture f;
+  auto m = TinyModel(21, DType::kF64);
+  AgentOptions o;
+  o.max_turn_tokens = 6;
+  o.max_episode_tokens = 400;
+  o.seed = 7;
+  auto roomy = ModelBackend::Create(m.get(), 4, 512);
+  ASSERT_TRUE(roomy.ok());
+  AgentStats free_stats, tight_stats;
+  const auto want = RunAgent(roomy->get(), f, o, 3, 2, &free_stats, [] {});
+  ASSERT_EQ(want.size(), 3u);
+  int64_t longest = 0;
+  for (const auto& g : want) {
+    for (const auto& t : g.trajectories) longest = std::max(longest, t.size());
+  }
+  auto tight = ModelBackend::Create(m.get(), 4, 512, longest + 4);
+  ASSERT_TRUE(tight.ok());
+  EXPECT_EQ((*tight)->context_capacity(), longest + 4);
+  const auto got = RunAgent(tight->get(), f, o, 3, 2, &tight_stats,
+                            [&] { EXPECT_GE((*tight)->free_context(), 0); });
+  ExpectSameTrajectories(got, want, 1e-6);
+  std::printf("pool of %lld tokens: %lld admission waits, %lld context waits, %lld preemptions\n",
+              static_cast<long long>(longest + 4),
+              static_cast<long long>(tight_stats.admission_waits),
+              static_cast<long long>(tight_stats.context_waits),
+              static_cast<long long>(tight_stats.preemptions));
+  EXPECT_GT(tight_stats.admission_waits, 0);
+  EXPECT_GT(tight_stats.context_waits, 0);
+  EXPECT_GT(tight_stats.preemptions, 0);
+  EXPECT_EQ(tight_stats.episodes_finished, 6);
+  EXPECT_EQ((*tight)->free_context(), longest + 4);
+
+  // A pool too small for one episode is the step's error, not a hang or a truncation.
+  auto tiny = ModelBackend::Create(m.get(), 2, 512, 20);
+  ASSERT_TRUE(tiny.ok());
+  AgentLoop loop(tiny->get(), f.format.get(), f.env.get(), o);
+  loop.AddGroup(f.task, 1, 1);
+  Status failed = Status::OK();
+  for (int i = 0; i < 100 && failed.ok() && !loop.idle(); ++i) failed = loop.Step().status();
+  EXPECT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed.ToString();
+  EXPECT_NE(failed.message().find("of 20 context tokens free"), std::string::npos)
+      << failed.message();
 }
 
 }  // namespace
