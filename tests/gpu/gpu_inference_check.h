@@ -125,11 +125,6 @@ struct Tolerance {
   double logits = 0;
   double ids = 0;
   bool until_routing_differs = false;
-  // With until_routing_differs: skip only the rows of calls whose own tokens' ids differ, not
-  // every later row of a slot whose routing once differed (a flip in the context moves a later
-  // row much less than a flip at the row's own tokens; gpu_inference_test.cc says where it is used
-  // and why).
-  bool only_own_call = false;
 };
 
 struct Stats {
@@ -165,9 +160,7 @@ inline void Compare(const StepOutput& host, const StepOutput& gpu, const Toleran
     row += tokens[i];
     stats->ids += layers * tokens[i] * k;
     stats->ids_differing += differing;
-    const bool diverged =
-        differing > 0 || (!tol.only_own_call && stats->diverged_slots.count(slots[i]));
-    if (tol.until_routing_differs && diverged) {
+    if (tol.until_routing_differs && (differing > 0 || stats->diverged_slots.count(slots[i]))) {
       stats->diverged_slots.insert(slots[i]);
       ++stats->rows_after_divergence;
       continue;
