@@ -103,8 +103,10 @@ struct GpuInferenceOptions {
   // The MHA-form prefill (the rule above): feeds of at least this many tokens per slot; 0: never
   // (every call absorbed). The MHA kernel runs a block per 64 queries and head over the whole
   // context, so a short feed leaves most of the device idle, where the absorbed kernel splits the
-  // context over blocks; tests/gpu/gpu_long_context_bench.cc measures where the forms cross.
-  int64_t mha_prefill_min_tokens = 1024;
+  // context over blocks; tests/gpu/gpu_long_context_bench.cc measures where the forms cross:
+  // on the H200 (small, 8 heads, docs/benchmarks.md) the MHA form was as fast from 2048 tokens
+  // at contexts 0 and 64K (at 64K from 1024 already; 1024 fresh tokens: 24.8 vs 15.6 ms).
+  int64_t mha_prefill_min_tokens = 2048;
   // Device bytes the MHA form leaves free beyond its keys and values, for the pass's activations.
   int64_t mha_prefill_reserve_bytes = int64_t{4} << 30;
   enum class Decode { kGraph, kEager, kPass };
