@@ -357,7 +357,7 @@ Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, co
     s.offsets.assign(static_cast<size_t>(d.e + 1), 0);
   } else {
     // The per-expert counts reach the host unless the grouped GEMMs run without an exchange.
-    const bool host_counts = !grouped || exchange != nullptr;
+    [[maybe_unused]] const bool host_counts = !grouped || exchange != nullptr;  // cuda only
     int64_t bad = -1;
     ORRERY_RETURN_IF_ERROR(
         ORRERY_MOE_DISPATCH(d.device, MoePermuteCpu(ids, d.e, &s.perm, &s.rank, &s.offsets, &bad),

@@ -12,6 +12,7 @@
 #include "kernels/attn_res.h"
 #include "kernels/embedding.h"
 #include "kernels/gates.h"
+#include "kernels/grouped_gemm.h"
 #include "kernels/kda.h"
 #include "kernels/lm_head_loss.h"
 #include "kernels/matmul.h"
@@ -833,6 +834,74 @@ Status RunMatmul(OpIo& io, Device device) {
   return Status::OK();
 }
 
+// ---- grouped_gemm: the MoE experts' products over rows grouped by expert (grouped_gemm.h) ----
+Status RunGroupedGemm(OpIo& io, Device device) {
+  ORRERY_ASSIGN_OR_RETURN(Tensor x, io.Float("x", 2, "[M, K]"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor w, io.Float("w", 3, "[E, N, K]"));
+  const int64_t m = x.dim(0), k = x.dim(1), e = w.dim(0), n = w.dim(1);
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("w", w, {e, n, k}, "[E, N, K], K = x's columns"));
+  ORRERY_ASSIGN_OR_RETURN(Tensor off, io.Index("offsets", DType::kI64, "[E + 1]"));
+  if (!off.defined()) return io.Error("tensor 'offsets' [E + 1] (integers) is missing");
+  ORRERY_RETURN_IF_ERROR(io.ExpectShape("offsets", off, {e + 1}, "[E + 1], E = w's experts"));
+  // The values are checked here for both devices (the CUDA kernels trust them).
+  const int64_t* o = off.data<int64_t>();
+  for (int64_t i = 0; i <= e; ++i) {
+    if (o[i] < 0 || o[i] > m || (i > 0 && o[i] < o[i - 1])) {
+      return io.Error("offsets[" + std::to_string(i) + "] = " + std::to_string(o[i]) +
+                      ": expected non-decreasing values in [0, M = " + std::to_string(m) + "]");
+    }
+  }
+  Tensor dy;
+  if (io.backward()) {
+    ORRERY_ASSIGN_OR_RETURN(dy, io.Float("dy", 2, "[M, N]"));
+    ORRERY_RETURN_IF_ERROR(io.ExpectShape("dy", dy, {m, n}, "[M, N]"));
+  }
+  ORRERY_RETURN_IF_ERROR(io.Finish());
+  // Rows outside [offsets[0], offsets[E]) are left alone by the op: they come out as zeros.
+  auto zeros = [&](const Shape& shape, DType dt) -> StatusOr<Tensor> {
+    ORRERY_ASSIGN_OR_RETURN(Tensor t, Tensor::Allocate(shape, dt, device));
+    ORRERY_RETURN_IF_ERROR(t.SetZero());
+    return t;
+  };
+  if (device.is_cpu()) {
+    ORRERY_ASSIGN_OR_RETURN(Tensor y, zeros({m, n}, x.dtype()));
+    Status st = kernels::GroupedGemmForward(x, w, off, &y);
+    if (!st.ok()) return io.Error(st.message());
+    io.Out("y", y);
+    if (!io.backward()) return Status::OK();
+    ORRERY_ASSIGN_OR_RETURN(Tensor dx, zeros({m, k}, x.dtype()));
+    Tensor dw;
+    st = kernels::GroupedGemmInputGrad(dy, w, off, false, &dx);
+    if (st.ok()) st = kernels::GroupedGemmWeightGrad(dy, x, off, &dw);
+    if (!st.ok()) return io.Error(st.message());
+    io.Out("dx", dx);
+    io.Out("dw", dw);
+    return Status::OK();
+  }
+  ORRERY_RETURN_IF_ERROR(RefuseF64OnCuda(io));
+  if (!kernels::GroupedGemmSupports(n, k)) {
+    return io.Error("on cuda N = " + std::to_string(n) + " and K = " + std::to_string(k) +
+                    " must be multiples of " + std::to_string(kernels::kGroupedGemmDimMultiple));
+  }
+  // The CUDA kernels take bf16 operands (f32 sums); f32 inputs are rounded to bf16.
+  ORRERY_ASSIGN_OR_RETURN(Tensor xg, Upload(x, DType::kBF16, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor wg, Upload(w, DType::kBF16, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor og, off.To(device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor y, zeros({m, n}, DType::kF32));
+  Status st = kernels::GroupedGemmForward(xg, wg, og, &y);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_RETURN_IF_ERROR(Emit(io, "y", y, {m, n}));
+  if (!io.backward()) return Status::OK();
+  ORRERY_ASSIGN_OR_RETURN(Tensor dyg, Upload(dy, DType::kBF16, device));
+  ORRERY_ASSIGN_OR_RETURN(Tensor dx, zeros({m, k}, DType::kF32));
+  Tensor dw;
+  st = kernels::GroupedGemmInputGrad(dyg, wg, og, false, &dx);
+  if (st.ok()) st = kernels::GroupedGemmWeightGrad(dyg, xg, og, &dw);
+  if (!st.ok()) return io.Error(st.message());
+  ORRERY_RETURN_IF_ERROR(Emit(io, "dx", dx, {m, k}));
+  return Emit(io, "dw", dw, {e, n, k});
+}
+
 // ---- mla_keys: gated MLA's per-head keys and values (kernels/mla_keys.h) ----
 Status RunMlaKeys(OpIo& io, Device device) {
   ORRERY_ASSIGN_OR_RETURN(Tensor kv, io.Float("kv", 3, "[N, H, Dn + Dv]"));
@@ -1125,9 +1194,9 @@ Status ByDType(OpIo& io, Fn32 f32, Fn64 f64) {
 
 const std::vector<std::string>& OpNames() {
   static const std::vector<std::string> names = {
-      "kda",          "kda_recurrent", "mla",          "moe",        "attn_res",
-      "situ_glu",     "rmsnorm",       "matmul",       "short_conv", "mla_keys",
-      "sigmoid_gate", "embedding",     "lm_head_loss", "mla_decode", "mla_prefill"};
+      "kda",          "kda_recurrent", "mla",         "moe",         "attn_res",     "situ_glu",
+      "rmsnorm",      "matmul",        "short_conv",  "mla_keys",    "sigmoid_gate", "embedding",
+      "lm_head_loss", "mla_decode",    "mla_prefill", "grouped_gemm"};
   return names;
 }
 
@@ -1179,6 +1248,8 @@ Status RunOp(const OpRunOptions& options) {
     st = RunMlaDecode(io, device);
   } else if (options.op == "mla_prefill") {
     st = RunMlaPrefill(io, device);
+  } else if (options.op == "grouped_gemm") {
+    st = RunGroupedGemm(io, device);
   } else {
     st = device.is_cuda() ? RunRmsNormCuda(io, device)
                           : ByDType(io, RunRmsNormTyped<float>, RunRmsNormTyped<double>);

@@ -2,7 +2,7 @@
 """`orrery ops run --device cuda` against --device cpu on a GPU machine, through the CLI.
 
 For rmsnorm, situ_glu, matmul, short_conv, attn_res, mla, mla_keys, sigmoid_gate, moe, embedding,
-lm_head_loss, mla_decode and mla_prefill: writes bf16 problems with the standard-library writer of
+lm_head_loss, mla_decode, mla_prefill and grouped_gemm: writes bf16 problems with the standard-library writer of
 tests/integration/ops_kda_test.py (integer inputs as i64), runs each op on --device cuda (bf16 in,
 as the GPU model computes) and on --device cpu (f32 on the same bf16 values), and compares every
 output by relative RMS error: 5e-3 for outputs rounded to bf16 on the GPU (bf16 rounding alone is
@@ -27,7 +27,7 @@ import ops_kda_test as io  # noqa: E402  (the safetensors writer, reader and the
 BF16_TOL, F32_TOL, MOE_TOL, EXACT = 5e-3, 2e-5, 2e-2, 0.0
 # Stored as i64; "c" stays f32; the rest is bf16.
 INTEGERS = ("cu_seqlens", "ids", "targets", "block_table", "context_lens", "cu_seqlens_q",
-            "cu_seqlens_k")
+            "cu_seqlens_k", "offsets")
 
 
 def rel_rms(got, want):
@@ -130,6 +130,12 @@ def main():
           "v": gauss(rng, [260, 2, 128]), "cu_seqlens_q": ([4], [0, 70, 71, 111]),
           "cu_seqlens_k": ([4], [0, 130, 220, 260])},
          {"o": BF16_TOL, "lse": F32_TOL}),
+        # The experts' grouped products: 5 experts of 40 x 72, ragged rows (one expert empty, the
+        # last 10 rows in none), forward and both gradients; f32 sums of the same bf16 values.
+        ("grouped_gemm", ["--backward"],
+         {"x": gauss(rng, [300, 72]), "w": gauss(rng, [5, 40, 72]),
+          "offsets": ([6], [0, 70, 70, 150, 200, 290]), "dy": gauss(rng, [300, 40])},
+         {"y": F32_TOL, "dx": F32_TOL, "dw": F32_TOL}),
     ]
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -360,6 +360,56 @@ TEST(OpsRunTest, MatmulMatchesNaiveLoops) {
       << r.status().message();
 }
 
+// grouped_gemm through files: y, dx and dw against per-expert loops (an empty expert, rows past
+// the last expert left zero), and offsets checked before either device runs.
+TEST(OpsRunTest, GroupedGemmMatchesPerExpertLoops) {
+  PhiloxGenerator gen(6, 1);
+  const int64_t m = 9, k = 4, e = 3, n = 5;
+  const Tensor off = Tensor::FromVector<int64_t>({e + 1}, {0, 4, 4, 8});  // expert 1 empty
+  const Tensors in{{"x", Random({m, k}, gen)},
+                   {"w", Random({e, n, k}, gen)},
+                   {"dy", Random({m, n}, gen)},
+                   {"offsets", off}};
+  StatusOr<Tensors> r = RunOpFile("grouped_gemm", in, true, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const double* x = in.at("x").data<double>();
+  const double* w = in.at("w").data<double>();
+  const double* dy = in.at("dy").data<double>();
+  const Tensor &y = r->at("y"), &dx = r->at("dx"), &dw = r->at("dw");
+  ASSERT_EQ(y.shape(), (Shape{m, n}));
+  ASSERT_EQ(dx.shape(), (Shape{m, k}));
+  ASSERT_EQ(dw.shape(), (Shape{e, n, k}));
+  std::vector<double> want_dw(static_cast<size_t>(e * n * k), 0.0);
+  for (int64_t row = 0; row < m; ++row) {
+    int64_t ex = -1;
+    for (int64_t i = 0; i < e; ++i) {
+      if (row >= off.data<int64_t>()[i] && row < off.data<int64_t>()[i + 1]) ex = i;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t l = 0; l < k && ex >= 0; ++l) s += x[row * k + l] * w[(ex * n + j) * k + l];
+      EXPECT_NEAR(y.data<double>()[row * n + j], s, 1e-12) << "row " << row;
+      for (int64_t l = 0; l < k && ex >= 0; ++l) {
+        want_dw[static_cast<size_t>((ex * n + j) * k + l)] += dy[row * n + j] * x[row * k + l];
+      }
+    }
+    for (int64_t l = 0; l < k; ++l) {
+      double s = 0;
+      for (int64_t j = 0; j < n && ex >= 0; ++j) s += dy[row * n + j] * w[(ex * n + j) * k + l];
+      EXPECT_NEAR(dx.data<double>()[row * k + l], s, 1e-12) << "row " << row;
+    }
+  }
+  for (size_t i = 0; i < want_dw.size(); ++i) EXPECT_NEAR(dw.data<double>()[i], want_dw[i], 1e-12);
+  Tensors bad = in;
+  bad["offsets"] = Tensor::FromVector<int64_t>({e + 1}, {0, 5, 4, 8});
+  r = RunOpFile("grouped_gemm", bad, false, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(
+      r.status().message().find("offsets[2] = 4: expected non-decreasing values in [0, M = 9]"),
+      std::string::npos)
+      << r.status().message();
+}
+
 TEST(OpsRunTest, CudaWithoutAGpuIsOneClearError) {
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible: tests/gpu covers --device cuda";
   for (const std::string& op : OpNames()) {
