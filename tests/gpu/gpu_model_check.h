@@ -22,6 +22,7 @@
 #include "model/config.h"
 #include "model/gpu/gpu_model.h"
 #include "model/model.h"
+#include "tests/gpu/every_layer_kind.h"
 #include "tests/unit/kernels/kda_test_util.h"
 
 namespace orrery::model::gpu_check {
@@ -29,37 +30,7 @@ namespace orrery::model::gpu_check {
 // output_gate_rank > 0: the KDA layers' low-rank output gate with a bias (Kimi Linear's form)
 // instead of the full-rank one.
 inline StatusOr<ModelConfig> EveryLayerKind(int64_t output_gate_rank = 0) {
-  std::string text = R"(
-[model]
-vocab_size = 131
-hidden_size = 64
-num_layers = 4
-full_attn_layers = [3]
-first_k_dense = 1
-dense_intermediate = 96
-[model.kda]
-heads = 2
-head_k_dim = 64
-head_v_dim = 64
-decay_rank = 16
-chunk_size = 64
-[model.mla]
-heads = 2
-q_lora_rank = 32
-kv_lora_rank = 32
-qk_nope_head_dim = 16
-qk_rope_head_dim = 8
-v_head_dim = 16
-[model.moe]
-num_experts = 8
-top_k = 2
-num_shared_experts = 1
-expert_intermediate = 32
-shared_intermediate = 32
-latent_dim = 32
-[model.attn_res]
-block_size = 2
-)";
+  std::string text = kEveryLayerKindToml;
   if (output_gate_rank > 0) {
     const std::string key = "[model.kda]\n";
     text.insert(text.find(key) + key.size(),
