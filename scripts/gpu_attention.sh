@@ -23,13 +23,7 @@ if [[ $# -lt 1 ]]; then
 fi
 bin="$1"
 shift
-if [[ -f "$bin/bundle.tar.xz" ]]; then
-  unpacked="$(mktemp -d)"
-  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
-  bin="$unpacked"
-fi
-bin="$(cd "$bin" && pwd)"
-export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+source scripts/gpu_bin_env.sh "$bin" || exit 1
 export OPENBLAS_NUM_THREADS=16 ORRERY_NUM_THREADS=16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 status=0

@@ -18,14 +18,7 @@ cd "$(dirname "$0")/.."
 out="${OUT:-gpu-decode-out}"
 mkdir -p "$out"
 bin="${1:?usage: scripts/gpu_decode.sh BIN_DIR}"
-if [[ -f "$bin/bundle.tar.xz" ]]; then
-  unpacked="$(mktemp -d)"
-  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
-  bin="$unpacked"
-fi
-bin="$(cd "$bin" && pwd)"
-source scripts/env.sh
-export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+source scripts/gpu_bin_env.sh "$bin" || exit 1
 export OPENBLAS_NUM_THREADS=16 ORRERY_NUM_THREADS=16
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 status=0

@@ -21,19 +21,7 @@ out="${OUT:-gpu-grouped-gemm-out}"
 mkdir -p "$out"
 bin="${1:?usage: scripts/gpu_grouped_gemm.sh BIN_DIR [quick]}"
 quick="${2:-}"
-if [[ -f "$bin/bundle.tar.xz" ]]; then
-  unpacked="$(mktemp -d)"
-  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
-  bin="$unpacked"
-fi
-bin="$(cd "$bin" && pwd)"
-source scripts/env.sh
-export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
-if ldd "$bin/grouped_gemm_gpu_tests" | grep -q 'not found'; then
-  pylibs="$(python3 -c 'import glob, site; print(":".join(d for p in site.getsitepackages()
-    for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"
-  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$pylibs"
-fi
+source scripts/gpu_bin_env.sh "$bin" || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$out/gpu.txt"
 status=0
 tlimit="${GG_TEST_TIMEOUT:-240}"

@@ -22,13 +22,7 @@ if [[ ${#kernels[@]} -eq 0 ]]; then
   kernels=(KdaChunkPrepKernel KdaStatePassKernel KdaReverseStatePassKernel
     KdaBackwardChunkKernel)
 fi
-if [[ -f "$bin/bundle.tar.xz" ]]; then
-  unpacked="$(mktemp -d)"
-  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
-  bin="$unpacked"
-fi
-bin="$(cd "$bin" && pwd)"
-export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+source scripts/gpu_bin_env.sh "$bin" || exit 1
 ncu="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1 || true)"
 [[ -n "$ncu" ]] || { echo "gpu_kda_profile.sh: ncu not found" >&2; exit 1; }
 work="$(mktemp -d)"

@@ -25,17 +25,7 @@ out="${OUT:-gpu-model-out}"
 mkdir -p "$out"
 bin="${1:?usage: scripts/gpu_model.sh BIN_DIR [DATA_DIR]}"
 data="${2:-}"
-if [[ -f "$bin/bundle.tar.xz" ]]; then
-  unpacked="$(mktemp -d)"
-  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
-  bin="$unpacked"
-fi
-bin="$(cd "$bin" && pwd)"
-source scripts/env.sh
-export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
-pylibs="$(python3 -c 'import glob, site; print(":".join(d for p in site.getsitepackages()
-  for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"
-export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$pylibs"
+source scripts/gpu_bin_env.sh "$bin" || exit 1
 export NCCL_NVLS_ENABLE=0
 torch_ref=0
 if [[ -d .fla/fla ]]; then

@@ -16,13 +16,7 @@ out="${OUT:-gpu-pretrain-out}"
 mkdir -p "$out"
 bin="${1:?usage: scripts/gpu_pretrain_check.sh BIN_DIR DATA_DIR}"
 data="${2:?usage: scripts/gpu_pretrain_check.sh BIN_DIR DATA_DIR}"
-if [[ -f "$bin/bundle.tar.xz" ]]; then
-  unpacked="$(mktemp -d)"
-  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked"
-  bin="$unpacked"
-fi
-source scripts/env.sh
-export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+source scripts/gpu_bin_env.sh "$bin" || exit 1
 work="$(mktemp -d)"
 status=0
 run() {  # NAME ARGS...: one orrery pretrain, its log under $out
