@@ -40,6 +40,8 @@ class DeviceGraph {
   Status Replay();
   // Nodes (kernels, copies, memsets) of the graph.
   int64_t nodes() const { return nodes_; }
+  // The device whose stream the graph replays on.
+  int device_index() const { return device_index_; }
 
   struct Handles;
 
