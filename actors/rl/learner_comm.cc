@@ -55,6 +55,15 @@ StatusOr<std::unique_ptr<comm::Communicator>> CreateLearnerCommunicator(
   g.generation = o.generation;
   g.timeout_ms = o.timeout_ms;
   g.hostname = AdvertisedHost(o.endpoint);
+  if (const std::string address = PublicAddressOf(g.hostname);
+      !address.empty() && !o.allow_public_network) {
+    return FailedPreconditionError(
+        "gloo: learner rank " + std::to_string(o.rank) + " would listen on " + g.hostname + " (" +
+        address +
+        "), a public address, and Gloo's traffic is neither authenticated nor encrypted: put the "
+        "learner ranks on a private network (fleet.host, ORRERY_ADVERTISE_HOST), or set "
+        "[rl.learner] gloo_public_network = true to accept that");
+  }
   if (IsWildcardTcp(o.endpoint) && ResolvesOnlyToLoopback(g.hostname)) {
     ORRERY_LOG(WARN) << "gloo listens on " << g.hostname
                      << ", which resolves only to loopback: learner ranks on other machines "

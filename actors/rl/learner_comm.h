@@ -9,7 +9,9 @@
 // could not reach this one. NCCL picks its own interfaces (NCCL_SOCKET_IFNAME).
 //
 // Gloo traffic is neither authenticated nor encrypted (Debian's Gloo has no TLS transport): the
-// ranks must share a private network (docs/launch.md, "Security").
+// ranks must share a private network (docs/launch.md, "Security"). A Gloo rank whose listening
+// host resolves to a globally routable address (PublicAddressOf) fails before it listens, unless
+// allow_public_network ([rl.learner] gloo_public_network) accepts the exposure.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +29,9 @@ struct LearnerCommOptions {
   std::string communicator = "gloo";  // "gloo" or "nccl" (with more than one rank)
   std::string gloo_dir;               // RUN/rl/gloo: the stores live under it
   std::string generation = "0";
-  int64_t timeout_ms = 60000;  // rendezvous and every collective
-  std::string endpoint;        // the learner actor's endpoint (ActorContext::endpoint)
+  int64_t timeout_ms = 60000;         // rendezvous and every collective
+  std::string endpoint;               // the learner actor's endpoint (ActorContext::endpoint)
+  bool allow_public_network = false;  // Gloo may listen on a globally routable address
 };
 
 // Blocks until every rank has joined (Gloo, NCCL), or fails with their error.

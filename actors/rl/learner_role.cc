@@ -168,6 +168,7 @@ class LearnerRank {
     comm_options.generation = start.generation;
     comm_options.timeout_ms = config_.gloo_timeout_ms;
     comm_options.endpoint = ctx_.endpoint();
+    comm_options.allow_public_network = config_.gloo_public_network;
     ORRERY_ASSIGN_OR_RETURN(comm_, CreateLearnerCommunicator(comm_options));
     if (run_.device == RunDevice::kCuda) {
       const int devices = CudaDeviceCount();

@@ -91,6 +91,7 @@ RlConfig ReadRlConfig(ConfigTable& root) {
   o.loss.entropy_coef = l.Float("entropy_coef", o.loss.entropy_coef, -10.0, 10.0);
   o.loss.kl_coef = l.Float("kl_coef", o.loss.kl_coef, 0.0, 10.0);
   c.communicator = l.Enum("communicator", c.communicator, {"gloo", "nccl"});
+  c.gloo_public_network = l.Bool("gloo_public_network", c.gloo_public_network);
   if (c.communicator == "nccl" && !comm::NcclAvailable()) {
     l.Fail("communicator",
            "\"nccl\" needs a build with CUDA and NCCL (this one has no NCCL): expected \"gloo\"");

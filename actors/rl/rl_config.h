@@ -60,6 +60,8 @@
 //   communicator = "gloo"         # learner ranks' collectives: gloo (CPU/TCP) | nccl (CUDA builds,
 //                                 #   one GPU per rank: rank % visible devices; gloo_timeout_ms
 //                                 #   bounds its rendezvous and collectives too)
+//   gloo_public_network = false   # let Gloo ranks listen on a globally routable address (its
+//                                 #   traffic is unauthenticated: by default they refuse to)
 //
 // The environment comes from [env] (env/registry.h), the replay store from [replay], the actors
 // from [fleet] (roles "replay", "rollout", "learner"). Read strictly: unknown keys, wrong types and
@@ -91,6 +93,7 @@ struct RlConfig {
   double eval_temperature = 0.0;
   int64_t gloo_timeout_ms = 60000;
   std::string communicator = "gloo";  // [rl.learner] communicator, with more than one rank
+  bool gloo_public_network = false;   // [rl.learner] gloo_public_network
 
   int slots = 16;
   rollout::AgentOptions agent;  // env_workers = slots

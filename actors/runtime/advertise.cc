@@ -1,7 +1,12 @@
 #include "actors/runtime/advertise.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 
 namespace orrery {
@@ -9,6 +14,30 @@ namespace {
 
 constexpr char kTcp[] = "tcp://";
 constexpr char kWildcard[] = "tcp://*:";
+
+bool IsPublicIpv4(uint32_t a) {  // host byte order
+  const auto in = [a](uint32_t net, int bits) {
+    return (a >> (32 - bits)) == (net >> (32 - bits));
+  };
+  // IANA's special-purpose blocks that are not globally reachable: this network, private, shared,
+  // loopback, link-local, IETF protocol assignments, the documentation (TEST-NET) and
+  // benchmarking blocks, and the reserved 240/4 with the broadcast address.
+  return !(in(0x00000000, 8) || in(0x0A000000, 8) || in(0x64400000, 10) || in(0x7F000000, 8) ||
+           in(0xA9FE0000, 16) || in(0xAC100000, 12) || in(0xC0000000, 24) || in(0xC0000200, 24) ||
+           in(0xC0A80000, 16) || in(0xC6120000, 15) || in(0xC6336400, 24) || in(0xCB007100, 24) ||
+           in(0xF0000000, 4));
+}
+
+bool IsPublicIpv6(const in6_addr& a) {
+  if (IN6_IS_ADDR_V4MAPPED(&a)) {
+    return IsPublicIpv4(static_cast<uint32_t>(a.s6_addr[12]) << 24 |
+                        static_cast<uint32_t>(a.s6_addr[13]) << 16 |
+                        static_cast<uint32_t>(a.s6_addr[14]) << 8 | a.s6_addr[15]);
+  }
+  const bool unique_local = (a.s6_addr[0] & 0xFE) == 0xFC;  // fc00::/7
+  return !(IN6_IS_ADDR_UNSPECIFIED(&a) || IN6_IS_ADDR_LOOPBACK(&a) || IN6_IS_ADDR_LINKLOCAL(&a) ||
+           unique_local);
+}
 
 }  // namespace
 
@@ -32,6 +61,28 @@ std::string AdvertisedHost(const std::string& endpoint) {
     host = host.substr(1, host.size() - 2);
   }
   return host;
+}
+
+std::string PublicAddressOf(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return "";
+  std::string found;
+  for (const addrinfo* a = res; a != nullptr && found.empty(); a = a->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {0};
+    if (a->ai_family == AF_INET) {
+      const in_addr& in = reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr;
+      if (IsPublicIpv4(ntohl(in.s_addr))) inet_ntop(AF_INET, &in, text, sizeof(text));
+    } else if (a->ai_family == AF_INET6) {
+      const in6_addr& in = reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr;
+      if (IsPublicIpv6(in)) inet_ntop(AF_INET6, &in, text, sizeof(text));
+    }
+    found = text;
+  }
+  freeaddrinfo(res);
+  return found;
 }
 
 std::string AdvertisedEndpoint(const std::string& endpoint) {

@@ -27,4 +27,12 @@ std::string AdvertisedEndpoint(const std::string& endpoint);
 // True for a tcp endpoint that binds every interface (tcp://*:PORT).
 bool IsWildcardTcp(const std::string& endpoint);
 
+// The first globally routable address `host` resolves to, as text; "" when it resolves to none
+// (or not at all). Not globally routable: loopback (127/8, ::1), private (10/8, 172.16/12,
+// 192.168/16, fc00::/7), shared (100.64/10, carrier-grade NAT), link-local (169.254/16,
+// fe80::/10), unspecified, and IANA's other IPv4 blocks that are not globally reachable
+// (192.0.0/24, the TEST-NETs, 198.18/15, 240/4). The learner ranks' Gloo sockets refuse to listen
+// on one that is routable (actors/rl/learner_comm.h).
+std::string PublicAddressOf(const std::string& host);
+
 }  // namespace orrery

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/rl/learner_comm.h"
+#include "actors/runtime/advertise.h"
 #include "tests/unit/forked_ranks.h"
 
 namespace orrery::rl_actors {
@@ -89,6 +90,7 @@ std::vector<int> RunTwoRanks(const std::string& endpoint, const std::string& wan
     o.generation = "1";
     o.timeout_ms = 20000;
     o.endpoint = endpoint;
+    o.allow_public_network = true;  // this machine's address may be a public one
     auto comm = CreateLearnerCommunicator(o);
     if (!comm.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().ToString().c_str());
@@ -124,6 +126,48 @@ TEST(LearnerComm, GlooRanksOfATcpFleetListenOnItsHostNotLoopback) {
 TEST(LearnerComm, GlooRanksOfAnIpcFleetListenOnLoopback) {
   EXPECT_EQ(RunTwoRanks("ipc:///tmp/orrery-run/fleet/learner-0.sock", "127.0.0.1"),
             (std::vector<int>{0, 0}));
+}
+
+// Which addresses count as public (numeric hosts: no DNS involved).
+TEST(LearnerComm, PublicAddressesAreTheGloballyRoutableOnes) {
+  for (const char* local :
+       {"127.0.0.1", "10.1.2.3", "172.16.0.1", "172.31.255.254", "192.168.1.1", "100.64.0.1",
+        "169.254.9.9", "0.0.0.0", "192.0.2.2", "198.19.0.1", "203.0.113.5", "255.255.255.255",
+        "::1", "fd00::7", "fc12::1", "fe80::1", "::ffff:10.0.0.1", "::"}) {
+    EXPECT_EQ(PublicAddressOf(local), "") << local;
+  }
+  for (const char* routable :
+       {"8.8.8.8", "172.32.0.1", "172.15.255.255", "100.128.0.1", "192.169.0.1", "198.20.0.1",
+        "2001:4860:4860::8888", "::ffff:1.2.3.4"}) {
+    EXPECT_NE(PublicAddressOf(routable), "") << routable;
+  }
+  EXPECT_EQ(PublicAddressOf("2001:4860:4860::8888"), "2001:4860:4860::8888");
+  EXPECT_EQ(PublicAddressOf("no-such-host.invalid"), "") << "unresolvable: Gloo fails on its own";
+}
+
+// Gloo's traffic is unauthenticated: a rank whose address is public fails at once with the key
+// that allows it, before it listens or waits for the other ranks.
+TEST(LearnerComm, GlooRefusesToListenOnAPublicAddress) {
+  LearnerCommOptions o;
+  o.rank = 1;
+  o.world_size = 2;
+  o.gloo_dir = (std::filesystem::temp_directory_path() /
+                ("orrery-learner-public-" + std::to_string(getpid())))
+                   .string();
+  o.timeout_ms = 60000;
+  o.endpoint = "tcp://8.8.8.8:5609";
+  const auto start = std::chrono::steady_clock::now();
+  auto comm = CreateLearnerCommunicator(o);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(comm.status().message().find("learner rank 1 would listen on 8.8.8.8 (8.8.8.8), a "
+                                         "public address"),
+            std::string::npos)
+      << comm.status().message();
+  EXPECT_NE(comm.status().message().find("[rl.learner] gloo_public_network = true"),
+            std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_FALSE(std::filesystem::exists(o.gloo_dir)) << "no rendezvous was started";
 }
 
 }  // namespace
