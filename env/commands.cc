@@ -8,21 +8,50 @@
 #include "core/safetensors.h"
 #include "env/calc/transcripts.h"
 #include "env/registry.h"
+#include "env/retrieval/retrieval_env.h"
 
 namespace orrery {
 namespace {
 
+// Retrieval transcripts with the document in the prompt: the task's messages and the correct
+// answer (pretraining text for the long-context RL run's tokenizer and format).
+int RunRetrievalSynth(const CliArgs& args, int64_t count) {
+  StatusOr<env::Split> split = env::ParseSplit(args.Get("split"));
+  if (!split.ok()) return ReportError(split.status().WithContext("env synth: --split"));
+  env::RetrievalEnvOptions options;
+  options.document = env::RetrievalDocument::kInPrompt;
+  options.seed = static_cast<uint64_t>(args.Int("seed"));
+  options.doc_tokens = args.Int("doc-tokens");
+  std::string out;
+  for (int64_t i = 0; i < count; ++i) {
+    StatusOr<env::RetrievalTask> t =
+        env::MakeRetrievalTask(options, *split, static_cast<uint64_t>(i));
+    if (!t.ok()) return ReportError(t.status().WithContext("env synth: --doc-tokens"));
+    std::vector<ChatMessage> m = env::RetrievalInitialMessages(*t, options.document);
+    m.push_back(ChatMessage{ChatRole::kAssistant, "Answer: " + t->answer, {}, "", ""});
+    out += "{\"messages\":" + ChatMessagesToJson(m) + "}\n";
+  }
+  const std::string path = args.Get("out");
+  Status s = WriteFileAtomic(path, out);
+  if (!s.ok()) return ReportError(s.WithContext("env synth: --out " + path));
+  std::printf("wrote %lld transcripts to %s (documents of %lld words in the prompt)\n",
+              static_cast<long long>(count), path.c_str(),
+              static_cast<long long>(options.doc_tokens));
+  return 0;
+}
+
 int RunSynth(const CliArgs& args) {
   const std::string env = args.Get("env");
-  if (env != "calc") {
-    return ReportError(InvalidArgumentError("env synth: --env '" + env +
-                                            "' has no transcript generator (available: calc)"));
+  if (env != "calc" && env != "retrieval") {
+    return ReportError(InvalidArgumentError(
+        "env synth: --env '" + env + "' has no transcript generator (available: calc, retrieval)"));
   }
   const int64_t count = args.Int("count");
   if (count < 1 || count > 100'000'000) {
     return ReportError(InvalidArgumentError("env synth: --count " + std::to_string(count) +
                                             " is outside [1, 100000000]"));
   }
+  if (env == "retrieval") return RunRetrievalSynth(args, count);
   calc::TranscriptOptions options;
   StatusOr<calc::Split> split = calc::ParseSplit(args.Get("split"));
   if (!split.ok()) return ReportError(split.status().WithContext("env synth: --split"));
@@ -170,7 +199,8 @@ void RegisterEnvCommands(CliRegistry& registry) {
   registry.Add(CliCommand{
       {"env", "synth"},
       "Write synthetic tool-use transcripts as JSON lines ({\"messages\": [...]} per line)",
-      {{"--env", "environment whose transcripts to generate (calc)", CliKind::kString, true, ""},
+      {{"--env", "environment whose transcripts to generate (calc, retrieval)", CliKind::kString,
+        true, ""},
        {"--count", "number of transcripts", CliKind::kInt, true, ""},
        {"--seed", "seed: transcripts are a pure function of (seed, index)", CliKind::kInt, false,
         "0"},
@@ -181,7 +211,9 @@ void RegisterEnvCommands(CliRegistry& registry) {
        {"--no-tool-error-rate", "probability that a no-tool answer is wrong", CliKind::kFloat,
         false, "0.6"},
        {"--tool", "what calculate takes: expression, or one_operation (one call per operation)",
-        CliKind::kString, false, "expression"}},
+        CliKind::kString, false, "expression"},
+       {"--doc-tokens", "retrieval: words per document (in the prompt)", CliKind::kInt, false,
+        "2000"}},
       RunSynth});
   registry.Add(CliCommand{{"env", "list"}, "List the registered environments", {}, RunList});
   const ConfigSections* sections = &registry.config_sections();

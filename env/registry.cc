@@ -58,8 +58,8 @@ void RegisterBuiltinEnvs(EnvRegistry& registry) {
         return MakePythonEnv(ReadPythonEnvOptions(options, demand));
       });
   (void)registry.Register("retrieval",
-                          "long-document question answering (1K-1M tokens) with search and read; "
-                          "exact-match reward",
+                          "long-document question answering (1K-1M words), the document behind "
+                          "search and read or in the prompt; exact-match reward",
                           [](ConfigTable& options) -> StatusOr<std::unique_ptr<Env>> {
                             return MakeRetrievalEnv(ReadRetrievalEnvOptions(options));
                           });

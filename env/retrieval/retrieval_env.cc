@@ -41,16 +41,10 @@ std::string Trim(std::string s) {
 class RetrievalEpisode : public Episode {
  public:
   // max_read bounds read's length through the tool schema (ValidateToolCall enforces it).
-  RetrievalEpisode(RetrievalTask task, int64_t max_read) : task_(std::move(task)) {
-    messages_ = {ChatMessage{ChatRole::kSystem,
-                             "A long document is available through the tools search(query) and "
-                             "read(offset, length); it is " +
-                                 std::to_string(task_.document.size()) +
-                                 " characters long. Finish with a line \"Answer: <value>\".",
-                             {},
-                             "",
-                             ""},
-                 ChatMessage{ChatRole::kUser, task_.question, {}, "", ""}};
+  RetrievalEpisode(RetrievalTask task, RetrievalDocument document, int64_t max_read)
+      : task_(std::move(task)), document_(document) {
+    messages_ = RetrievalInitialMessages(task_, document_);
+    if (document_ == RetrievalDocument::kInPrompt) return;  // no tools: the text is in the prompt
     tools_ = {
         ToolSpec{
             "search",
@@ -81,12 +75,22 @@ class RetrievalEpisode : public Episode {
     std::optional<std::string> given = last ? calc::ExtractAnswerLine(last->content) : std::nullopt;
     EpisodeScore s;
     s.reward = given && Lower(Trim(*given)) == Lower(task_.answer) ? 1.0 : 0.0;
-    s.components = {{"correct", s.reward}, {"searches", searches_}, {"reads", reads_}};
+    if (document_ == RetrievalDocument::kInPrompt) {
+      const double depth = task_.document.empty() ? 0.0
+                                                  : static_cast<double>(task_.answer_offset) /
+                                                        static_cast<double>(task_.document.size());
+      s.components = {{"correct", s.reward},
+                      {"doc_words", static_cast<double>(task_.doc_words)},
+                      {"depth", depth}};
+    } else {
+      s.components = {{"correct", s.reward}, {"searches", searches_}, {"reads", reads_}};
+    }
     return s;
   }
 
  private:
   ToolResult Run(const ToolCall& call) {
+    if (tools_.empty()) return ToolError("this task has no tools: the document is in the prompt");
     StatusOr<std::string> args = ValidateToolCall(call, tools_);
     if (!args.ok()) return ToolError(args.status().message());
     const nlohmann::json a = nlohmann::json::parse(*args);
@@ -119,6 +123,7 @@ class RetrievalEpisode : public Episode {
   }
 
   RetrievalTask task_;
+  RetrievalDocument document_;
   std::string lower_;  // lower-cased document, built on the first search
   std::vector<ChatMessage> messages_;
   std::vector<ToolSpec> tools_;
@@ -130,16 +135,22 @@ class RetrievalEnv : public Env {
   explicit RetrievalEnv(const RetrievalEnvOptions& o) : options_(o) {}
   std::string name() const override { return "retrieval"; }
   StatusOr<TaskRef> Task(Split split, uint64_t index) const override {
-    return TaskRef{"retrieval/" + std::string(SplitName(split)) + "/" +
-                       std::to_string(options_.doc_tokens) + "/" + std::to_string(options_.seed) +
+    const RetrievalEnvOptions& o = options_;
+    const std::string length =
+        o.doc_tokens_max > 0 ? std::to_string(o.doc_tokens) + "-" + std::to_string(o.doc_tokens_max)
+                             : std::to_string(o.doc_tokens);
+    return TaskRef{std::string("retrieval/") +
+                       (o.document == RetrievalDocument::kInPrompt ? "in_prompt/" : "") +
+                       std::string(SplitName(split)) + "/" + length + "/" + std::to_string(o.seed) +
                        "/" + std::to_string(index),
-                   split, options_.seed, index};
+                   split, o.seed, index};
   }
   StatusOr<std::unique_ptr<Episode>> Reset(const TaskRef& ref, Deadline) override {
     RetrievalEnvOptions o = options_;
     o.seed = ref.seed;
     ORRERY_ASSIGN_OR_RETURN(RetrievalTask task, MakeRetrievalTask(o, ref.split, ref.index));
-    return std::unique_ptr<Episode>(new RetrievalEpisode(std::move(task), o.max_read_chars));
+    return std::unique_ptr<Episode>(
+        new RetrievalEpisode(std::move(task), o.document, o.max_read_chars));
   }
 
  private:
@@ -150,13 +161,27 @@ class RetrievalEnv : public Env {
 
 StatusOr<RetrievalTask> MakeRetrievalTask(const RetrievalEnvOptions& o, Split split,
                                           uint64_t index) {
-  if (o.doc_tokens < 1000 || o.doc_tokens > 1'000'000) {
-    return InvalidArgumentError("retrieval: doc_tokens must be in [1000, 1000000]");
+  if (o.doc_tokens < 1000 || o.doc_tokens > kRetrievalMaxDocTokens) {
+    return InvalidArgumentError("retrieval: doc_tokens = " + std::to_string(o.doc_tokens) +
+                                " is outside [1000, " + std::to_string(kRetrievalMaxDocTokens) +
+                                "]");
+  }
+  if (o.doc_tokens_max != 0 &&
+      (o.doc_tokens_max < o.doc_tokens || o.doc_tokens_max > kRetrievalMaxDocTokens)) {
+    return InvalidArgumentError("retrieval: doc_tokens_max = " + std::to_string(o.doc_tokens_max) +
+                                " is outside [doc_tokens = " + std::to_string(o.doc_tokens) + ", " +
+                                std::to_string(kRetrievalMaxDocTokens) + "] (or 0)");
   }
   if (o.num_facts < 1 || o.num_facts > 1000) {
     return InvalidArgumentError("retrieval: num_facts must be in [1, 1000]");
   }
   PhiloxGenerator rng(o.seed, (index << 1) | (split == Split::kTest ? 1 : 0));
+  // A drawn length only when there is a range, so fixed-length tasks keep their documents.
+  const int64_t words =
+      o.doc_tokens_max > o.doc_tokens
+          ? o.doc_tokens + static_cast<int64_t>(rng.UniformInt(
+                               static_cast<uint64_t>(o.doc_tokens_max - o.doc_tokens + 1)))
+          : o.doc_tokens;
   // Facts: distinct (entity, attribute) pairs with random values, planted at sorted word positions.
   struct Fact {
     std::string text, question, value;
@@ -172,7 +197,7 @@ StatusOr<RetrievalTask> MakeRetrievalTask(const RetrievalEnvOptions& o, Split sp
     if (std::find(used.begin(), used.end(), attribute + entity) != used.end()) continue;
     used.push_back(attribute + entity);
     const std::string value = std::to_string(1000 + rng.UniformInt(9000));
-    const int64_t at = static_cast<int64_t>(rng.UniformInt(static_cast<uint64_t>(o.doc_tokens)));
+    const int64_t at = static_cast<int64_t>(rng.UniformInt(static_cast<uint64_t>(words)));
     std::string sentence = "The " + attribute + " of " + entity + " is " + value + ".";
     facts.push_back({sentence, "What is the " + attribute + " of " + entity + "?", value, at});
   }
@@ -180,10 +205,11 @@ StatusOr<RetrievalTask> MakeRetrievalTask(const RetrievalEnvOptions& o, Split sp
   const Fact asked_fact = facts[asked];
   std::sort(facts.begin(), facts.end(), [](const Fact& a, const Fact& b) { return a.at < b.at; });
   RetrievalTask task;
-  task.document.reserve(static_cast<size_t>(o.doc_tokens) * 7);
+  task.document.reserve(static_cast<size_t>(words) * 7);
+  task.doc_words = words;
   size_t next = 0;
   bool sentence_start = true;
-  for (int64_t w = 0; w < o.doc_tokens; ++w) {
+  for (int64_t w = 0; w < words; ++w) {
     while (next < facts.size() && facts[next].at == w) {
       if (!sentence_start) task.document += ". ";
       if (facts[next].value == asked_fact.value && facts[next].text == asked_fact.text) {
@@ -204,11 +230,51 @@ StatusOr<RetrievalTask> MakeRetrievalTask(const RetrievalEnvOptions& o, Split sp
   return task;
 }
 
+std::vector<ChatMessage> RetrievalInitialMessages(const RetrievalTask& task,
+                                                  RetrievalDocument document) {
+  if (document == RetrievalDocument::kInPrompt) {
+    return {ChatMessage{ChatRole::kSystem,
+                        "Answer the question about the document. Finish with a line \"Answer: "
+                        "<value>\".",
+                        {},
+                        "",
+                        ""},
+            ChatMessage{ChatRole::kUser,
+                        "Document:\n" + task.document + "\n\nQuestion: " + task.question,
+                        {},
+                        "",
+                        ""}};
+  }
+  return {ChatMessage{ChatRole::kSystem,
+                      "A long document is available through the tools search(query) and "
+                      "read(offset, length); it is " +
+                          std::to_string(task.document.size()) +
+                          " characters long. Finish with a line \"Answer: <value>\".",
+                      {},
+                      "",
+                      ""},
+          ChatMessage{ChatRole::kUser, task.question, {}, "", ""}};
+}
+
 RetrievalEnvOptions ReadRetrievalEnvOptions(ConfigTable& table) {
   RetrievalEnvOptions o;
   o.seed = static_cast<uint64_t>(table.Int("seed", 0, 0));
-  o.doc_tokens = table.Int("doc_tokens", 20000, 1000, 1'000'000);
+  const std::string document = table.Enum("document", "tools", {"tools", "in_prompt"});
+  o.document = document == "in_prompt" ? RetrievalDocument::kInPrompt : RetrievalDocument::kTools;
+  o.doc_tokens = table.Int("doc_tokens", 20000, 1000, kRetrievalMaxDocTokens);
+  o.doc_tokens_max = table.Int("doc_tokens_max", 0, 0, kRetrievalMaxDocTokens);
+  if (o.doc_tokens_max != 0 && o.doc_tokens_max < o.doc_tokens) {
+    table.Fail("doc_tokens_max",
+               "expected 0 (every document doc_tokens long) or at least "
+               "env.retrieval.doc_tokens = " +
+                   std::to_string(o.doc_tokens) + ", got " + std::to_string(o.doc_tokens_max));
+  }
   o.num_facts = static_cast<int>(table.Int("num_facts", 8, 1, 1000));
+  if (o.document == RetrievalDocument::kInPrompt && table.Has("max_read_chars")) {
+    table.Fail("max_read_chars",
+               "is only read with document = \"tools\" (document = \"in_prompt\" has no read "
+               "tool)");
+  }
   o.max_read_chars = table.Int("max_read_chars", 4096, 16, 1 << 20);
   return o;
 }
