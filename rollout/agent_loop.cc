@@ -380,6 +380,7 @@ Status AgentLoop::EndTurn(Episode& e, bool finished_by_model) {
   if (calls.empty()) {
     FinishEpisode(e, EpisodeStatus::kFinished);
   } else if (e.turns >= options_.max_turns) {
+    ++stats_.truncated_turns;
     FinishEpisode(e, EpisodeStatus::kTruncated);
   } else {
     auto call = std::make_unique<EnvCall>();
@@ -422,6 +423,7 @@ Status AgentLoop::OnToolResults(Episode& e, EnvCall& call) {
   e.messages.insert(e.messages.end(), results.begin(), results.end());
   ORRERY_ASSIGN_OR_RETURN(RenderedChat tail, format_->RenderPrompt(results));
   if (t.size() + static_cast<int64_t>(tail.ids.size()) + 1 > options_.max_episode_tokens) {
+    ++stats_.truncated_context;
     FinishEpisode(e, EpisodeStatus::kTruncated);
     return Status::OK();
   }
@@ -664,8 +666,11 @@ Status AgentLoop::RunFeeds(const StepPlan& plan) {
     const int32_t last = e.turn_ids.back();
     if (last == format_->end_of_turn_id() || last == format_->end_of_text_id()) {
       ORRERY_RETURN_IF_ERROR(EndTurn(e, true));
-    } else if (static_cast<int>(e.turn_ids.size()) >= options_.max_turn_tokens ||
-               e.traj.size() >= options_.max_episode_tokens) {
+    } else if (e.traj.size() >= options_.max_episode_tokens) {
+      ++stats_.truncated_context;
+      ORRERY_RETURN_IF_ERROR(EndTurn(e, false));
+    } else if (static_cast<int>(e.turn_ids.size()) >= options_.max_turn_tokens) {
+      ++stats_.truncated_turn_tokens;
       ORRERY_RETURN_IF_ERROR(EndTurn(e, false));
     }
   }

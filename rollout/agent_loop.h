@@ -126,6 +126,10 @@ struct AgentStats {
   // context).
   int64_t admission_waits = 0, context_waits = 0, preemptions = 0, prompt_tokens_shared = 0;
   int64_t chunked_feeds = 0;
+  // Episodes ended as truncated, by the limit that ended them: max_episode_tokens (the context:
+  // a turn or a tool result that would not fit), max_turn_tokens (a turn without its end), and
+  // max_turns (tool calls still asked for after the last turn allowed).
+  int64_t truncated_context = 0, truncated_turn_tokens = 0, truncated_turns = 0;
 };
 
 class AgentLoop {

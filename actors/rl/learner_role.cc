@@ -24,6 +24,7 @@
 // the rollouts of its host (model/shared_weights.h: CUDA IPC from the GPU model's masters, or
 // shared memory from the host model) before it writes the file, and answers weights.Shared /
 // weights.Release on that same thread (actors/rl/shared_weights_service.h).
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -122,7 +123,16 @@ class LearnerRank {
         ORRERY_ASSIGN_OR_RETURN(rl::PolicyGroup pg, DecodeGroup(g.group_id, g.trajectories));
         groups.push_back(std::move(pg));
       }
+      max_sample_tokens_ = 0;
+      for (const rl::PolicyGroup& g : groups) {
+        for (const rl::PolicySample& s : g.samples) {
+          max_sample_tokens_ = std::max(max_sample_tokens_, static_cast<int64_t>(s.tokens.size()));
+        }
+      }
+      const auto update_start = std::chrono::steady_clock::now();
       ORRERY_ASSIGN_OR_RETURN(rl::RlStepStats stats, trainer_->Step(groups));
+      update_seconds_ =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - update_start).count();
       if (!stats.updated) {  // no rank had a usable token: the batch is spent, sample anew
         ORRERY_RETURN_IF_ERROR(batches_.DropThrough(next));
         continue;
@@ -179,13 +189,15 @@ class LearnerRank {
       model::GpuModelOptions o;
       o.device = Device::Cuda(rank_ % devices);
       o.compute_dtype = run_.dtype;
+      o.recompute_layers = config_.recompute_layers;
       StatusOr<std::unique_ptr<model::GpuModel>> g = model::GpuModel::FromHost(*policy_.model, o);
       if (!g.ok()) return g.status().WithContext("run.device = \"cuda\"");
       gpu_model_ = std::move(g).value();
       ORRERY_ASSIGN_OR_RETURN(
           trainer_, rl::RlTrainer::Create(gpu_model_.get(), comm_.get(), config_.trainer));
       ORRERY_LOG(INFO) << "training on " << o.device.ToString() << " in "
-                       << DTypeName(o.compute_dtype);
+                       << DTypeName(o.compute_dtype)
+                       << (o.recompute_layers ? ", recomputing each layer in the backward" : "");
     } else {
       ORRERY_ASSIGN_OR_RETURN(
           trainer_, rl::RlTrainer::Create(policy_.model.get(), comm_.get(), config_.trainer));
@@ -331,6 +343,19 @@ class LearnerRank {
     MetricRecord r = LearnerRecord(ctx_.name(), stats, *policy_.model, tokens_total_,
                                    config_.trainer.max_staleness, sync_);
     r.scalars["learner/uniform_groups_skipped_total"] = static_cast<double>(uniform_skipped_);
+    // The update's own time and rate (trainer Step: forward, backward, optimizer; not sampling or
+    // publishing), the longest sequence it trained, and on the GPU the caching allocator's peak.
+    r.scalars["learner/update_seconds"] = update_seconds_;
+    if (update_seconds_ > 0) {
+      r.scalars["learner/tokens_per_second"] = static_cast<double>(stats.tokens) / update_seconds_;
+    }
+    r.scalars["learner/max_sample_tokens"] = static_cast<double>(max_sample_tokens_);
+    if (gpu_model_ != nullptr) {
+      const CachingAllocatorStats mem = GetCachingAllocatorStats(gpu_model_->device().index);
+      r.scalars["learner/device_peak_bytes"] = static_cast<double>(mem.peak_bytes_in_use);
+      r.scalars["learner/device_reserved_bytes"] =
+          static_cast<double>(mem.bytes_in_use + mem.bytes_cached);
+    }
     AddReplayTableMetrics(r);
     ORRERY_LOG(INFO) << "version " << v << ": loss " << r.scalars["learner/loss"] << ", groups "
                      << stats.groups << " (" << uniform_skipped_
@@ -403,6 +428,8 @@ class LearnerRank {
   std::unique_ptr<MetricsPublisher> metrics_;
   WeightSyncTimes sync_;
   int64_t tokens_total_ = 0;
+  double update_seconds_ = 0;      // the last trainer Step
+  int64_t max_sample_tokens_ = 0;  // the longest sample of the last update's batch
   int64_t uniform_skipped_ = 0;
   struct TableCounters {
     double time = 0;

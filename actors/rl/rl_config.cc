@@ -74,6 +74,7 @@ RlConfig ReadRlConfig(ConfigTable& root) {
   o.routing_replay = l.Bool("routing_replay", o.routing_replay);
   o.skip_uniform_groups = l.Bool("skip_uniform_groups", o.skip_uniform_groups);
   o.micro_batch_tokens = l.Int("micro_batch_tokens", o.micro_batch_tokens, 16);
+  c.recompute_layers = l.Bool("recompute_layers", c.recompute_layers);
   o.ppo_epochs = static_cast<int>(l.Int("ppo_epochs", o.ppo_epochs, 1, 64));
   o.minibatches = static_cast<int>(l.Int("minibatches", o.minibatches, 1, 4096));
   if (o.minibatches > c.groups_per_step * c.group_size) {

@@ -50,7 +50,12 @@
 //   max_staleness = 4             # η (also the replay table's window)
 //   routing_replay = true         # R3
 //   skip_uniform_groups = true    # DAPO dynamic sampling
-//   micro_batch_tokens = 2048
+//   micro_batch_tokens = 2048       # tokens packed per forward/backward; a longer sample is a
+//                                 #   micro-batch of its own (never cut)
+//   recompute_layers = false      # run.device = "cuda": keep only each layer's inputs and re-run
+//                                 #   the layer before its backward (model/gpu/gpu_model.h): one
+//                                 #   more forward for a peak of one layer's activations, what
+//                                 #   long sequences need
 //   ppo_epochs = 1                # passes over each sampled batch (1..64)
 //   minibatches = 1               # optimizer steps per pass (1..groups_per_step x group_size);
 //                                 #   more than one step per update makes π_θ leave π_prox, so
@@ -105,6 +110,7 @@ struct RlConfig {
   int64_t weight_chunk_mb = 1;
 
   rl::RlTrainerOptions trainer;
+  bool recompute_layers = false;  // [rl.learner] recompute_layers: the GPU learner's model option
 };
 
 // Reads root.[rl]; problems are recorded in the document (see ConfigDocument::Finish).

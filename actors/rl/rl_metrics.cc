@@ -33,6 +33,7 @@ MetricRecord RolloutRecord(const std::string& source, int64_t step,
   };
   std::map<std::string, EnvSums> per_env;
   double length = 0, tool_calls = 0, tool_errors = 0, passed = 0, episodes = 0, faults = 0;
+  double truncated = 0, min_length = 0, max_length = 0;
   for (const rollout::TrajectoryGroup& g : groups) {
     for (const rollout::Trajectory& t : g.trajectories) {
       ++episodes;
@@ -48,7 +49,11 @@ MetricRecord RolloutRecord(const std::string& source, int64_t step,
       e.reward += t.reward;
       e.passed += pass;
       e.episodes += 1;
-      length += static_cast<double>(t.size());
+      const double size = static_cast<double>(t.size());
+      min_length = rewards.size() == 1 ? size : std::min(min_length, size);
+      max_length = std::max(max_length, size);
+      length += size;
+      truncated += t.status == rollout::EpisodeStatus::kTruncated;
       tool_calls += static_cast<double>(t.tool_calls.size());
       for (const rollout::ToolCallRecord& c : t.tool_calls) {
         tool_errors += c.error.empty() ? 0 : 1;
@@ -72,6 +77,9 @@ MetricRecord RolloutRecord(const std::string& source, int64_t step,
     r.scalars["reward/env/" + env + "/pass_rate"] = e.passed / e.episodes;
   }
   r.scalars["rollout/episode_length_tokens"] = length / n;
+  r.scalars["rollout/episode_length_tokens_min"] = min_length;
+  r.scalars["rollout/episode_length_tokens_max"] = max_length;
+  r.scalars["rollout/truncated_ratio"] = truncated / n;
   r.scalars["rollout/tool_calls_per_episode"] = tool_calls / n;
   r.scalars["rollout/tool_error_ratio"] = tool_calls > 0 ? tool_errors / tool_calls : 0.0;
   if (!latencies.empty()) {

@@ -35,6 +35,7 @@
 #include "actors/rl/trajectory_convert.h"
 #include "actors/rl/weight_follower.h"
 #include "actors/runtime/role.h"
+#include "core/device.h"
 #include "core/logging.h"
 #include "core/message_limits.h"
 #include "core/run_config.h"
@@ -109,10 +110,12 @@ class RolloutActor {
       }
       const auto step_start = std::chrono::steady_clock::now();
       const int64_t generated_before = loop_->stats().tokens_generated;
+      const int64_t fed_before = loop_->stats().tokens_fed;
       ORRERY_ASSIGN_OR_RETURN(std::vector<rollout::TrajectoryGroup> done, loop_->Step());
       generation_seconds_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
       generated_tokens_ += loop_->stats().tokens_generated - generated_before;
+      fed_tokens_ += loop_->stats().tokens_fed - fed_before;
       for (const rollout::TrajectoryGroup& g : done) ORRERY_RETURN_IF_ERROR(Insert(g));
       if (!done.empty()) Report(done);
     }
@@ -323,7 +326,26 @@ class RolloutActor {
     r.scalars["rollout/env_timeouts_total"] = static_cast<double>(st.env_timeouts);
     r.scalars["rollout/env_lost_total"] = static_cast<double>(st.env_lost);
     r.scalars["rollout/groups_dropped_total"] = static_cast<double>(cursor_.dropped());
+    // Truncated episodes since start, by the limit that ended them (rollout/agent_loop.h): the
+    // context (max_episode_tokens) is the one a long-context run must never hit.
+    r.scalars["rollout/truncated_context_total"] = static_cast<double>(st.truncated_context);
+    r.scalars["rollout/truncated_turn_tokens_total"] =
+        static_cast<double>(st.truncated_turn_tokens);
+    r.scalars["rollout/truncated_turns_total"] = static_cast<double>(st.truncated_turns);
+    // Every token the engine fed (prompt and tool chunks, decodes) per second of engine steps:
+    // with long prompts the rate that matters, beside generation_tokens_per_second.
+    if (generation_seconds_ > 0) {
+      r.scalars["rollout/fed_tokens_per_second"] =
+          static_cast<double>(fed_tokens_) / generation_seconds_;
+    }
+    if (run_.device == RunDevice::kCuda) {
+      const CachingAllocatorStats mem = GetCachingAllocatorStats(0);  // the backend's device
+      r.scalars["rollout/device_peak_bytes"] = static_cast<double>(mem.peak_bytes_in_use);
+      r.scalars["rollout/device_reserved_bytes"] =
+          static_cast<double>(mem.bytes_in_use + mem.bytes_cached);
+    }
     generated_tokens_ = 0;
+    fed_tokens_ = 0;
     generation_seconds_ = 0;
     if (Status s = metrics_->Publish(r); !s.ok()) ORRERY_LOG(WARN) << s.message();
   }
@@ -351,6 +373,7 @@ class RolloutActor {
   int64_t stale_dropped_ = 0;
   int64_t generated_tokens_ = 0;
   double generation_seconds_ = 0;
+  int64_t fed_tokens_ = 0;
 };
 
 // The environment of [env], in this process or (env = "remote") on env servers: the configured

@@ -600,6 +600,20 @@ TEST(RolloutAgentLoop, LimitsTruncateAndVersionsFollowUpdates) {
     EXPECT_EQ(v0, 3);
     EXPECT_EQ(v1, 7);
   }
+  // Counted by the limit that ended them: the turn's, not the context's.
+  EXPECT_EQ(loop.stats().truncated_turn_tokens, 3);
+  EXPECT_EQ(loop.stats().truncated_context, 0);
+  EXPECT_EQ(loop.stats().truncated_turns, 0);
+
+  // The same policy with room for fewer tokens than the turn limit: the context ends them.
+  ScriptedBackend small(3, f.tokenizer.vocab_size(), {{f.tokenizer.Encode("7")[0]}});
+  AgentOptions c = o;
+  c.max_episode_tokens = static_cast<int>(groups->at(0).trajectories[0].size()) - 4;
+  AgentLoop context_loop(&small, f.format.get(), f.env.get(), c);
+  context_loop.AddGroup(f.task, 2, 2);
+  ASSERT_TRUE(context_loop.RunUntilIdle().ok());
+  EXPECT_EQ(context_loop.stats().truncated_context, 2);
+  EXPECT_EQ(context_loop.stats().truncated_turn_tokens, 0);
 }
 
 TEST(RolloutAgentLoop, RealModelLogprobsAndRoutingMatchTheLearner) {
