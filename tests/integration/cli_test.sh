@@ -118,6 +118,15 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
     "$orrery" launch "$src/configs/demo_gpu.toml"
 fi
 
+# The long-context RL run's config (scripts/gpu_long_rl.sh) plans and checks on any machine too.
+out="$("$orrery" launch "$src/configs/rl_long_context.toml" --dry-run 2>&1)" ||
+  fail "rl_long_context dry run: $out"
+for role in replay:0 rollout:0 learner:0; do
+  printf '%s\n' "$out" | grep -q "^$role " || fail "rl_long_context dry run plans no $role: $out"
+done
+"$orrery" config check "$src/configs/rl_long_context.toml" > /dev/null 2>&1 ||
+  fail "configs/rl_long_context.toml rejected: $("$orrery" config check "$src/configs/rl_long_context.toml" 2>&1 | tail -1)"
+
 # `source scripts/env.sh` puts the default build's orrery on PATH (README, "Running one test").
 if [ "$(realpath "$orrery")" = "$(realpath "$src/build/bin/orrery" 2>/dev/null)" ]; then
   found="$(env -i HOME="$HOME" PATH=/usr/bin:/bin bash -c "source '$src/scripts/env.sh'; command -v orrery")"
