@@ -12,8 +12,8 @@
 #   scripts/gpu_long_rl.sh BIN_DIR
 #
 # How to run it (next device call; BIN_DIR built here with CUDA, ignored by git, carried):
-#   cmake --preset default && cmake --build build --target orrery gpu_model_bench
-#   scripts/gpu_bundle.sh .gpu/longrl build/bin/orrery build/tests/gpu_model_bench
+#   cmake --preset cuda && cmake --build build-cuda -j2 --target orrery gpu_model_bench
+#   scripts/gpu_bundle.sh .gpu/longrl build-cuda/bin/orrery build-cuda/tests/gpu_model_bench
 #   run(command="OUT=$OUT scripts/gpu_long_rl.sh .gpu/longrl", carry=[".gpu/longrl"],
 #       timeout_s=600)
 #
