@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call that runs a session's GPU checks: every GPU test binary of the bundle, a few at a
-# time, then each line of a plan file alone, in order, within a deadline — so that a session with
+# One device call that runs a session's GPU checks: every GPU test binary of the bundle
+# (*gpu*_tests), a few at a time, then each line of a plan file alone, in order, within a
+# deadline — so that a session with
 # 30 minutes of device time spends it in few, full calls. Logs go under $OUT/logs (packed as
 # $OUT/logs.tar.xz); $OUT/summary.txt has one line per test binary (exit status, seconds, tests
 # passed and failed) and per plan line, and $OUT/failures.txt the failed tests' messages.
@@ -11,7 +12,7 @@
 # device machine). PLAN: a file of shell command lines (blank lines and # comments skipped), each
 # run with $bin set to the unpacked binaries and $OUT to its own folder $OUT/plan_N; a line that
 # would start with fewer than 20 s left is skipped and said so. Environment:
-#   TESTS         test binaries to run (default: every *_gpu_tests in the bundle); "" for none
+#   TESTS         test binaries to run (default: every *gpu*_tests in the bundle); "" for none
 #   PAR           test binaries at once (default 4; each gets ORRERY_NUM_THREADS=4)
 #   TEST_TIMEOUT  seconds per test binary (default 240)
 #   DEADLINE      seconds for the whole call (default 560, under the device's 600 s per command)
@@ -39,7 +40,7 @@ mkdir -p "$logs"
 failed=0
 
 if [[ -z "${TESTS+set}" ]]; then
-  TESTS="$(cd "$bin" && ls -- *_gpu_tests 2>/dev/null | tr '\n' ' ')"
+  TESTS="$(cd "$bin" && ls -- *gpu*_tests 2>/dev/null | tr '\n' ' ')"
 fi
 run_test() {  # NAME: one test binary; its result line into $logs/NAME.result
   local t=$1 s=$SECONDS
