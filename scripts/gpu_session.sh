@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One device call that runs a session's GPU checks: every GPU test binary of the bundle
 # (*gpu*_tests), a few at a time, then each line of a plan file alone, in order, within a
-# deadline — so that a session with
-# 30 minutes of device time spends it in few, full calls. Logs go under $OUT/logs (packed as
-# $OUT/logs.tar.xz); $OUT/summary.txt has one line per test binary (exit status, seconds, tests
-# passed and failed) and per plan line, and $OUT/failures.txt the failed tests' messages.
+# deadline — so that a session with 30 minutes of device time spends it in few, full calls. Logs
+# go under $OUT/logs (packed as $OUT/logs.tar.xz); $OUT/summary.txt has one line per test binary
+# (exit status, seconds, tests passed and failed) and per plan line, and $OUT/failures.txt the
+# failed tests' messages.
 #
 #   scripts/gpu_session.sh BIN_DIR [PLAN]
 #
