@@ -2,8 +2,9 @@
 # GPU pretraining through every stage of configs/pretrain/gpu.toml, twice: once uninterrupted and
 # once stopped after step 12 and resumed (issue 22: a resumed run continues exactly). Prints each
 # stage's held-out loss and the SHA-256 of both runs' final checkpoint files, and exits non-zero
-# when a run fails or the two final checkpoints differ. About 4 minutes on an H200 (small, 28
-# steps; most of it writing 7 GB checkpoints).
+# when a run fails or the two final checkpoints differ; then `orrery generate --device cuda` from
+# the final checkpoint. About 4 minutes on an H200 (small, 28 steps; most of it writing 7 GB
+# checkpoints).
 #
 #   scripts/gpu_pretrain_check.sh BIN_DIR DATA_DIR
 #
@@ -44,6 +45,18 @@ if [[ -s "$out/whole.sha256" ]] && cmp -s "$out/whole.sha256" "$out/resumed.sha2
 else
   echo "final checkpoints: DIFFERENT or missing" | tee -a "$out/summary.txt"
   diff "$out/whole.sha256" "$out/resumed.sha256" | tee -a "$out/summary.txt"
+  status=1
+fi
+# The checkpoint as a user takes it: `orrery generate --device cuda` (greedy) from the
+# uninterrupted run's last checkpoint, on five held-out calculator prompts.
+"$bin/orrery" env synth --env calc --count 5 --seed 2 --split test --difficulty 1 \
+  --out "$work/prompts.jsonl" > /dev/null 2>&1
+start=$SECONDS
+if timeout 120 "$bin/orrery" generate --device cuda --checkpoint "$work/whole" \
+  --prompts "$work/prompts.jsonl" --max-tokens 48 --show 5 > "$out/generate.log" 2>&1; then
+  echo "generate --device cuda: exit 0 in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+else
+  echo "generate --device cuda: FAILED (see generate.log)" | tee -a "$out/summary.txt"
   status=1
 fi
 rm -rf "$work"
