@@ -52,6 +52,7 @@ int TokenizerTrain(const CliArgs& args) {
   options.vocab_size = static_cast<int32_t>(vocab);
   options.special_tokens = ChatSpecialTokens();
   options.min_pair_count = args.Int("min-count", 2);
+  options.merge_digits = !args.Flag("split-digits");
   StatusOr<Tokenizer> tok = trainer.Train(options);
   if (!tok.ok()) return ReportError(tok.status());
   const std::string out = args.Get("out");
@@ -109,7 +110,9 @@ void RegisterLearnerCommands(CliRegistry& registry) {
       {{"--input", "text files, or chat-transcript .jsonl", CliKind::kStringList, true, ""},
        {"--vocab-size", "total vocabulary size", CliKind::kInt, true, ""},
        {"--out", "tokenizer.json to write", CliKind::kString, true, ""},
-       {"--min-count", "never merge a pair seen fewer times", CliKind::kInt, false, "2"}},
+       {"--min-count", "never merge a pair seen fewer times", CliKind::kInt, false, "2"},
+       {"--split-digits", "no merge involves a digit: numbers are spelled digit by digit",
+        CliKind::kFlag, false, ""}},
       TokenizerTrain});
 
   registry.AddGroup({"data"}, "Prepare training data");

@@ -447,11 +447,18 @@ StatusOr<Tokenizer> BpeTrainer::Train(const BpeTrainOptions& options) const {
   auto key = [](int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   };
+  // Without digit merges the only tokens holding a digit are the ten digit bytes: a pair with one
+  // of them is never counted, so never merged.
+  auto is_digit_id = [&](int32_t id) { return id >= num_special + '0' && id <= num_special + '9'; };
+  auto mergeable = [&](int32_t a, int32_t b) {
+    return options.merge_digits || (!is_digit_id(a) && !is_digit_id(b));
+  };
   std::unordered_map<uint64_t, int64_t> pair_count;
   std::unordered_map<uint64_t, std::vector<int32_t>> where;  // may hold stale or repeated words
   for (int32_t wi = 0; wi < static_cast<int32_t>(words.size()); ++wi) {
     const Word& w = words[wi];
     for (size_t i = 0; i + 1 < w.syms.size(); ++i) {
+      if (!mergeable(w.syms[i], w.syms[i + 1])) continue;
       const uint64_t k = key(w.syms[i], w.syms[i + 1]);
       pair_count[k] += w.count;
       auto& list = where[k];
@@ -508,8 +515,9 @@ StatusOr<Tokenizer> BpeTrainer::Train(const BpeTrainOptions& options) const {
         if (w.syms[i] == a && w.syms[i + 1] == b) has = true;
       }
       if (!has) continue;
-      for (size_t i = 0; i + 1 < w.syms.size(); ++i)
-        delta[key(w.syms[i], w.syms[i + 1])] -= w.count;
+      for (size_t i = 0; i + 1 < w.syms.size(); ++i) {
+        if (mergeable(w.syms[i], w.syms[i + 1])) delta[key(w.syms[i], w.syms[i + 1])] -= w.count;
+      }
       size_t out = 0;
       for (size_t i = 0; i < w.syms.size(); ++i) {
         if (i + 1 < w.syms.size() && w.syms[i] == a && w.syms[i + 1] == b) {
@@ -521,6 +529,7 @@ StatusOr<Tokenizer> BpeTrainer::Train(const BpeTrainOptions& options) const {
       }
       w.syms.resize(out);
       for (size_t i = 0; i + 1 < w.syms.size(); ++i) {
+        if (!mergeable(w.syms[i], w.syms[i + 1])) continue;
         const uint64_t nk = key(w.syms[i], w.syms[i + 1]);
         delta[nk] += w.count;
         if (w.syms[i] == new_id || w.syms[i + 1] == new_id) {

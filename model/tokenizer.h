@@ -83,6 +83,12 @@ struct BpeTrainOptions {
   std::vector<std::string> special_tokens;
   // Pairs seen fewer times than this are never merged (training may stop below vocab_size).
   int64_t min_pair_count = 2;
+  // false: no merge involves a digit, so every digit stays its own token and a number is spelled
+  // digit by digit, the same after a space, a quote or a newline (" 344" is " ", "3", "4", "4";
+  // "344" is "3", "4", "4"). Copying a number is then copying the same ids, whatever surrounds
+  // it: the calculator tasks' numbers move between the question, tool calls, tool results and
+  // the answer in all of these contexts. The file is a plain BPE tokenizer either way.
+  bool merge_digits = true;
 };
 
 // Learns BPE merges from text. Feed text with AddText (any number of calls), then Train.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The GPU demo's data (configs/demo_gpu.toml): scripts/demo.sh's pipeline — the calculator
-# transcripts of the CPU demo (difficulty 1, the whole-expression tool) and Genesis-Exodus, a
-# byte-level BPE tokenizer of 1024 ids, token shards with 3% held out — plus the multi-step
-# families the GPU demo trains: one-operation transcripts of difficulty 2 (two chained calls) and
-# 3 (three). As in the CPU demo, 3 in 5 transcripts answer without the tool and those answers are
-# wrong 60% of the time, so the pretrained policy often guesses and RL has something to improve.
+# The GPU demo's data (configs/demo_gpu.toml): the CPU demo's first pipeline — calculator
+# transcripts of difficulty 1 (the whole-expression tool) and Genesis-Exodus, a byte-level BPE
+# tokenizer of 1024 ids, token shards with 3% held out — plus the multi-step families the GPU demo
+# trains: one-operation transcripts of difficulty 2 (two chained calls) and 3 (three). 3 in 5
+# transcripts answer without the tool and those answers are wrong 60% of the time, so the
+# pretrained policy often guesses and RL has something to improve.
 #
 #   scripts/gpu_demo_data.sh ORRERY KJV_TXT DATA_DIR [SCALE]
 #

@@ -141,6 +141,50 @@ TEST(TokenizerTest, TrainingIsDeterministicAndChecksOptions) {
   EXPECT_FALSE(trainer.Train(options).ok());
 }
 
+// merge_digits = false: numbers are spelled digit by digit in every context, so a number copied
+// from " 344" (after a space) to "\"344" (after a quote) is the same ids; with digit merges the
+// same corpus learns number tokens, and the two spellings differ.
+TEST(TokenizerTest, WithoutDigitMergesNumbersAreDigitsEverywhere) {
+  BpeTrainer trainer;
+  for (int i = 0; i < 40; ++i) {
+    trainer.AddText("What is 344 + 26? {\"expression\":\"344 + 26\"} 370\nAnswer: 370 ");
+  }
+  BpeTrainOptions options;
+  options.vocab_size = 330;
+  options.special_tokens = {"<|endoftext|>"};
+  StatusOr<Tokenizer> merged = trainer.Train(options);
+  options.merge_digits = false;
+  StatusOr<Tokenizer> split = trainer.Train(options);
+  ASSERT_TRUE(merged.ok() && split.ok());
+
+  auto digit_ids = [](const Tokenizer& t, std::string_view text) {
+    std::vector<int32_t> out;
+    for (int32_t id : t.Encode(text)) {
+      const std::string_view bytes = t.TokenBytes(id);
+      if (bytes.find_first_of("0123456789") != std::string_view::npos) out.push_back(id);
+    }
+    return out;
+  };
+  const std::vector<int32_t> spaced = digit_ids(*split, " 344"),
+                             quoted = digit_ids(*split, "\"344");
+  EXPECT_EQ(spaced, quoted);
+  ASSERT_EQ(spaced.size(), 3u);
+  for (int32_t id : spaced) EXPECT_EQ(split->TokenBytes(id).size(), 1u);  // one digit each
+  EXPECT_NE(digit_ids(*merged, " 344"), digit_ids(*merged, "\"344"));
+  // Words still merge (the merges digits cannot take go to them), and numbers round-trip.
+  const std::string words = "What is Answer: expression";
+  EXPECT_LE(split->Encode(words).size(), merged->Encode(words).size());
+  EXPECT_LT(split->Encode(words).size(), words.size() / 3);
+  const std::string text = "What is 344 + 26? Answer: 370";
+  EXPECT_EQ(*split->Decode(split->Encode(text)), text);
+  for (int32_t id = 0; id < split->vocab_size(); ++id) {
+    const std::string_view bytes = split->TokenBytes(id);
+    if (bytes.size() > 1) {
+      EXPECT_EQ(bytes.find_first_of("0123456789"), std::string_view::npos) << bytes;
+    }
+  }
+}
+
 TEST(TokenizerTest, MergesThatRespellATokenShareItsId) {
   // "ab"+"c" and "a"+"bc" can both be learned; the vocabulary must keep one "abc".
   BpeTrainer trainer;
