@@ -245,7 +245,10 @@ class RolloutActor {
   }
 
   Status PollWeights() {
-    if (follower_ != nullptr) ORRERY_RETURN_IF_ERROR(follower_->status());
+    if (follower_ != nullptr) {
+      ORRERY_RETURN_IF_ERROR(follower_->status());
+      PublishFetches();
+    }
     if (shared_ != nullptr) {
       ORRERY_ASSIGN_OR_RETURN(const bool took, PollShared());
       if (took) return Status::OK();
@@ -271,16 +274,23 @@ class RolloutActor {
     r.source = ctx_.name();
     r.step = *latest;
     r.scalars["rollout/weight_load_seconds"] = timings.read_seconds;
-    if (follower_ != nullptr) {
-      const FetchStats f = follower_->last();
-      if (f.version == *latest) {
-        r.scalars["rollout/weight_fetch_seconds"] = f.seconds;
-        r.scalars["rollout/weight_fetch_bytes"] = static_cast<double>(f.bytes_fetched);
-        r.scalars["rollout/weight_fetch_chunk_retries"] = static_cast<double>(f.chunk_retries);
-      }
-    }
     if (metrics_) (void)metrics_->Publish(r);
     return Status::OK();
+  }
+
+  // One record per version the follower fetched from the learner (step: that version), whether
+  // or not the rollout loads that version (it may already be past it).
+  void PublishFetches() {
+    for (const FetchStats& f : follower_->TakeFetched()) {
+      MetricRecord r;
+      r.time = UnixSeconds();
+      r.source = ctx_.name();
+      r.step = f.version;
+      r.scalars["rollout/weight_fetch_seconds"] = f.seconds;
+      r.scalars["rollout/weight_fetch_bytes"] = static_cast<double>(f.bytes_fetched);
+      r.scalars["rollout/weight_fetch_chunk_retries"] = static_cast<double>(f.chunk_retries);
+      if (metrics_) (void)metrics_->Publish(r);
+    }
   }
 
   // Inserts one finished group, retrying while the store applies back-pressure or does not

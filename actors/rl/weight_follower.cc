@@ -1,5 +1,7 @@
 #include "actors/rl/weight_follower.h"
 
+#include <utility>
+
 #include "core/logging.h"
 #include "learner/rl/weight_store.h"
 
@@ -29,9 +31,9 @@ Status WeightFollower::status() const {
   return status_;
 }
 
-FetchStats WeightFollower::last() const {
+std::vector<FetchStats> WeightFollower::TakeFetched() {
   std::lock_guard<std::mutex> lock(mu_);
-  return last_;
+  return std::exchange(fetched_, {});
 }
 
 void WeightFollower::Loop() {
@@ -54,7 +56,9 @@ void WeightFollower::Loop() {
                          << got->bytes_fetched << " bytes in " << got->seconds << " s"
                          << (got->resumed_at > 0 ? ", resumed" : "") << ")";
         std::lock_guard<std::mutex> lock(mu_);
-        last_ = *got;
+        // Bounded for a caller that stops taking them: the oldest report is dropped.
+        if (fetched_.size() >= 64) fetched_.erase(fetched_.begin());
+        fetched_.push_back(*got);
       }
       continue;
     }

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 #include <zmq.hpp>
 
 #include "actors/rl/weight_fetcher.h"
@@ -37,8 +38,10 @@ class WeightFollower {
   Status Start();
   // OK, or the error that stopped the thread.
   Status status() const;
-  // The last fetch that brought a version (version -1 before the first).
-  FetchStats last() const;
+  // The fetches that brought a version since the previous call, oldest first: each is handed out
+  // once, so the rollout reports every fetch even when it loads a newer version than the one a
+  // fetch brought, or polls between a version's file appearing and its fetch being recorded.
+  std::vector<FetchStats> TakeFetched();
   // Fetch rounds completed (whatever their outcome): a rollout starting up waits for the first,
   // so that it begins on the learner's version rather than on its initial policy.
   int64_t rounds() const { return rounds_.load(std::memory_order_acquire); }
@@ -55,7 +58,7 @@ class WeightFollower {
   std::thread thread_;
   mutable std::mutex mu_;
   Status status_;
-  FetchStats last_;
+  std::vector<FetchStats> fetched_;  // not yet taken
   std::atomic<int64_t> rounds_{0};
 };
 
