@@ -77,15 +77,16 @@ class RolloutActor {
     agent.seed = seed;
     loop_ = std::make_unique<rollout::AgentLoop>(backend_.get(), policy_.format.get(), env_.get(),
                                                  agent);
+    // The publisher first: the first version's fetch and load are reported too.
+    ORRERY_ASSIGN_OR_RETURN(
+        metrics_, MetricsPublisher::Open({ActorMetricsFile(ctx_.run_dir(), "rollout", ctx_.index()),
+                                          metrics_endpoint}));
     ORRERY_RETURN_IF_ERROR(FollowLearner());
     ORRERY_RETURN_IF_ERROR(ShareWithLearner());
     ORRERY_RETURN_IF_ERROR(PollWeights());
     ORRERY_ASSIGN_OR_RETURN(std::string replay,
                             ctx_.fleet().Lookup("replay", std::chrono::seconds(60)));
     ORRERY_ASSIGN_OR_RETURN(replay_, replay::ReplayClient::Connect(replay, &ctx_.zmq()));
-    ORRERY_ASSIGN_OR_RETURN(
-        metrics_, MetricsPublisher::Open({ActorMetricsFile(ctx_.run_dir(), "rollout", ctx_.index()),
-                                          metrics_endpoint}));
     ctx_.SetReady();
     ORRERY_LOG(INFO) << "policy version " << loop_->version() << ", task cursor "
                      << cursor_.committed() << ", " << (config_.sync ? "sync" : "async")
@@ -119,6 +120,7 @@ class RolloutActor {
       for (const rollout::TrajectoryGroup& g : done) ORRERY_RETURN_IF_ERROR(Insert(g));
       if (!done.empty()) Report(done);
     }
+    if (follower_ != nullptr) PublishFetches();  // fetches since the last poll
     return Status::OK();
   }
 

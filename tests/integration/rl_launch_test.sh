@@ -145,6 +145,11 @@ ls "$tmp"/run3/actors/rollout-0/weights/v-*.safetensors >/dev/null 2>&1 ||
   fail "no fetched version in rollout-0's own weight directory"
 grep -q '"rollout/weight_fetch_bytes"' "$tmp/run3/rollout-0/metrics.jsonl" ||
   fail "no weight-fetch metrics"
+# The fetch of version 0, made while the rollout starts, is reported too (it was lost when the
+# rollout loaded it before its metrics publisher was open, and the test then depended on a later
+# poll landing before the fleet stopped).
+grep '"rollout/weight_fetch_bytes"' "$tmp/run3/rollout-0/metrics.jsonl" | grep -q '"step":0,' ||
+  fail "the fetch of version 0 is not in rollout-0's metrics"
 
 # --- 3. faults: SIGKILL a rollout actor, then a learner rank.
 pid_of() { pgrep -f -- "actor $1 --index $2 .*$tmp/faults.toml" | head -1; }
