@@ -1,40 +1,11 @@
 #include "actors/rl/learner_comm.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include "actors/runtime/advertise.h"
 #include "core/logging.h"
 #include "learner/comm/gloo_communicator.h"
 #include "learner/comm/nccl_communicator.h"
 
 namespace orrery::rl_actors {
-namespace {
-
-// True when `host` resolves, and only to loopback addresses (127.0.0.0/8, ::1).
-bool ResolvesOnlyToLoopback(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
-  bool only_loopback = true;
-  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
-    if (a->ai_family == AF_INET) {
-      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
-      only_loopback &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-    } else if (a->ai_family == AF_INET6) {
-      only_loopback &=
-          IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr);
-    }
-  }
-  freeaddrinfo(res);
-  return only_loopback;
-}
-
-}  // namespace
 
 StatusOr<std::unique_ptr<comm::Communicator>> CreateLearnerCommunicator(
     const LearnerCommOptions& o) {

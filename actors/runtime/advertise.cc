@@ -39,6 +39,28 @@ bool IsPublicIpv6(const in6_addr& a) {
            unique_local);
 }
 
+// Calls visit(v4, v6) (one of them null) for each IPv4 and IPv6 address `host` resolves to, until
+// it returns false. False when `host` does not resolve.
+template <typename Visit>
+bool ForEachAddress(const std::string& host, Visit visit) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    bool more = true;
+    if (a->ai_family == AF_INET) {
+      more = visit(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr, nullptr);
+    } else if (a->ai_family == AF_INET6) {
+      more = visit(nullptr, &reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    }
+    if (!more) break;
+  }
+  freeaddrinfo(res);
+  return true;
+}
+
 }  // namespace
 
 std::string LocalHostName() {
@@ -64,25 +86,27 @@ std::string AdvertisedHost(const std::string& endpoint) {
 }
 
 std::string PublicAddressOf(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return "";
   std::string found;
-  for (const addrinfo* a = res; a != nullptr && found.empty(); a = a->ai_next) {
+  ForEachAddress(host, [&](const in_addr* v4, const in6_addr* v6) {
     char text[INET6_ADDRSTRLEN] = {0};
-    if (a->ai_family == AF_INET) {
-      const in_addr& in = reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr;
-      if (IsPublicIpv4(ntohl(in.s_addr))) inet_ntop(AF_INET, &in, text, sizeof(text));
-    } else if (a->ai_family == AF_INET6) {
-      const in6_addr& in = reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr;
-      if (IsPublicIpv6(in)) inet_ntop(AF_INET6, &in, text, sizeof(text));
+    if (v4 != nullptr && IsPublicIpv4(ntohl(v4->s_addr))) {
+      inet_ntop(AF_INET, v4, text, sizeof(text));
+    } else if (v6 != nullptr && IsPublicIpv6(*v6)) {
+      inet_ntop(AF_INET6, v6, text, sizeof(text));
     }
     found = text;
-  }
-  freeaddrinfo(res);
+    return found.empty();
+  });
   return found;
+}
+
+bool ResolvesOnlyToLoopback(const std::string& host) {
+  bool only_loopback = true;
+  const bool resolved = ForEachAddress(host, [&](const in_addr* v4, const in6_addr* v6) {
+    only_loopback &= v4 != nullptr ? (ntohl(v4->s_addr) >> 24) == 127 : IN6_IS_ADDR_LOOPBACK(v6);
+    return true;
+  });
+  return resolved && only_loopback;
 }
 
 std::string AdvertisedEndpoint(const std::string& endpoint) {

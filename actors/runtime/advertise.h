@@ -35,4 +35,8 @@ bool IsWildcardTcp(const std::string& endpoint);
 // on one that is routable (actors/rl/learner_comm.h).
 std::string PublicAddressOf(const std::string& host);
 
+// True when `host` resolves, and only to loopback addresses (127.0.0.0/8, ::1): other machines
+// cannot reach a socket listening on it (Debian's /etc/hosts gives the host name 127.0.1.1).
+bool ResolvesOnlyToLoopback(const std::string& host);
+
 }  // namespace orrery

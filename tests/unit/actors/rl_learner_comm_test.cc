@@ -143,6 +143,11 @@ TEST(LearnerComm, PublicAddressesAreTheGloballyRoutableOnes) {
   }
   EXPECT_EQ(PublicAddressOf("2001:4860:4860::8888"), "2001:4860:4860::8888");
   EXPECT_EQ(PublicAddressOf("no-such-host.invalid"), "") << "unresolvable: Gloo fails on its own";
+  // The other question asked of the same resolution: reachable from this machine alone?
+  EXPECT_TRUE(ResolvesOnlyToLoopback("127.0.1.1"));
+  EXPECT_TRUE(ResolvesOnlyToLoopback("::1"));
+  EXPECT_FALSE(ResolvesOnlyToLoopback("10.1.2.3"));
+  EXPECT_FALSE(ResolvesOnlyToLoopback("no-such-host.invalid"));
 }
 
 // Gloo's traffic is unauthenticated: a rank whose address is public fails at once with the key
