@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -120,6 +122,45 @@ TEST(RetrievalEnvTest, InPromptCarriesDocumentAndQuestion) {
     EXPECT_GE(s->components.at("depth"), 0.0);
     EXPECT_LT(s->components.at("depth"), 1.0);
   }
+}
+
+// The in-prompt grader against a policy that games it: every planted value is in the prompt, so
+// listing them all as answer lines, hiding the value among others on the line, invalid bytes, a
+// flood of text and tool calls of any shape must earn nothing (and break nothing).
+TEST(RetrievalEnvTest, InPromptAnswerCannotBeGuessedByListingTheDocumentsValues) {
+  const RetrievalEnvOptions o = InPrompt(3000);
+  std::unique_ptr<Env> env = MakeRetrievalEnv(o);
+  const TaskRef ref = *env->Task(Split::kTrain, 2);
+  StatusOr<RetrievalTask> task = MakeRetrievalTask(o, Split::kTrain, 2);
+  ASSERT_TRUE(task.ok());
+  std::unique_ptr<Episode> e = std::move(*env->Reset(ref, DeadlineIn(30)));
+  // Every fact's value ("... is 4821."), as a policy that reads the prompt would collect them.
+  std::vector<std::string> values;
+  for (size_t at = task->document.find(" is "); at != std::string::npos;
+       at = task->document.find(" is ", at + 1)) {
+    const std::string v = task->document.substr(at + 4, 4);
+    if (v.size() == 4 && std::all_of(v.begin(), v.end(), ::isdigit)) values.push_back(v);
+  }
+  ASSERT_GE(values.size(), 2u);
+  std::string listed = "Answer: " + task->answer + "\n";
+  std::string same_line = "Answer:";
+  for (const std::string& v : values) {
+    if (v != task->answer) listed += "Answer: " + v + "\n";
+    same_line += " " + v;
+  }
+  EXPECT_EQ(ScoreAnswer(*e, listed), 0.0) << "the last answer line counts, not any of them";
+  EXPECT_EQ(ScoreAnswer(*e, same_line), 0.0);
+  EXPECT_EQ(ScoreAnswer(*e, "Answer: " + task->answer + " or " + values[0]), 0.0);
+  EXPECT_EQ(ScoreAnswer(*e, std::string("Answer: \xff\xfe\0", 11) + task->answer), 0.0);
+  std::string flood;
+  while (flood.size() < (4u << 20)) flood += "Answer: " + task->answer + "\n" + "Answer: 0\n";
+  EXPECT_EQ(ScoreAnswer(*e, flood), 0.0);
+  for (const char* args : {R"({"query": 5})", "{", "\xff", R"([1, 2])", ""}) {
+    StatusOr<ToolResult> r = e->Step(ToolCall{"c", "read", args}, DeadlineIn(5));
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->is_error) << args;
+  }
+  EXPECT_EQ(ScoreAnswer(*e, "Answer: " + task->answer), 1.0) << "the episode still grades";
 }
 
 TEST(RetrievalEnvTest, LengthRangeAndDepthsAreDrawnPerTaskAndDeterministic) {
