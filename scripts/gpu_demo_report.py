@@ -17,20 +17,7 @@ import os
 import statistics
 import sys
 
-
-def records(path):
-    out = []
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass  # a line cut by a kill
-    return out
+from metrics_jsonl import records
 
 
 def median_ms(values):
