@@ -38,8 +38,7 @@ mkdir -p "$out/logs"
 out="$(cd "$out" && pwd)"
 summary="$out/summary.txt"
 : > "$summary"
-say() { echo "$*" | tee -a "$summary"; }
-left() { echo $((limit - (SECONDS - start))); }
+source scripts/gpu_steps.sh  # say, left, step
 pack() {  # the run's figures and every log into one archive; the logs folder goes
   local f
   for f in run/summary.json run/rl/eval_before.json run/rl/eval_after.json \
@@ -54,18 +53,12 @@ pack() {  # the run's figures and every log into one archive; the logs folder go
 }
 bin="${1:?usage: scripts/gpu_demo.sh BIN_DIR DATA_DIR}"
 data="${2:?usage: scripts/gpu_demo.sh BIN_DIR DATA_DIR}"
-if [[ -f "$bin/bundle.tar.xz" ]]; then
-  unpacked="$(mktemp -d)"
-  tar -xJf "$bin/bundle.tar.xz" -C "$unpacked" || { say "bundle: cannot unpack $bin/bundle.tar.xz"; pack; exit 1; }
-  bin="$unpacked"
+if ! source scripts/gpu_bin_env.sh "$bin"; then
+  say "bundle: cannot unpack $bin/bundle.tar.xz"
+  pack
+  exit 1
 fi
-bin="$(cd "$bin" && pwd)"
 [[ -x "$bin/orrery" ]] || { say "bundle: no orrery in $bin"; pack; exit 1; }
-source scripts/env.sh > /dev/null 2>&1 || true
-export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
-pylibs="$(python3 -c 'import glob, site; print(":".join(d for p in site.getsitepackages()
-  for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"
-export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$pylibs"
 export NCCL_NVLS_ENABLE=0
 say "unpacked in $((SECONDS - start)) s"
 if [[ ${REQUIRE_GPU:-1} == 1 ]] &&
@@ -77,26 +70,6 @@ fi
 say "gpu: $(cat "$out/logs/gpu.txt" 2>/dev/null)"
 
 status=0
-# step NAME LIMIT COMMAND...: at most LIMIT seconds and never past the time limit's reserve.
-step() {
-  local name=$1 want=$2
-  shift 2
-  local budget=$(( $(left) - ${reserve:-10} ))
-  (( budget > want )) && budget=$want
-  if (( budget < 5 )); then
-    say "$name: skipped (no time left)"
-    return 124
-  fi
-  local t=$SECONDS
-  timeout -k 15 "$budget" "$@" > "$out/logs/$name.log" 2>&1
-  local rc=$?
-  local note=""
-  (( rc == 124 || rc == 137 )) && note=" (cut by its $budget s limit)"
-  say "$name: exit $rc in $((SECONDS - t)) s$note"
-  (( rc == 0 )) || say "  $name's last line: $(tail -1 "$out/logs/$name.log")"
-  return $rc
-}
-
 # 1. The IPC check: a second process's weights equal the learner's, bit for bit (~10 s).
 if [[ -x "$bin/shared_weights_gpu_tests" ]]; then
   step ipc_test 60 "$bin/shared_weights_gpu_tests" || status=1

@@ -42,8 +42,7 @@ mkdir -p "$out/logs" "$root"
 out="$(cd "$out" && pwd)"
 summary="$out/summary.txt"
 : > "$summary"
-say() { echo "$*" | tee -a "$summary"; }
-left() { echo $((limit - (SECONDS - start))); }
+source scripts/gpu_steps.sh  # say, left, step
 sampler=""
 pack() {  # the run's figures and every log into one archive; the logs folder goes
   [[ -n $sampler ]] && kill "$sampler" 2>/dev/null
@@ -80,26 +79,6 @@ if command -v nvidia-smi > /dev/null && nvidia-smi > /dev/null 2>&1; then
 fi
 
 status=0
-# step NAME LIMIT COMMAND...: at most LIMIT seconds and never past the time limit's reserve.
-step() {
-  local name=$1 want=$2
-  shift 2
-  local budget=$(( $(left) - ${reserve:-10} ))
-  (( budget > want )) && budget=$want
-  if (( budget < 5 )); then
-    say "$name: skipped (no time left)"
-    return 124
-  fi
-  local t=$SECONDS
-  timeout -k 15 "$budget" "$@" > "$out/logs/$name.log" 2>&1
-  local rc=$?
-  local note=""
-  (( rc == 124 || rc == 137 )) && note=" (cut by its $budget s limit)"
-  say "$name: exit $rc in $((SECONDS - t)) s$note"
-  (( rc == 0 )) || say "  $name's last line: $(tail -1 "$out/logs/$name.log")"
-  return $rc
-}
-
 # 1. Data: in-prompt retrieval transcripts of 2,000-word documents, a 1024-id tokenizer (every
 # filler word one token), shards (~10 s on one core for 1000 transcripts, 2.3M tokens).
 make_data() {
