@@ -224,6 +224,11 @@ class GpuMla {
  private:
   // q [n, H * dqk] from x (through the q LoRA when configured).
   Status Queries(const Tensor& x, Cache* c) const;
+  // The new tokens' queries (c->q) and latent rows [c-hat (normalised) | k^R] (*latents
+  // [n, dc + dr]), the rows also written into `pages` at call.slot_mapping: the start of both
+  // inference forms.
+  Status QueriesAndLatents(const Tensor& x, const MlaPagedCall& call, Tensor* pages, Cache* c,
+                           Tensor* latents) const;
   // The sigmoid gate (when configured) and W_o from the attention output o [n, H * dv]; *y.
   Status Output(const Tensor& x, const Tensor& o, Cache* c, Tensor* y) const;
   // The absorbed query qa [n, H * (dc + dr)] = per head [q^N_h W_UK,h | q^R_h] from q [n, H * dqk].

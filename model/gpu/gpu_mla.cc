@@ -83,23 +83,29 @@ Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c)
   return Output(x, o2, c, y);
 }
 
+Status GpuMla::QueriesAndLatents(const Tensor& x, const MlaPagedCall& call, Tensor* pages, Cache* c,
+                                 Tensor* latents) const {
+  const int64_t dc = c_->mla.kv_lora_rank, dr = c_->mla.qk_rope_head_dim;
+  ORRERY_RETURN_IF_ERROR(Queries(x, c));
+  Tensor kr;
+  ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c->cl));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wr_, &kr));
+  ORRERY_RETURN_IF_ERROR(
+      kernels::RmsNorm(c->cl, kvnorm_.compute, c_->mla.lora_eps, &c->chat, &c->c_rstd));
+  ORRERY_ASSIGN_OR_RETURN(*latents, Tensor::Allocate({x.dim(0), dc + dr}, x.dtype(), x.device()));
+  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c->chat, 0, dc, latents, 0));
+  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(kr, 0, dr, latents, dc));
+  return kernels::PagedLatentWrite(*latents, call.slot_mapping, pages);
+}
+
 Status GpuMla::Infer(const Tensor& x, const InferenceSegments& s, const MlaPagedCall& call,
                      Tensor* pages, Tensor* y) const {
   const int64_t n = s.n, dc = c_->mla.kv_lora_rank, dr = c_->mla.qk_rope_head_dim, w = dc + dr;
   const DType dt = x.dtype();
   const Device dev = x.device();
   Cache c;
-  ORRERY_RETURN_IF_ERROR(Queries(x, &c));
-  // The new tokens' latent rows [c-hat (normalised) | k^R] into their pages.
-  Tensor kr, latents;
-  ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c.cl));
-  ORRERY_RETURN_IF_ERROR(Linear(x, wr_, &kr));
-  ORRERY_RETURN_IF_ERROR(
-      kernels::RmsNorm(c.cl, kvnorm_.compute, c_->mla.lora_eps, &c.chat, &c.c_rstd));
-  ORRERY_ASSIGN_OR_RETURN(latents, Tensor::Allocate({n, w}, dt, dev));
-  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c.chat, 0, dc, &latents, 0));
-  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(kr, 0, dr, &latents, dc));
-  ORRERY_RETURN_IF_ERROR(kernels::PagedLatentWrite(latents, call.slot_mapping, pages));
+  Tensor latents;
+  ORRERY_RETURN_IF_ERROR(QueriesAndLatents(x, call, pages, &c, &latents));
   Tensor qa;
   ORRERY_RETURN_IF_ERROR(AbsorbQueries(c.q, &qa));
   // Attention over each slot's pages: the latent output ol [n, H, dc].
@@ -222,21 +228,12 @@ Status GpuMla::Decompress(const Tensor& latents, Tensor* k, Tensor* v) const {
 Status GpuMla::InferMha(const Tensor& x, const InferenceSegments& s, const MlaPagedCall& call,
                         const MlaMhaCall& mha, MlaContextKv* kv, Tensor* pages, Tensor* y) const {
   kernels::PhaseScope scope("infer.mla.mha");
-  const int64_t n = s.n, dc = c_->mla.kv_lora_rank, dr = c_->mla.qk_rope_head_dim;
+  const int64_t n = s.n;
   const DType dt = x.dtype();
   const Device dev = x.device();
   Cache c;
-  ORRERY_RETURN_IF_ERROR(Queries(x, &c));
-  // The new tokens' latent rows [c-hat (normalised) | k^R] into their pages, as Infer.
-  Tensor kr, latents;
-  ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c.cl));
-  ORRERY_RETURN_IF_ERROR(Linear(x, wr_, &kr));
-  ORRERY_RETURN_IF_ERROR(
-      kernels::RmsNorm(c.cl, kvnorm_.compute, c_->mla.lora_eps, &c.chat, &c.c_rstd));
-  ORRERY_ASSIGN_OR_RETURN(latents, Tensor::Allocate({n, dc + dr}, dt, dev));
-  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c.chat, 0, dc, &latents, 0));
-  ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(kr, 0, dr, &latents, dc));
-  ORRERY_RETURN_IF_ERROR(kernels::PagedLatentWrite(latents, call.slot_mapping, pages));
+  Tensor latents;
+  ORRERY_RETURN_IF_ERROR(QueriesAndLatents(x, call, pages, &c, &latents));
   // Their keys and values after the slots' earlier ones.
   Tensor k, v;
   ORRERY_RETURN_IF_ERROR(Decompress(latents, &k, &v));
