@@ -63,6 +63,7 @@
 #include "kernels/cuda/grouped_gemm_cuda.h"
 #include "kernels/cuda/grouped_gemm_store.cuh"
 #include "kernels/cuda/grouped_gemm_wgmma_layout.h"
+#include "kernels/cuda/hopper.cuh"
 
 namespace orrery::kernels::cuda {
 namespace {
@@ -86,9 +87,14 @@ static_assert(kStageABytes == kConsumers * kMnBlockBytes, "MN-major A: a 64-bloc
 
 // ---- PTX wrappers (sm_90a) ----
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+// The wrappers this kernel shares with the attention kernels (kernels/cuda/hopper.cuh); its own
+// below are those whose form differs (a trapping timed wait, TMA with the barrier first, 3-d TMA).
+using hopper::BarrierArrive;
+using hopper::BarrierArriveExpectTx;
+using hopper::SmemAddr;
+using hopper::WgmmaCommit;
+using hopper::WgmmaFence;
+using hopper::WgmmaWait;
 
 __device__ __forceinline__ void BarrierInit(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count));
@@ -124,16 +130,6 @@ __device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
   }
 }
 
-__device__ __forceinline__ void BarrierArrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void BarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-
 // One TMA box into shared memory, completing `bytes` on bar (coordinates innermost first).
 __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0,
                                           int c1) {
@@ -150,25 +146,6 @@ __device__ __forceinline__ void TmaLoad3d(void* dst, const CUtensorMap* map, uin
       " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(SmemAddr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(SmemAddr(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
-}
-
-__device__ __forceinline__ void WgmmaFence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void WgmmaCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void WgmmaWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
-}
-
-// Ties the accumulators to this point of the volatile-asm order, so that no read or write of
-// them moves across a wgmma wait or fence.
-template <int kRegs>
-__device__ __forceinline__ void FenceAcc(float (&d)[kRegs]) {
-#pragma unroll
-  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 #define ORRERY_ACC8(i)                                                                        \
@@ -416,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       const uint32_t sa = smem_base + stage * kStageBytes;
       const uint32_t sb = sa + kStageABytes;
-      FenceAcc(acc);
+      hopper::FenceRegisters(acc);
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kTileK / kWgmmaK; ++kk) {
@@ -436,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     WgmmaWait<0>();
-    FenceAcc(acc);
+    hopper::FenceRegisters(acc);
     if (prev >= 0 && lane == 0) BarrierArrive(&empty[prev]);
 
     // ---- epilogue: this warpgroup's 64 x tile_n of C ----
