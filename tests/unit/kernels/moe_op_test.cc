@@ -368,6 +368,19 @@ TEST(MoeOpsErrorsTest, BadArgumentsAreOneClearLine) {
          "moe_experts: ids[1, 0] = 8, expected [0, 8)");
   expect(MoeExperts(xl, forced({0, 1, 2, 3, 4, 5}), w, w1, w1, w1, {}, &y, nullptr),
          "moe_experts: w2 f32[8, 3, 4] on cpu, expected f32[8, 4, 3] on cpu");
+  // Quantile Balancing's statistics: thresholds need a row, margins take none.
+  const Tensor bias = Tensor::Zeros({e}, DType::kF32);
+  Tensor stat;
+  expect(QuantileThresholds(Tensor::Zeros({0, e}, DType::kF32), bias, k, false, &stat),
+         "quantile_thresholds: scores f32[0, 8] on cpu, expected f32 [m >= 1, n] with 2 <= n <= "
+         "1024");
+  EXPECT_TRUE(QuantileMargins(Tensor::Zeros({0, e}, DType::kF32), bias, k, false, &stat).ok());
+  expect(QuantileMargins(Tensor::Zeros({n, 1}, DType::kF32), bias, k, false, &stat),
+         "quantile_margins: scores f32[3, 1] on cpu, expected f32 [m, n] with 2 <= n <= 1024");
+  expect(QuantileMargins(scores, bias, e, true, &stat),
+         "quantile_margins: top_k 8, expected 1 to min(n - 1 = 7, 16)");
+  expect(QuantileThresholds(scores, Tensor::Zeros({e + 1}, DType::kF32), k, false, &stat),
+         "quantile_thresholds: bias f32[9] on cpu, expected f32[8] on cpu");
 }
 
 }  // namespace
