@@ -11,25 +11,38 @@
 #endif
 
 namespace orrery::kernels {
+namespace {
+
+// The checks both statistics make of their inputs: scores f32 [m >= min_rows, n] with
+// 2 <= n <= kMaxExperts, 1 <= top_k <= min(n - 1, kMaxTopK), bias f32 [n] on the same device.
+Status CheckScoresAndBias(const char* op, const Tensor& scores, const Tensor& bias, int64_t top_k,
+                          int64_t min_rows) {
+  if (!scores.defined() || scores.ndim() != 2 || scores.dtype() != DType::kF32 ||
+      scores.dim(0) < min_rows || scores.dim(1) < 2 || scores.dim(1) > kMaxExperts) {
+    return InvalidArgumentError(
+        std::string(op) + ": scores " + (scores.defined() ? scores.ToString() : "undefined") +
+        ", expected f32 [" +
+        (min_rows > 0 ? "m >= " + std::to_string(min_rows) : std::string("m")) +
+        ", n] with 2 <= n <= " + std::to_string(kMaxExperts));
+  }
+  const int64_t n = scores.dim(1);
+  if (top_k < 1 || top_k >= n || top_k > kMaxTopK) {
+    return InvalidArgumentError(std::string(op) + ": top_k " + std::to_string(top_k) +
+                                ", expected 1 to min(n - 1 = " + std::to_string(n - 1) + ", " +
+                                std::to_string(kMaxTopK) + ")");
+  }
+  return ExpectAs(op, "bias", bias, {n}, DType::kF32, scores.device());
+}
+
+}  // namespace
 
 Status QuantileThresholds(const Tensor& scores, const Tensor& bias, int64_t top_k, bool exclusive,
                           Tensor* thresholds) {
   PhaseScope phase("op.quantile_thresholds");
   constexpr const char* kOp = "quantile_thresholds";
-  if (!scores.defined() || scores.ndim() != 2 || scores.dtype() != DType::kF32 ||
-      scores.dim(0) < 1 || scores.dim(1) < 2 || scores.dim(1) > kMaxExperts) {
-    return InvalidArgumentError(
-        std::string(kOp) + ": scores " + (scores.defined() ? scores.ToString() : "undefined") +
-        ", expected f32 [m >= 1, n] with 2 <= n <= " + std::to_string(kMaxExperts));
-  }
+  ORRERY_RETURN_IF_ERROR(CheckScoresAndBias(kOp, scores, bias, top_k, /*min_rows=*/1));
   const int64_t n = scores.dim(1);
   const Device dev = scores.device();
-  if (top_k < 1 || top_k >= n || top_k > kMaxTopK) {
-    return InvalidArgumentError(std::string(kOp) + ": top_k " + std::to_string(top_k) +
-                                ", expected 1 to min(n - 1 = " + std::to_string(n - 1) + ", " +
-                                std::to_string(kMaxTopK) + ")");
-  }
-  ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "bias", bias, {n}, DType::kF32, dev));
   if (thresholds == nullptr)
     return InvalidArgumentError(std::string(kOp) + ": thresholds is required");
   ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "thresholds", {n}, DType::kF64, dev, thresholds));
@@ -45,20 +58,9 @@ Status QuantileMargins(const Tensor& scores, const Tensor& bias, int64_t top_k, 
                        Tensor* margins) {
   PhaseScope phase("op.quantile_margins");
   constexpr const char* kOp = "quantile_margins";
-  if (!scores.defined() || scores.ndim() != 2 || scores.dtype() != DType::kF32 ||
-      scores.dim(1) < 2 || scores.dim(1) > kMaxExperts) {
-    return InvalidArgumentError(
-        std::string(kOp) + ": scores " + (scores.defined() ? scores.ToString() : "undefined") +
-        ", expected f32 [m, n] with 2 <= n <= " + std::to_string(kMaxExperts));
-  }
+  ORRERY_RETURN_IF_ERROR(CheckScoresAndBias(kOp, scores, bias, top_k, /*min_rows=*/0));
   const int64_t m = scores.dim(0), n = scores.dim(1);
   const Device dev = scores.device();
-  if (top_k < 1 || top_k >= n || top_k > kMaxTopK) {
-    return InvalidArgumentError(std::string(kOp) + ": top_k " + std::to_string(top_k) +
-                                ", expected 1 to min(n - 1 = " + std::to_string(n - 1) + ", " +
-                                std::to_string(kMaxTopK) + ")");
-  }
-  ORRERY_RETURN_IF_ERROR(ExpectAs(kOp, "bias", bias, {n}, DType::kF32, dev));
   if (margins == nullptr) return InvalidArgumentError(std::string(kOp) + ": margins is required");
   ORRERY_RETURN_IF_ERROR(AllocateAs(kOp, "margins", {n, m}, DType::kF64, dev, margins));
   if (m == 0) return Status::OK();
