@@ -81,12 +81,11 @@ class ScriptedBackend : public PolicyBackend {
   int64_t version_ = 0;
 };
 
-// Forwards everything to `inner` and counts what is fed: tokens in all, tokens of multi-token
-// feeds (prefill), and per step (the caller calls EndStep after each AgentLoop::Step) the tokens of
-// the step's calls, their maximum, and the steps that mixed single-token feeds with longer ones.
-class CountingBackend : public PolicyBackend {
+// A backend that forwards every call to `inner`: the base of the test decorators, which override
+// only what they change.
+class ForwardingBackend : public PolicyBackend {
  public:
-  explicit CountingBackend(PolicyBackend* inner) : inner_(inner) {}
+  explicit ForwardingBackend(PolicyBackend* inner) : inner_(inner) {}
   int64_t vocab_size() const override { return inner_->vocab_size(); }
   int moe_layers() const override { return inner_->moe_layers(); }
   int top_k() const override { return inner_->top_k(); }
@@ -94,13 +93,11 @@ class CountingBackend : public PolicyBackend {
   int64_t max_context() const override { return inner_->max_context(); }
   StatusOr<FeedResult> Feed(const std::vector<int>& slots,
                             const std::vector<std::vector<int32_t>>& tokens) override {
-    Count(tokens);
     return inner_->Feed(slots, tokens);
   }
   StatusOr<SampledFeed> FeedAndSample(const std::vector<int>& slots,
                                       const std::vector<std::vector<int32_t>>& tokens,
                                       const std::vector<SlotDraw>& draws) override {
-    Count(tokens);
     return inner_->FeedAndSample(slots, tokens, draws);
   }
   void Release(int slot) override { inner_->Release(slot); }
@@ -116,6 +113,28 @@ class CountingBackend : public PolicyBackend {
     return inner_->LoadWeights(named, version);
   }
   int64_t version() const override { return inner_->version(); }
+
+ protected:
+  PolicyBackend* inner_;
+};
+
+// Forwards everything to `inner` and counts what is fed: tokens in all, tokens of multi-token
+// feeds (prefill), and per step (the caller calls EndStep after each AgentLoop::Step) the tokens of
+// the step's calls, their maximum, and the steps that mixed single-token feeds with longer ones.
+class CountingBackend : public ForwardingBackend {
+ public:
+  explicit CountingBackend(PolicyBackend* inner) : ForwardingBackend(inner) {}
+  StatusOr<FeedResult> Feed(const std::vector<int>& slots,
+                            const std::vector<std::vector<int32_t>>& tokens) override {
+    Count(tokens);
+    return inner_->Feed(slots, tokens);
+  }
+  StatusOr<SampledFeed> FeedAndSample(const std::vector<int>& slots,
+                                      const std::vector<std::vector<int32_t>>& tokens,
+                                      const std::vector<SlotDraw>& draws) override {
+    Count(tokens);
+    return inner_->FeedAndSample(slots, tokens, draws);
+  }
 
   void EndStep() {
     max_step_tokens = std::max(max_step_tokens, step_tokens);
@@ -138,7 +157,6 @@ class CountingBackend : public PolicyBackend {
       }
     }
   }
-  PolicyBackend* inner_;
   int64_t step_tokens = 0, step_singles = 0, step_longer = 0;
 };
 

@@ -662,18 +662,9 @@ TEST(RolloutAgentLoop, RealModelLogprobsAndRoutingMatchTheLearner) {
 // default FeedAndSample (Feed, then SampleToken), and the GPU backend on the ops' CPU twins
 // (sampling inside its fixed-shape decode step and its prefill) against the same backend type
 // through the default path. Same seed: the same tokens, log-probabilities to rounding.
-class TwinSamplingBackend : public PolicyBackend {
+class TwinSamplingBackend : public ForwardingBackend {
  public:
-  explicit TwinSamplingBackend(PolicyBackend* inner) : inner_(inner) {}
-  int64_t vocab_size() const override { return inner_->vocab_size(); }
-  int moe_layers() const override { return inner_->moe_layers(); }
-  int top_k() const override { return inner_->top_k(); }
-  int max_slots() const override { return inner_->max_slots(); }
-  int64_t max_context() const override { return inner_->max_context(); }
-  StatusOr<FeedResult> Feed(const std::vector<int>& slots,
-                            const std::vector<std::vector<int32_t>>& tokens) override {
-    return inner_->Feed(slots, tokens);
-  }
+  explicit TwinSamplingBackend(PolicyBackend* inner) : ForwardingBackend(inner) {}
   StatusOr<SampledFeed> FeedAndSample(const std::vector<int>& slots,
                                       const std::vector<std::vector<int32_t>>& tokens,
                                       const std::vector<SlotDraw>& draws) override {
@@ -693,22 +684,6 @@ class TwinSamplingBackend : public PolicyBackend {
     }
     return out;
   }
-  void Release(int slot) override { inner_->Release(slot); }
-  Status CopySlot(int src, int dst) override { return inner_->CopySlot(src, dst); }
-  int64_t context_capacity() const override { return inner_->context_capacity(); }
-  int64_t free_context() const override { return inner_->free_context(); }
-  int64_t FeedCost(int slot, int64_t tokens) const override {
-    return inner_->FeedCost(slot, tokens);
-  }
-  int64_t CopyCost(int src) const override { return inner_->CopyCost(src); }
-  Status LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
-                     int64_t version) override {
-    return inner_->LoadWeights(named, version);
-  }
-  int64_t version() const override { return inner_->version(); }
-
- private:
-  PolicyBackend* inner_;
 };
 
 // A backend that takes the default FeedAndSample of whatever it wraps.
