@@ -1,5 +1,6 @@
 // CPU-only build: CUDA requests fail with a clear message.
 #include "core/cuda_allocator.h"
+#include "core/cuda_side_stream.h"
 
 namespace orrery {
 namespace {
@@ -24,5 +25,14 @@ CachingAllocatorStats GetCachingAllocatorStats(int) { return {}; }
 void ReleaseCachedDeviceMemory(int) {}
 void ResetCachingAllocatorPeak(int) {}
 int64_t DeviceBytesAvailable(Device) { return 0; }
+
+// No CUDA device exists: every SideStream body runs inline.
+SideStream::~SideStream() = default;
+Status SideStream::Run(Device, const std::function<Status()>& body) {
+  overlapped_ = false;
+  return body();
+}
+Status SideStream::Join() { return Status::OK(); }
+bool InSideStream(int) { return false; }
 
 }  // namespace orrery

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/cuda_allocator.h"
+#include "core/cuda_side_stream.h"
 #include "kernels/cuda/device_context.h"
 
 namespace orrery::kernels::cuda {
@@ -24,9 +25,12 @@ Status LastLaunchStatus(const char* kernel) { return CudaStatus(cudaGetLastError
 
 StatusOr<DeviceContext*> DeviceContext::Get(int index) {
   constexpr int kMaxDevices = 64;
-  static std::array<std::unique_ptr<DeviceContext>, kMaxDevices> contexts;
+  // Per device, the context of its stream and that of its side stream (core/cuda_side_stream.h),
+  // which this thread queues on inside a SideStream body.
+  static std::array<std::array<std::unique_ptr<DeviceContext>, kMaxDevices>, 2> lanes;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
+  auto& contexts = lanes[InSideStream(index) ? 1 : 0];
   // Every op asks for its context: once made, it is returned without asking the driver again.
   if (index >= 0 && index < kMaxDevices && contexts[index]) return contexts[index].get();
   int count = 0;

@@ -1,7 +1,10 @@
 // The GPU model's Stable LatentMoE layer (spec §5), step for step the host MoeLayer
 // (model/layers/moe.cc): an fp32 router (sigmoid scores, selection-only bias, renormalised top-k
 // weights), the latent down-projection, the routed experts (stacked, kernels::MoeExperts), the
-// latent RMSNorm, the up-projection and the full-width shared expert.
+// latent RMSNorm, the up-projection and the full-width shared expert. The shared expert runs on
+// the device's side stream (core/cuda_side_stream.h), overlapping the routed path, forward and
+// backward; its output is added after the routed one either way, so the bits do not depend on it.
+#include "core/cuda_side_stream.h"
 #include "kernels/gates.h"
 #include "kernels/phase_profile.h"
 #include "kernels/rmsnorm.h"
@@ -68,6 +71,13 @@ Status GpuMoe::Forward(const Tensor& x, const Tensor& bias, const Tensor& forced
                        Cache* c) const {
   c->x = x;
   kernels::PhaseScope scope("fwd.moe");
+  // The shared expert first, on the side stream; x and its output ys are kept until the join.
+  SideStream side;
+  Tensor ys;
+  if (has_shared_) {
+    ORRERY_RETURN_IF_ERROR(
+        side.Run(x.device(), [&] { return shared_.Forward(x, &ys, &c->shared); }));
+  }
   // The router in fp32 (K3's router precision): scores = sigmoid(x W_r^T).
   ORRERY_ASSIGN_OR_RETURN(c->x32, As(x, DType::kF32));
   Tensor logits;
@@ -98,14 +108,21 @@ Status GpuMoe::Forward(const Tensor& x, const Tensor& bias, const Tensor& forced
     *y = yn.Clone();
   }
   if (!has_shared_) return Status::OK();
-  Tensor ys;
-  ORRERY_RETURN_IF_ERROR(shared_.Forward(x, &ys, &c->shared));
+  ORRERY_RETURN_IF_ERROR(side.Join());
   return kernels::AddInto(ys, 1.0f, y);
 }
 
 Status GpuMoe::Backward(const Cache& c, const Tensor& dy, Tensor* dx) const {
   kernels::PhaseScope scope("bwd.moe");
-  if (has_shared_) ORRERY_RETURN_IF_ERROR(shared_.Backward(c.shared, dy, dx));
+  // The shared expert's input gradient into its own dxs on the side stream (its weight gradients
+  // are its own), added to *dx after the join; dy and the caches are the caller's until then. Both
+  // start undefined and are made by their first LinearGrad (*dx may come undefined, too).
+  SideStream side;
+  Tensor dxs;
+  if (has_shared_) {
+    ORRERY_RETURN_IF_ERROR(
+        side.Run(dy.device(), [&] { return shared_.Backward(c.shared, dy, &dxs); }));
+  }
   Tensor dyn = dy;
   if (c_->moe.latent_dim > 0) {
     dyn = Tensor();
@@ -136,7 +153,10 @@ Status GpuMoe::Backward(const Cache& c, const Tensor& dy, Tensor* dx) const {
   Tensor dlogits;
   ORRERY_RETURN_IF_ERROR(
       kernels::RouteTopKGrad(c.scores, c.ids, dweights, c_->moe.routed_scaling_factor, &dlogits));
-  return LinearGrad(c.x32, router32_, dlogits, dx);
+  ORRERY_RETURN_IF_ERROR(LinearGrad(c.x32, router32_, dlogits, dx));
+  if (!has_shared_) return Status::OK();
+  ORRERY_RETURN_IF_ERROR(side.Join());
+  return Accumulate(dxs, dx);
 }
 
 }  // namespace orrery::model::gpu

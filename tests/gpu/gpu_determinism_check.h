@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -136,13 +137,17 @@ inline void RunSteps(model::Model& host, Device device, DType dtype, const StepS
   }
 }
 
-inline void CheckSameSteps(Device device, DType dtype, const StepSizes& sizes) {
+// `before_second` (when given) runs between the two models' steps: what it changes must change
+// no bit of them.
+inline void CheckSameSteps(Device device, DType dtype, const StepSizes& sizes,
+                           const std::function<void()>& before_second = {}) {
   const model::ModelConfig config = StepConfig(sizes.vocab, sizes.hidden);
   auto host = model::Model::Create(config, 41, DType::kF32);
   ASSERT_TRUE(host.ok());
   StepRecord a, b;
   RunSteps(**host, device, dtype, sizes, &a);
   if (::testing::Test::HasFatalFailure()) return;
+  if (before_second) before_second();
   RunSteps(**host, device, dtype, sizes, &b);
   if (::testing::Test::HasFatalFailure()) return;
   for (size_t s = 0; s < a.losses.size(); ++s) {

@@ -7,6 +7,8 @@
 // own run-to-run checks are tests/gpu/determinism_gpu_test.cc. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "core/device.h"
 #include "tests/gpu/gpu_determinism_check.h"
 
@@ -26,6 +28,16 @@ TEST(GpuDeterminismTest, Bf16TrainingStepsAreBitIdentical) {
 TEST(GpuDeterminismTest, F32TrainingStepsAreBitIdentical) {
   SKIP_WITHOUT_GPU();
   CheckSameSteps(Device::Cuda(0), DType::kF32, kSteps);
+}
+
+// The MoE layers' shared experts on the side stream (core/cuda_side_stream.h) against the same
+// steps with ORRERY_SIDE_STREAM=0 (on the device's stream): not a bit differs, so the overlap
+// neither races nor reorders a sum.
+TEST(GpuDeterminismTest, Bf16StepsAreBitIdenticalWithAndWithoutTheSideStream) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("ORRERY_SIDE_STREAM", "0", 1), 0);
+  CheckSameSteps(Device::Cuda(0), DType::kBF16, kSteps, [] { unsetenv("ORRERY_SIDE_STREAM"); });
+  unsetenv("ORRERY_SIDE_STREAM");
 }
 
 // Stages of 256- and 1024-token rows, 2048 tokens a step in two micro-batches.

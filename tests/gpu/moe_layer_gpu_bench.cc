@@ -11,7 +11,8 @@
 // FLOPs counted: 2 per multiply-add of the router, down, routed experts (3 products of top-k rows),
 // up and shared products; the backward as twice the forward (dX and dW of every product).
 // Median of 10 runs after 3 warm-ups by CUDA events; random inputs are drawn once, outside the
-// timing. ORRERY_GROUPED_GEMM (kernels/grouped_gemm.h) chooses the expert GEMM kernel when set.
+// timing. ORRERY_GROUPED_GEMM (kernels/grouped_gemm.h) chooses the expert GEMM kernel when set;
+// ORRERY_SIDE_STREAM=0 keeps the shared expert on the device's stream (core/cuda_side_stream.h).
 //
 //   moe_layer_gpu_bench [TOKENS]
 #include <cmath>
@@ -105,15 +106,17 @@ Status Bench(const LayerShape& s, int64_t tokens) {
   if (fwd < 0 || both < 0) return InternalError(std::string("moe layer ") + s.name + " failed");
   const double flops = ForwardFlopsPerToken(s) * static_cast<double>(tokens);
   const char* kernel = std::getenv("ORRERY_GROUPED_GEMM");
+  const char* side = std::getenv("ORRERY_SIDE_STREAM");
   std::printf(
       "moe layer %-14s tokens %6lld d %5lld latent %5lld E %4lld top-%lld width %4lld shared %5lld "
-      "gemm %-7s  fwd %8.3f ms %9.0f tok/s %6.1f TFLOP/s  fwd+bwd %8.3f ms %9.0f tok/s "
+      "gemm %-7s side stream %-3s  fwd %8.3f ms %9.0f tok/s %6.1f TFLOP/s  fwd+bwd %8.3f ms %9.0f "
+      "tok/s "
       "%6.1f TFLOP/s  peak %.2f GiB\n",
       s.name, static_cast<long long>(tokens), static_cast<long long>(d), static_cast<long long>(l),
       static_cast<long long>(e), static_cast<long long>(s.top_k), static_cast<long long>(f),
-      static_cast<long long>(fs), kernel != nullptr ? kernel : "default", fwd,
-      tokens / (fwd * 1e-3), flops / (fwd * 1e-3) / 1e12, both, tokens / (both * 1e-3),
-      3 * flops / (both * 1e-3) / 1e12,
+      static_cast<long long>(fs), kernel != nullptr ? kernel : "default",
+      side != nullptr && std::string(side) == "0" ? "off" : "on", fwd, tokens / (fwd * 1e-3),
+      flops / (fwd * 1e-3) / 1e12, both, tokens / (both * 1e-3), 3 * flops / (both * 1e-3) / 1e12,
       GetCachingAllocatorStats(0).peak_bytes_in_use / 1073741824.0);
   return Status::OK();
 }
