@@ -32,7 +32,10 @@ Status SideStream::Run(Device, const std::function<Status()>& body) {
   overlapped_ = false;
   return body();
 }
-Status SideStream::Join() { return Status::OK(); }
+Status SideStream::Join() {
+  device_index_ = -1;  // never set: there is nothing to join
+  return Status::OK();
+}
 bool InSideStream(int) { return false; }
 
 }  // namespace orrery
