@@ -1,9 +1,8 @@
 #include "rollout/gpu_model_backend.h"
 
-#include <map>
-
 #include "core/cuda_ipc.h"
 #include "rollout/feed_plan.h"
+#include "rollout/model_backend.h"
 
 namespace orrery::rollout {
 
@@ -116,32 +115,7 @@ StatusOr<SampledFeed> GpuModelBackend::FeedAndSample(
 Status GpuModelBackend::LoadWeights(const std::vector<std::pair<std::string, Tensor>>& named,
                                     int64_t version) {
   // Every parameter (its fp32 master) and balancing bias by name, checked before any is written.
-  std::map<std::string, Tensor> targets;
-  for (auto& [name, t] : model_->NamedMasters()) targets.emplace(name, t);
-  std::map<std::string, const Tensor*> given;
-  for (const auto& [name, t] : named) {
-    auto it = targets.find(name);
-    if (it == targets.end()) {
-      return NotFoundError("weights: the model has no tensor '" + name + "'");
-    }
-    if (t.shape() != it->second.shape()) {
-      return InvalidArgumentError("weights: tensor '" + name + "' is " + t.ToString() +
-                                  ", the model's is " + it->second.ToString());
-    }
-    given[name] = &t;
-  }
-  for (const auto& [name, t] : targets) {
-    if (!given.count(name)) return NotFoundError("weights: tensor '" + name + "' is missing");
-  }
-  for (const auto& [name, src] : given) {
-    Tensor& dst = targets[name];
-    if (src->dtype() == dst.dtype()) {
-      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(*src));
-    } else {
-      ORRERY_ASSIGN_OR_RETURN(Tensor cast, src->Cast(dst.dtype()));
-      ORRERY_RETURN_IF_ERROR(dst.CopyFrom(cast));
-    }
-  }
+  ORRERY_RETURN_IF_ERROR(CopyNamedTensors(model_->NamedMasters(), named));
   return WeightsWritten(version);
 }
 

@@ -121,15 +121,15 @@ std::vector<std::pair<std::string, Tensor>> NamedWeights(model::Model& model) {
   return out;
 }
 
-Status LoadNamedWeights(model::Model& model,
+Status CopyNamedTensors(const std::vector<std::pair<std::string, Tensor>>& target_list,
                         const std::vector<std::pair<std::string, Tensor>>& named) {
-  std::map<std::string, Tensor> targets;
-  for (auto& [name, t] : NamedWeights(model)) targets.emplace(name, t);
+  std::map<std::string, Tensor> targets(target_list.begin(), target_list.end());
   std::map<std::string, const Tensor*> given;
   for (const auto& [name, t] : named) {
     auto it = targets.find(name);
-    if (it == targets.end())
+    if (it == targets.end()) {
       return NotFoundError("weights: the model has no tensor '" + name + "'");
+    }
     if (t.shape() != it->second.shape()) {
       return InvalidArgumentError("weights: tensor '" + name + "' is " + t.ToString() +
                                   ", the model's is " + it->second.ToString());
@@ -149,6 +149,11 @@ Status LoadNamedWeights(model::Model& model,
     }
   }
   return Status::OK();
+}
+
+Status LoadNamedWeights(model::Model& model,
+                        const std::vector<std::pair<std::string, Tensor>>& named) {
+  return CopyNamedTensors(NamedWeights(model), named);
 }
 
 }  // namespace orrery::rollout

@@ -60,9 +60,14 @@ class ModelBackend : public PolicyBackend {
   int64_t version_ = 0;
 };
 
+// Copies each named tensor into the target of the same name (cast to the target's dtype, on the
+// target's device). Every name must be a target's, with its shape, and every target must be given;
+// nothing is written when a check fails. The weight load of both backends.
+Status CopyNamedTensors(const std::vector<std::pair<std::string, Tensor>>& targets,
+                        const std::vector<std::pair<std::string, Tensor>>& named);
 // Copies named tensors into the model's parameters and balancing biases
-// ("layers.L.moe.balancing_bias"); every name must exist with the same shape, and every
-// parameter must be given. Shared by backends and the learner's publication tests.
+// ("layers.L.moe.balancing_bias"), as CopyNamedTensors. Shared by backends and the learner's
+// publication tests.
 Status LoadNamedWeights(model::Model& model,
                         const std::vector<std::pair<std::string, Tensor>>& named);
 // The model's parameters and balancing biases under those names (views, not copies).

@@ -236,12 +236,24 @@ TEST(RolloutModelBackend, WeightsRoundTripAndMismatchFails) {
   FullForward(*src, {1, 2, 3}, &l1, &e);
   FullForward(*dst, {1, 2, 3}, &l2, &e);
   for (int64_t i = 0; i < l1.numel(); ++i) ASSERT_EQ(l1.data<float>()[i], l2.data<float>()[i]);
+  // Each bad set is refused with its one line, before anything is written.
   auto named = NamedWeights(*src);
+  const std::string last = named.back().first;
   named.pop_back();
-  EXPECT_FALSE(backend.LoadWeights(named, 8).ok());
+  EXPECT_EQ(backend.LoadWeights(named, 8).message(), "weights: tensor '" + last + "' is missing");
   named = NamedWeights(*src);
-  named[0].second = Tensor::Zeros({1}, DType::kF32);
-  EXPECT_FALSE(backend.LoadWeights(named, 8).ok());
+  named.emplace_back("layers.99.w", Tensor::Zeros({1}, DType::kF32));
+  EXPECT_EQ(backend.LoadWeights(named, 8).message(),
+            "weights: the model has no tensor 'layers.99.w'");
+  named = NamedWeights(*src);
+  for (auto& [name, t] : named) t = Tensor::Zeros(t.shape(), DType::kF32);
+  named.back().second = Tensor::Zeros({1}, DType::kF32);  // the last checked: all others are fine
+  const std::string shape_line = backend.LoadWeights(named, 8).message();
+  EXPECT_NE(shape_line.find("weights: tensor '" + named.back().first + "' is "), std::string::npos)
+      << shape_line;
+  EXPECT_EQ(backend.version(), 7);
+  FullForward(*dst, {1, 2, 3}, &l2, &e);
+  for (int64_t i = 0; i < l1.numel(); ++i) ASSERT_EQ(l1.data<float>()[i], l2.data<float>()[i]);
 }
 
 TEST(RolloutAgentLoop, ScriptedToolUseIsTokenExact) {
