@@ -2,8 +2,8 @@
 # directory of the binaries — BIN_DIR itself, or BIN_DIR/bundle.tar.xz (scripts/gpu_bundle.sh)
 # unpacked into a temporary directory — sources scripts/env.sh, and puts the bundle's libraries
 # first on LD_LIBRARY_PATH and the CUDA libraries of the machine's Python packages (cuBLAS,
-# cuDNN, NCCL under site-packages/nvidia/*/lib) last. Returns non-zero with one line when the
-# bundle does not unpack.
+# cuDNN, NCCL under site-packages/nvidia/*/lib) last. Returns non-zero with one line when BIN_DIR
+# is not a directory or its bundle does not unpack.
 bin="$1"
 if [[ -f "$bin/bundle.tar.xz" ]]; then
   unpacked="$(mktemp -d)"
@@ -13,7 +13,10 @@ if [[ -f "$bin/bundle.tar.xz" ]]; then
   }
   bin="$unpacked"
 fi
-bin="$(cd "$bin" && pwd)"
+bin="$(cd "$bin" 2> /dev/null && pwd)" || {
+  echo "gpu_bin_env.sh: $1: no such directory" >&2
+  return 1
+}
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 pylibs="$(python3 -c 'import glob, site; print(":".join(d for p in site.getsitepackages()
   for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null || true)"

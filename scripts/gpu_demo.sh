@@ -53,21 +53,7 @@ pack() {  # the run's figures and every log into one archive; the logs folder go
 }
 bin="${1:?usage: scripts/gpu_demo.sh BIN_DIR DATA_DIR}"
 data="${2:?usage: scripts/gpu_demo.sh BIN_DIR DATA_DIR}"
-if ! source scripts/gpu_bin_env.sh "$bin"; then
-  say "bundle: cannot unpack $bin/bundle.tar.xz"
-  pack
-  exit 1
-fi
-[[ -x "$bin/orrery" ]] || { say "bundle: no orrery in $bin"; pack; exit 1; }
-export NCCL_NVLS_ENABLE=0
-say "unpacked in $((SECONDS - start)) s"
-if [[ ${REQUIRE_GPU:-1} == 1 ]] &&
-   ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/logs/gpu.txt" 2>&1; then
-  say "no GPU: nvidia-smi failed ($(head -1 "$out/logs/gpu.txt"))"
-  pack
-  exit 1
-fi
-say "gpu: $(cat "$out/logs/gpu.txt" 2>/dev/null)"
+open_bundle "$bin"
 
 status=0
 # 1. The IPC check: a second process's weights equal the learner's, bit for bit (~10 s).

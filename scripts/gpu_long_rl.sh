@@ -57,21 +57,7 @@ pack() {  # the run's figures and every log into one archive; the logs folder go
   say "total: $((SECONDS - start)) s"
 }
 bin="${1:?usage: scripts/gpu_long_rl.sh BIN_DIR}"
-if ! source scripts/gpu_bin_env.sh "$bin"; then
-  say "bundle: cannot unpack $bin/bundle.tar.xz"
-  pack
-  exit 1
-fi
-[[ -x "$bin/orrery" ]] || { say "bundle: no orrery in $bin"; pack; exit 1; }
-export NCCL_NVLS_ENABLE=0
-say "unpacked in $((SECONDS - start)) s"
-if [[ ${REQUIRE_GPU:-1} == 1 ]] &&
-   ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/logs/gpu.txt" 2>&1; then
-  say "no GPU: nvidia-smi failed ($(head -1 "$out/logs/gpu.txt"))"
-  pack
-  exit 1
-fi
-say "gpu: $(cat "$out/logs/gpu.txt" 2>/dev/null)"
+open_bundle "$bin"
 if command -v nvidia-smi > /dev/null && nvidia-smi > /dev/null 2>&1; then
   nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu \
     --format=csv,noheader,nounits -lms 500 > "$out/logs/gpu_memory.csv" 2>/dev/null &
