@@ -13,7 +13,10 @@
 // and the allocator and the workspace, which are per device, would then hand memory in use on
 // one stream to the other. The stream is created blocking (not cudaStreamNonBlocking) on
 // purpose: work some library queues on the legacy stream is still ordered with it, and such work
-// during a graph capture fails the capture loudly instead of racing with it.
+// during a graph capture fails the capture loudly instead of racing with it. The one exception,
+// explicit and bounded: a SideStream body (core/cuda_side_stream.h) queues on the device's second
+// stream, ordered with this one by events at its fork and join, its freed blocks held until the
+// join; CudaStream, CudaCopy, CudaZero and CudaSynchronize then act on that stream.
 //
 // Copies (CudaCopy) return once the source may be reused:
 //   device -> device: queued on the stream, no host wait.

@@ -7,6 +7,8 @@
 // call and async copy of an op goes there and nowhere else (no launch on the legacy stream), so
 // one device's work runs in the order the host queued it and can be captured into a CUDA graph
 // (core/cuda_graph.h; the header of cuda_allocator.h says why one dedicated stream per device).
+// Inside a SideStream body (core/cuda_side_stream.h) Get returns the device's second context,
+// whose stream is the side stream and whose workspace is its own.
 //
 // Thread safety: Get() may be called from any thread; an op's use of the handle and workspace is
 // not synchronised, so one host thread drives a device at a time (one rank, one thread).
