@@ -22,7 +22,7 @@
 // and the results are the same bits: a device that is not CUDA; the device's stream being
 // captured into a graph (the decode step's graphs stay on one stream); a Run inside another's
 // body; ORRERY_SIDE_STREAM=0 in the environment (read at every Run: the A/B switch of the
-// benchmarks and of the test that compares both).
+// benchmarks and of the test that compares both; a value other than 0 or 1 fails Run).
 //
 // Threads: one host thread drives a device at a time (kernels/cuda/device_context.h), and it is
 // the thread that calls Run, queues the overlapped work and calls Join. The destructor joins a
