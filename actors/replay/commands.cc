@@ -115,6 +115,7 @@ int Soak(const CliArgs& args) {
   o.warmup_s = static_cast<int>(args.Int("warmup-s"));
   o.item_bytes = args.Int("item-kb") << 10;
   o.block_cache_bytes = args.Int("block-cache-mb") << 20;
+  o.write_buffer_bytes = args.Int("write-buffer-mb") << 20;
   o.table_bytes = o.block_cache_bytes * args.Int("table-over-cache");
   Status s = RunReplaySoak(o);
   return s.ok() ? 0 : ReportError(s);
@@ -242,6 +243,8 @@ void RegisterReplayCommands(CliRegistry& registry) {
         CliKind::kInt, false, "10"},
        {"--item-kb", "soak: item size in KiB", CliKind::kInt, false, "16"},
        {"--block-cache-mb", "soak: the store's RocksDB block cache", CliKind::kInt, false, "16"},
+       {"--write-buffer-mb", "soak: the store's memtable size (at most two are held)",
+        CliKind::kInt, false, "8"},
        {"--table-over-cache", "soak: payload bytes the table holds, as a multiple of the cache",
         CliKind::kInt, false, "10"}},
       Bench});
