@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "actors/replay/client.h"
+#include "actors/replay/memory_retention.h"
 #include "actors/replay/server.h"
 #include "actors/replay/store.h"
 #include "core/philox.h"
@@ -234,6 +235,7 @@ volatile std::sig_atomic_t soak_store_stop = 0;
   t.max_size = std::max<int64_t>(1, o.table_bytes / o.item_bytes);
   t.max_item_bytes = o.item_bytes;
   config.tables.push_back(t);
+  RetainFreedMemory(o.write_buffer_bytes);  // as `replay serve` does
   StatusOr<std::unique_ptr<ReplayStore>> store = ReplayStore::Open(config);
   if (!store.ok()) {
     report("error: " + store.status().ToString());

@@ -7,6 +7,7 @@
 
 #include "actors/replay/bench.h"
 #include "actors/replay/client.h"
+#include "actors/replay/memory_retention.h"
 #include "actors/replay/replay_config.h"
 #include "actors/replay/server.h"
 #include "actors/replay/store.h"
@@ -39,6 +40,7 @@ int Serve(const CliArgs& args, const ConfigSections* sections) {
       !s.ok()) {
     return ReportError(s.WithContext("replay serve"));
   }
+  RetainFreedMemory(config->storage.write_buffer_bytes);
   StatusOr<std::unique_ptr<ReplayStore>> store = ReplayStore::Open(*config);
   if (!store.ok()) return ReportError(store.status());
   zmq::context_t context(1);
@@ -162,6 +164,7 @@ Status ReplayMain(ActorContext& ctx) {
   ReplayConfig config = ReadReplayConfig(root);
   if (!has_path) config.storage.path = ctx.state_dir() + "/db";
   for (const TableOptions& t : config.tables) ORRERY_RETURN_IF_ERROR(ValidateTableOptions(t));
+  RetainFreedMemory(config.storage.write_buffer_bytes);
   ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<ReplayStore> store, ReplayStore::Open(config));
   ReplayServer server(store.get(), ctx.zmq());
   ORRERY_RETURN_IF_ERROR(server.Bind(ctx.endpoint()));
