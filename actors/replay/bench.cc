@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "actors/replay/client.h"
+#include "actors/replay/memory_retention.h"
 #include "actors/replay/server.h"
 #include "actors/replay/store.h"
 #include "core/philox.h"
@@ -234,6 +235,7 @@ volatile std::sig_atomic_t soak_store_stop = 0;
   t.max_size = std::max<int64_t>(1, o.table_bytes / o.item_bytes);
   t.max_item_bytes = o.item_bytes;
   config.tables.push_back(t);
+  RetainFreedMemory(o.write_buffer_bytes);  // as `replay serve` does
   StatusOr<std::unique_ptr<ReplayStore>> store = ReplayStore::Open(config);
   if (!store.ok()) {
     report("error: " + store.status().ToString());
@@ -264,11 +266,11 @@ struct SoakClientResult {
 
 Status RunReplaySoak(const ReplaySoakOptions& o) {
   if (o.clients < 1 || o.seconds < 1 || o.item_bytes < 1 || o.table_bytes < o.item_bytes ||
-      o.block_cache_bytes < 1 || o.report_every_s < 1 || o.warmup_s < 0 ||
-      o.warmup_s >= o.seconds) {
+      o.block_cache_bytes < 1 || o.write_buffer_bytes < 1 || o.report_every_s < 1 ||
+      o.warmup_s < 0 || o.warmup_s >= o.seconds) {
     return InvalidArgumentError(
-        "replay bench --soak: clients, seconds, item size and block cache must be >= 1, the "
-        "warm-up shorter than the run and the table must hold at least one item");
+        "replay bench --soak: clients, seconds, item size, block cache and write buffer must be "
+        ">= 1, the warm-up shorter than the run and the table must hold at least one item");
   }
   std::error_code ec;
   std::filesystem::remove_all(o.dir, ec);

@@ -7,6 +7,7 @@
 
 #include "actors/replay/bench.h"
 #include "actors/replay/client.h"
+#include "actors/replay/memory_retention.h"
 #include "actors/replay/replay_config.h"
 #include "actors/replay/server.h"
 #include "actors/replay/store.h"
@@ -39,6 +40,7 @@ int Serve(const CliArgs& args, const ConfigSections* sections) {
       !s.ok()) {
     return ReportError(s.WithContext("replay serve"));
   }
+  RetainFreedMemory(config->storage.write_buffer_bytes);
   StatusOr<std::unique_ptr<ReplayStore>> store = ReplayStore::Open(*config);
   if (!store.ok()) return ReportError(store.status());
   zmq::context_t context(1);
@@ -115,6 +117,7 @@ int Soak(const CliArgs& args) {
   o.warmup_s = static_cast<int>(args.Int("warmup-s"));
   o.item_bytes = args.Int("item-kb") << 10;
   o.block_cache_bytes = args.Int("block-cache-mb") << 20;
+  o.write_buffer_bytes = args.Int("write-buffer-mb") << 20;
   o.table_bytes = o.block_cache_bytes * args.Int("table-over-cache");
   Status s = RunReplaySoak(o);
   return s.ok() ? 0 : ReportError(s);
@@ -161,6 +164,7 @@ Status ReplayMain(ActorContext& ctx) {
   ReplayConfig config = ReadReplayConfig(root);
   if (!has_path) config.storage.path = ctx.state_dir() + "/db";
   for (const TableOptions& t : config.tables) ORRERY_RETURN_IF_ERROR(ValidateTableOptions(t));
+  RetainFreedMemory(config.storage.write_buffer_bytes);
   ORRERY_ASSIGN_OR_RETURN(std::unique_ptr<ReplayStore> store, ReplayStore::Open(config));
   ReplayServer server(store.get(), ctx.zmq());
   ORRERY_RETURN_IF_ERROR(server.Bind(ctx.endpoint()));
@@ -242,6 +246,8 @@ void RegisterReplayCommands(CliRegistry& registry) {
         CliKind::kInt, false, "10"},
        {"--item-kb", "soak: item size in KiB", CliKind::kInt, false, "16"},
        {"--block-cache-mb", "soak: the store's RocksDB block cache", CliKind::kInt, false, "16"},
+       {"--write-buffer-mb", "soak: the store's memtable size (at most two are held)",
+        CliKind::kInt, false, "8"},
        {"--table-over-cache", "soak: payload bytes the table holds, as a multiple of the cache",
         CliKind::kInt, false, "10"}},
       Bench});

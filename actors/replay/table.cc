@@ -2,6 +2,7 @@
 
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/logging.h"
@@ -343,6 +344,7 @@ StatusOr<std::optional<InsertOutcome>> Table::TryInsert(ItemInput& item) {
   limiter_.RecordInsert(cost);
   out.key = key;
   ORRERY_ASSIGN_OR_RETURN(out, CommitInsert(item, out, &batch));
+  items_.at(key).ticket = out.ticket;
   lock.unlock();
   cv_.notify_all();
   return std::optional<InsertOutcome>(out);
@@ -372,10 +374,16 @@ StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& o
   }
   rocksdb::WriteBatch batch;
   bool dirty = false;
+  // Whether the write only counts (times_sampled, samples, the random offset): nothing can be
+  // deleted or claimed and no batch is logged. Such a sample replies once the items it returns
+  // are durable, and its own write becomes durable with the next fsync.
+  bool counts_only = options_.max_times_sampled == 0 && options.batch_step < 0;
+  uint64_t shown = 0;  // the latest write of an item returned
   if (options.learner_version > state_.learner_version) {
     state_.learner_version = options.learner_version;
     EvictStaleLocked(&batch);
     dirty = true;
+    counts_only = false;
   }
   std::vector<SampledItem> out;
   // Claims an earlier session of this claimant never acknowledged come back first.
@@ -408,6 +416,7 @@ StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& o
     s.key = sel.key;
     s.probability = sel.probability;
     s.table_size = static_cast<int64_t>(items_.size());
+    shown = std::max(shown, item.ticket);
     ++item.state.times_sampled;
     s.state = item.state;
     limiter_.RecordSample(cost);
@@ -437,7 +446,7 @@ StatusOr<std::vector<SampledItem>> Table::TrySampleLocked(const SampleOptions& o
   }
   if (dirty) {
     ORRERY_ASSIGN_OR_RETURN(const uint64_t t, Commit(&batch));
-    if (ticket != nullptr) *ticket = t;
+    if (ticket != nullptr) *ticket = counts_only ? shown : t;
   }
   return out;
 }
@@ -518,6 +527,7 @@ StatusOr<UpdateOutcome> Table::UpdatePriorities(
     std::lock_guard<std::mutex> lock(mu_);
     ORRERY_RETURN_IF_ERROR(CheckUsable());
     rocksdb::WriteBatch batch;
+    std::vector<uint64_t> updated;
     for (const auto& [key, p] : updates) {
       auto it = items_.find(key);
       if (it == items_.end()) {
@@ -530,6 +540,7 @@ StatusOr<UpdateOutcome> Table::UpdatePriorities(
       ORRERY_RETURN_IF_ERROR(remover_->Update(key, p, it->second.state.tiebreak));
       batch.Put(AsSlice(ItemRecordKey(options_.name, key)),
                 AsSlice(EncodeItemState(it->second.state)));
+      updated.push_back(key);
       ++out.updated;
     }
     for (uint64_t key : deletes) {
@@ -541,6 +552,9 @@ StatusOr<UpdateOutcome> Table::UpdatePriorities(
       ++out.deleted;
     }
     ORRERY_ASSIGN_OR_RETURN(out.ticket, Commit(&batch));
+    for (uint64_t key : updated) {
+      if (auto it = items_.find(key); it != items_.end()) it->second.ticket = out.ticket;
+    }
   }
   cv_.notify_all();
   return out;

@@ -24,12 +24,18 @@
 // them back through the block cache, so the store's memory does not grow with its contents.
 //
 // Every mutation is first applied in memory and then written to Storage as one WriteBatch (items,
-// payloads and counters together) and returns the write's Storage ticket: a caller replies only
-// once the ticket is durable (Storage::durable_ticket), so in group-commit mode nothing a reply
-// shows (an item sampled, a priority, a deletion) can be lost after the reply. The blocking calls
-// (Insert, Sample) wait for that themselves. If a write fails the table refuses every later call
-// with the storage error: the caller was not acknowledged, and restarting recovers the last
-// consistent state from disk.
+// payloads and counters together) and returns a Storage ticket: a caller replies only once the
+// ticket is durable (Storage::durable_ticket), so in group-commit mode nothing a reply shows (an
+// item sampled, a priority, a deletion) can be lost after the reply. The ticket is the write's
+// own, except for a sample whose write only counts: on a table without max_times_sampled, a
+// sample that neither logs a batch nor advances the learner version changes only times_sampled,
+// the limiter's sample count and the random stream's offset. Its ticket is that of the latest
+// write of an item it returns (its insert or priority update), and its own write becomes durable
+// with the next WAL fsync: a power loss may take back such samples (times_sampled and the sample
+// count are recovered at least as they were at the last fsync, at most as acknowledged), never
+// an item a sample showed. The blocking calls (Insert, Sample) wait for their ticket themselves. If
+// a write fails the table refuses every later call with the storage error: the caller was not
+// acknowledged, and restarting recovers the last consistent state from disk.
 //
 // Thread-safe. Try* calls never wait (the replay actor parks requests itself); Insert and Sample
 // wait for the rate limiter until a deadline or Cancel().
@@ -150,7 +156,8 @@ class Table {
   // remembered idempotency key is answered at once, whatever the rate limiter says.
   StatusOr<std::optional<InsertOutcome>> TryInsert(ItemInput& item);
   // Non-blocking: an empty vector when nothing can be sampled now. `*ticket` (when given): the
-  // Storage ticket of the sample's write.
+  // Storage ticket to reply after (the sample's write, or for a sample that only counts, the
+  // latest write of an item it returns; see above).
   StatusOr<std::vector<SampledItem>> TrySample(const SampleOptions& options,
                                                uint64_t* ticket = nullptr);
 
@@ -193,6 +200,9 @@ class Table {
     // Memory-only tables keep the payload here; with storage it is read back on sample.
     std::shared_ptr<const std::vector<std::string>> trajectories;
     int64_t bytes = 0;
+    // The write that last changed what a sample shows of the item (its insert or a priority
+    // update; 0 once recovered: durable): a sample that only counts replies after it.
+    uint64_t ticket = 0;
   };
 
   struct Claimed {

@@ -3,8 +3,11 @@
 // chosen reply is sent, restarts the store from what survived and checks that it holds what the
 // reply showed: an item a sample returned (inserted by another producer, its own ack still
 // pending), the sample's deletions and counters, a priority update, the learner version, and a
-// claimant's acknowledgement. Also: claims (SampleOptions::claimant) keep sampled queue items
-// until acknowledged, across restarts, and hand them back to the claimant's next session.
+// claimant's acknowledgement. A sample that only counts (a table without max_times_sampled, no
+// batch log) replies before its own fsync, so the power may take back its times_sampled and
+// sample count, but it still waits for the items it shows (their insert, their priority). Also:
+// claims (SampleOptions::claimant) keep sampled queue items until acknowledged, across restarts,
+// and hand them back to the claimant's next session.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -22,6 +25,7 @@ namespace orrery::replay {
 namespace {
 
 constexpr char kTable[] = "q";
+constexpr char kCounted[] = "c";  // its samples only count: unlimited max_times_sampled
 
 ReplayConfig Config(const std::string& path, rocksdb::Env* env) {
   ReplayConfig c;
@@ -39,6 +43,12 @@ ReplayConfig Config(const std::string& path, rocksdb::Env* env) {
   t.limiter = *QueueLimiter(16);
   t.max_staleness = 2;
   c.tables.push_back(t);
+  TableOptions counted;
+  counted.name = kCounted;
+  counted.sampler = {SelectorKind::kLifo, 1.0};  // the newest item: the one still unsynced
+  counted.max_size = 16;
+  counted.limiter = *MinSizeLimiter(1);
+  c.tables.push_back(counted);
   return c;
 }
 
@@ -53,10 +63,10 @@ std::string Request(uint64_t id, const Fill& fill) {
   return CapnpToBytes(builder);
 }
 
-Fill InsertOf(uint64_t group) {
-  return [group](schema::ReplayRequest::Builder req) {
+Fill InsertOf(uint64_t group, const std::string& table = kTable) {
+  return [group, table](schema::ReplayRequest::Builder req) {
     auto in = req.initInsert();
-    in.setTable(kTable);
+    in.setTable(table);
     in.setGroupId(group);
     in.setPriority(1.0);
     in.setTokens(1);
@@ -68,10 +78,11 @@ Fill InsertOf(uint64_t group) {
   };
 }
 
-Fill SampleOf(int max_items, int64_t step, const std::string& claimant = "") {
+Fill SampleOf(int max_items, int64_t step, const std::string& claimant = "",
+              const std::string& table = kTable) {
   return [=](schema::ReplayRequest::Builder req) {
     auto in = req.initSample();
-    in.setTable(kTable);
+    in.setTable(table);
     in.setMaxItems(static_cast<uint32_t>(max_items));
     in.setLearnerVersion(-1);
     in.setBatchStep(step);
@@ -138,7 +149,7 @@ class Harness {
     Open();
   }
 
-  Table& table() { return **store_->Find(kTable); }
+  Table& table(const std::string& name = kTable) { return **store_->Find(name); }
   const std::vector<uint64_t>& sampled(uint64_t id) { return sampled_[id]; }
 
  private:
@@ -165,6 +176,49 @@ TEST(DurableReplyTest, ASampledItemAndTheSampleSurviveACutAtTheSampleReply) {
   EXPECT_EQ(info.counters.samples, 2) << "the sample was lost with the power";
   EXPECT_EQ(info.size, 0) << "a queue item served before the cut is back";
   EXPECT_EQ(info.batches_logged, 1);
+}
+
+TEST(DurableReplyTest, ASampleThatOnlyCountsRepliesBeforeItsOwnFsync) {
+  Harness h;
+  ASSERT_EQ(h.Call(1, InsertOf(1, kCounted)), "");  // fsynced at once: the syncer was idle
+  h.CutPowerOnReply(2);  // the sample's own write waits 300 ms for the next fsync
+  ASSERT_EQ(h.Call(2, SampleOf(1, -1, "", kCounted)), "");
+  ASSERT_EQ(h.sampled(2).size(), 1u);
+  h.Restart();
+  const TableInfo info = h.table(kCounted).Info();
+  EXPECT_EQ(info.counters.inserts, 1);
+  EXPECT_EQ(info.counters.samples, 0) << "the sample was not meant to wait for its fsync";
+  ASSERT_EQ(h.table(kCounted).Items().size(), 1u);
+  EXPECT_EQ(h.table(kCounted).Items()[0].second.times_sampled, 0u);
+}
+
+TEST(DurableReplyTest, ASampleThatOnlyCountsWaitsForTheItemItShows) {
+  Harness h;
+  ASSERT_EQ(h.Call(1, InsertOf(1, kCounted)), "");
+  h.Send(2, InsertOf(2, kCounted));  // written; its fsync waits for the interval
+  h.CutPowerOnReply(3);
+  ASSERT_EQ(h.Call(3, SampleOf(1, -1, "", kCounted)), "");
+  ASSERT_EQ(h.sampled(3).size(), 1u);
+  h.Restart();
+  ASSERT_EQ(h.table(kCounted).Info().counters.inserts, 2)
+      << "an item a sample returned was lost with the power";
+  EXPECT_EQ(h.table(kCounted).Items().back().first, h.sampled(3)[0]);
+
+  // A priority update of the item a sample shows: the sample replies after the update's fsync.
+  const uint64_t key = h.sampled(3)[0];
+  ASSERT_EQ(h.Call(6, InsertOf(3)), "");  // an fsync now: the update's waits for the interval
+  h.Send(4, [key](schema::ReplayRequest::Builder req) {
+    auto in = req.initUpdatePriorities();
+    in.setTable(kCounted);
+    in.initKeys(1).set(0, key);
+    in.initPriorities(1).set(0, 5.0);
+  });
+  h.CutPowerOnReply(5);
+  ASSERT_EQ(h.Call(5, SampleOf(1, -1, "", kCounted)), "");
+  ASSERT_EQ(h.sampled(5), std::vector<uint64_t>{key});
+  h.Restart();
+  EXPECT_EQ(h.table(kCounted).Items().back().second.priority, 5.0)
+      << "the priority a sample showed was lost with the power";
 }
 
 TEST(DurableReplyTest, PriorityUpdateAndLearnerVersionSurviveACutAtTheirReplies) {

@@ -2,13 +2,17 @@
 // lost), then the replay store under random power cuts. Each round opens the store on the files
 // that survived the last cut, runs random inserts, samples (logged as learner batches, half of
 // them claiming for a learner whose session changes every round, so claims are redelivered),
-// acknowledgements of those claims, priority updates with deletions and a checkpoint, and cuts
-// the power at a random mutating file-system call (inside any of those operations, RocksDB's
-// flushes and compactions included). After the cut the store is reopened and must hold exactly
-// the state after some prefix of the operations that contains every acknowledged one (every
-// operation that returned, in both sync modes: a sample, an acknowledgement and a priority update
-// return, or are replied to, only once durable), with every item's exact payload and every claim:
-// nothing acknowledged lost, nothing unacknowledged half there. An acknowledged checkpoint must
+// acknowledgements of those claims, priority updates with deletions, samples of a second table
+// that only count (no max_times_sampled, no batch log) and a checkpoint, and cuts the power at a
+// random mutating file-system call (inside any of those operations, RocksDB's flushes and
+// compactions included). After the cut the store is reopened and must hold exactly the state
+// after some prefix of the operations that contains every acknowledged one (every operation that
+// returned, in both sync modes: a sample, an acknowledgement and a priority update return, or are
+// replied to, only once durable) and every one whose write an fsync had made durable, with every
+// item's exact payload and every claim: nothing acknowledged lost, nothing unacknowledged half
+// there. The one exception: with group commit a sample that only counts returns before its own
+// fsync, so the prefix may end before it; its times_sampled and sample count come back at least
+// as they were at the last fsync and at most as acknowledged. An acknowledged checkpoint must
 // survive the cut with everything acknowledged before it. The insert in flight at the cut is
 // retried with its idempotency key and must end up stored exactly once.
 #include <gtest/gtest.h>
@@ -108,6 +112,7 @@ TEST(PowerLossFileSystemTest, CutPowerAfterCountsMutatingCalls) {
 // --- The replay store under random power cuts ---
 
 constexpr char kTable[] = "t";
+constexpr char kCounted[] = "c";  // uniform, unlimited max_times_sampled: its samples only count
 
 // The payload of group g: 1-3 trajectories of 1 B to 16 KiB, the same on every call.
 std::vector<std::string> Payload(uint64_t g) {
@@ -131,7 +136,7 @@ ItemInput GroupInput(uint64_t g) {
 }
 
 // Everything the table would recover: counters, learner state and every item's state, exactly.
-std::string Digest(const Table& t) {
+std::string TableDigest(const Table& t) {
   const TableInfo info = t.Info();
   std::ostringstream out;
   out << "i" << info.counters.inserts << " s" << info.counters.samples << " d"
@@ -150,6 +155,11 @@ std::string Digest(const Table& t) {
   return out.str();
 }
 
+// Everything the store would recover: both tables.
+std::string Digest(ReplayStore& store) {
+  return TableDigest(**store.Find(kTable)) + " | " + TableDigest(**store.Find(kCounted));
+}
+
 // Every stored payload equals its group's, and every item has one.
 void ExpectExactPayloads(const Table& t) {
   std::map<uint64_t, uint64_t> group_of;
@@ -158,7 +168,7 @@ void ExpectExactPayloads(const Table& t) {
   for (const auto& [key, c] : t.Claims()) claimed.insert(key);
   size_t seen = 0;
   Status s = t.storage()->ScanPrefix(
-      PayloadRecordPrefix(kTable), [&](std::string_view k, std::string_view v) -> Status {
+      PayloadRecordPrefix(t.name()), [&](std::string_view k, std::string_view v) -> Status {
         ORRERY_ASSIGN_OR_RETURN(uint64_t key, RecordKeyNumber(k));
         ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> payload, DecodePayload(v));
         if (claimed.count(key)) {  // a claimed item keeps its payload; its group is not listed
@@ -192,6 +202,12 @@ ReplayConfig StoreConfig(const std::string& path, rocksdb::Env* env, bool per_in
   t.limiter = *MinSizeLimiter(1);
   t.seed = 11;
   c.tables.push_back(t);
+  TableOptions counted;
+  counted.name = kCounted;
+  counted.max_size = 150;
+  counted.limiter = *MinSizeLimiter(1);
+  counted.seed = 12;
+  c.tables.push_back(counted);
   return c;
 }
 
@@ -205,6 +221,7 @@ std::optional<size_t> FindSnapshot(const std::vector<std::string>& snapshots, si
 }
 
 struct InFlight {
+  std::string table;
   uint64_t group = 0;
   size_t index = 0;      // the snapshot after it
   bool durable = false;  // it returned OK (the reply was "lost" with the power)
@@ -222,7 +239,7 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
   int64_t next_step = 0;
   std::map<std::string, int> cuts_in;  // operation kind -> power cuts that landed in it
   int power_losses = 0, retries_answered_first = 0, checkpoints_checked = 0;
-  int64_t claims_acknowledged = 0, claims_recovered = 0;
+  int64_t claims_acknowledged = 0, claims_recovered = 0, counted_samples_lost = 0;
   for (int round = 0; round < kRounds; ++round) {
     const bool per_insert = round % 2 == 0;
     SCOPED_TRACE("round " + std::to_string(round) + (per_insert ? " per_insert" : " group"));
@@ -231,8 +248,13 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     std::unique_ptr<ReplayStore> store = std::move(*opened);
     Table* t = *store->Find(kTable);
+    Table* c = *store->Find(kCounted);
 
-    std::vector<std::string> snapshots = {Digest(*t)};
+    std::vector<std::string> snapshots = {Digest(*store)};
+    // The storage ticket of the latest write after each operation (group commit), and whether
+    // the operation was a sample that only counted and returned.
+    std::vector<uint64_t> tickets = {t->storage()->last_ticket()};
+    std::vector<bool> counted_sample = {false};
     size_t required = 0;  // every acknowledged operation is in snapshots[0..required]
     std::optional<InFlight> in_flight;
     struct Checkpoint {
@@ -246,13 +268,15 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
       const uint64_t r = rng.UniformInt(100);
       Status status;
       bool acknowledged = false;
-      if (r < 50 || t->Info().size == 0) {
+      bool counted = false;  // a sample that only counts returned before its own fsync
+      if (r < 50 || t->Info().size == 0 || (r >= 90 && r < 97 && c->Info().size == 0)) {
         kind = "insert";
         const uint64_t g = next_group++;
-        StatusOr<InsertOutcome> out = t->Insert(GroupInput(g), DeadlineFromTimeoutMs(0));
+        Table* into = r % 4 == 0 ? c : t;
+        StatusOr<InsertOutcome> out = into->Insert(GroupInput(g), DeadlineFromTimeoutMs(0));
         status = out.status();
         acknowledged = status.ok();
-        in_flight = InFlight{g, snapshots.size(), status.ok()};
+        in_flight = InFlight{into->name(), g, snapshots.size(), status.ok()};
         if (status.ok()) {
           ASSERT_FALSE(out->duplicate);
         }
@@ -279,7 +303,7 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
         if (status.ok()) status = t->storage()->WaitDurable(ticket);
         acknowledged = status.ok();
         if (status.ok()) claims_acknowledged += claimed_before - t->Info().claimed;
-      } else if (r < 95) {
+      } else if (r < 90) {
         kind = "priority update";
         std::vector<std::pair<uint64_t, double>> updates;
         std::vector<uint64_t> deletes;
@@ -293,6 +317,14 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
         status = updated.status();
         if (status.ok()) status = t->storage()->WaitDurable(updated->ticket);  // the reply waits
         acknowledged = status.ok();
+      } else if (r < 97) {
+        kind = "sample that only counts";
+        status = c->Sample(SampleOptions(1 + static_cast<int>(rng.UniformInt(4))),
+                           DeadlineFromTimeoutMs(0))
+                     .status();
+        // Durable on return with per-insert fsync; with group commit only what it shows is.
+        acknowledged = status.ok() && per_insert;
+        counted = status.ok() && !per_insert;
       } else {
         kind = "checkpoint";
         const std::string ckpt =
@@ -301,7 +333,9 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
         status = store->Checkpoint(ckpt).status();
         if (status.ok()) checkpoint = Checkpoint{ckpt, from, snapshots.size() - 1};
       }
-      snapshots.push_back(Digest(*t));
+      snapshots.push_back(Digest(*store));
+      tickets.push_back(t->storage()->last_ticket());
+      counted_sample.push_back(counted);
       if (!status.ok()) {
         ASSERT_FALSE(fs->powered()) << kind << " failed with the power on: " << status.ToString();
         break;
@@ -321,6 +355,12 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
     }
     ++cuts_in[kind];
     ++power_losses;
+    // Every operation whose own write an fsync made durable before the cut is in the prefix too
+    // (the one write of an operation that wrote: its ticket is above the one before it).
+    const uint64_t durable = t->storage()->durable_ticket();
+    for (size_t i = required + 1; i < tickets.size(); ++i) {
+      if (tickets[i] > tickets[i - 1] && tickets[i] <= durable) required = i;
+    }
     store.reset();  // the process dies: nothing more reaches the disk
     ASSERT_TRUE(fs->RestorePower().ok());
 
@@ -329,43 +369,48 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
                              << opened.status().ToString();
     store = std::move(*opened);
     t = *store->Find(kTable);
-    const std::string recovered = Digest(*t);
+    const std::string recovered = Digest(*store);
     const std::optional<size_t> at = FindSnapshot(snapshots, required, recovered);
     ASSERT_TRUE(at.has_value()) << "after a cut in " << kind << " the store holds neither the "
-                                << "state after the last acknowledged operation (" << required
-                                << " of " << snapshots.size() - 1 << ") nor a later one\n"
+                                << "state after the last acknowledged or synced operation ("
+                                << required << " of " << snapshots.size() - 1
+                                << ") nor a later one\n"
                                 << "recovered: " << recovered
-                                << "\nacknowledged: " << snapshots[required];
+                                << "\nrequired: " << snapshots[required];
+    for (size_t i = *at + 1; i < counted_sample.size(); ++i)
+      counted_samples_lost += counted_sample[i];
     ExpectExactPayloads(*t);
+    ExpectExactPayloads(**store->Find(kCounted));
     claims_recovered += t->Info().claimed;
 
     if (checkpoint) {
       ASSERT_TRUE(std::filesystem::exists(checkpoint->dir + "/CURRENT"))
           << "the acknowledged checkpoint " << checkpoint->dir << " did not survive the cut";
-      ReplayConfig c = StoreConfig(checkpoint->dir, nullptr, true);
-      StatusOr<std::unique_ptr<ReplayStore>> copy = ReplayStore::Open(c);
+      StatusOr<std::unique_ptr<ReplayStore>> copy =
+          ReplayStore::Open(StoreConfig(checkpoint->dir, nullptr, true));
       ASSERT_TRUE(copy.ok()) << "an acknowledged checkpoint did not survive: "
                              << copy.status().ToString();
-      Table* ct = *(*copy)->Find(kTable);
-      const std::string digest = Digest(*ct);
+      const std::string digest = Digest(**copy);
       const std::optional<size_t> cat = FindSnapshot(snapshots, checkpoint->from, digest);
       EXPECT_TRUE(cat.has_value() && *cat <= checkpoint->to)
           << "checkpoint " << checkpoint->dir << " holds " << digest;
-      ExpectExactPayloads(*ct);
+      ExpectExactPayloads(**(*copy)->Find(kTable));
+      ExpectExactPayloads(**(*copy)->Find(kCounted));
       ++checkpoints_checked;
     }
 
     if (in_flight) {
       // The rollout's retry: the same idempotency key. Stored once, whatever the cut took.
+      Table* into = *store->Find(in_flight->table);
       std::optional<uint64_t> recovered_key;
-      for (const auto& [key, s] : t->Items()) {
+      for (const auto& [key, s] : into->Items()) {
         if (s.group_id == in_flight->group) recovered_key = key;
       }
       if (in_flight->durable) {
         ASSERT_TRUE(recovered_key.has_value()) << "an insert that returned was lost";
       }
       StatusOr<InsertOutcome> retry =
-          t->Insert(GroupInput(in_flight->group), DeadlineFromTimeoutMs(0));
+          into->Insert(GroupInput(in_flight->group), DeadlineFromTimeoutMs(0));
       ASSERT_TRUE(retry.ok()) << retry.status().ToString();
       EXPECT_EQ(retry->duplicate, recovered_key.has_value());
       if (recovered_key) {
@@ -373,7 +418,7 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
         ++retries_answered_first;
       }
       int copies = 0;
-      for (const auto& [key, s] : t->Items()) copies += s.group_id == in_flight->group;
+      for (const auto& [key, s] : into->Items()) copies += s.group_id == in_flight->group;
       EXPECT_EQ(copies, 1) << "group " << in_flight->group;
     }
     if (HasFatalFailure()) return;
@@ -384,15 +429,18 @@ TEST(PowerLossTest, AcknowledgedStateSurvivesRandomPowerCuts) {
   summary << "), " << retries_answered_first
           << " retries of the last insert answered with the first outcome, " << checkpoints_checked
           << " acknowledged checkpoints checked after the cut, " << claims_recovered
-          << " claims recovered after cuts, " << claims_acknowledged << " claims acknowledged";
+          << " claims recovered after cuts, " << claims_acknowledged << " claims acknowledged, "
+          << counted_samples_lost << " samples that only counted lost with the power";
   std::printf("%s\n", summary.str().c_str());
   EXPECT_GE(power_losses, 100);
   EXPECT_GT(retries_answered_first, 0);
   EXPECT_GT(checkpoints_checked, 0);
   EXPECT_GT(claims_recovered, 0);
   EXPECT_GT(claims_acknowledged, 0);
-  for (const char* kind :
-       {"insert", "sample", "priority update", "checkpoint", "reply of a committed insert"}) {
+  // A sample that only counts returns before its fsync: some must be taken back by a cut.
+  EXPECT_GT(counted_samples_lost, 0);
+  for (const char* kind : {"insert", "sample", "priority update", "sample that only counts",
+                           "checkpoint", "reply of a committed insert"}) {
     EXPECT_GT(cuts_in[kind], 0) << "no power cut landed in a " << kind;
   }
 }
