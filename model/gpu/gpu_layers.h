@@ -224,6 +224,9 @@ class GpuMla {
  private:
   // q [n, H * dqk] from x (through the q LoRA when configured).
   Status Queries(const Tensor& x, Cache* c) const;
+  // The queries (c->q), the normalised latent c-hat (c->chat, from c->cl) and the decoupled key
+  // k^R (*kr [n, dr]) from x: the start of the training forward and of both inference forms.
+  Status Project(const Tensor& x, Cache* c, Tensor* kr) const;
   // The new tokens' queries (c->q) and latent rows [c-hat (normalised) | k^R] (*latents
   // [n, dc + dr]), the rows also written into `pages` at call.slot_mapping: the start of both
   // inference forms.

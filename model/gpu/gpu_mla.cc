@@ -53,6 +53,13 @@ Status GpuMla::Queries(const Tensor& x, Cache* c) const {
   return Linear(x, wq_, &c->q);
 }
 
+Status GpuMla::Project(const Tensor& x, Cache* c, Tensor* kr) const {
+  ORRERY_RETURN_IF_ERROR(Queries(x, c));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c->cl));
+  ORRERY_RETURN_IF_ERROR(Linear(x, wr_, kr));
+  return kernels::RmsNorm(c->cl, kvnorm_.compute, c_->mla.lora_eps, &c->chat, &c->c_rstd);
+}
+
 Status GpuMla::Output(const Tensor& x, const Tensor& o, Cache* c, Tensor* y) const {
   if (!c_->mla.output_gate) return Linear(o, wo_, y);
   ORRERY_RETURN_IF_ERROR(Linear(x, wg_, &c->gl));
@@ -64,12 +71,8 @@ Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c)
   c->x = x;
   kernels::PhaseScope scope("fwd.mla");
   const int64_t n = s.n;
-  ORRERY_RETURN_IF_ERROR(Queries(x, c));
   Tensor kr;
-  ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c->cl));
-  ORRERY_RETURN_IF_ERROR(Linear(x, wr_, &kr));
-  ORRERY_RETURN_IF_ERROR(
-      kernels::RmsNorm(c->cl, kvnorm_.compute, c_->mla.lora_eps, &c->chat, &c->c_rstd));
+  ORRERY_RETURN_IF_ERROR(Project(x, c, &kr));
   ORRERY_RETURN_IF_ERROR(Linear(c->chat, wkvb_, &c->kv));
   ORRERY_ASSIGN_OR_RETURN(Tensor kv3, c->kv.Reshape({n, h_, dn_ + dv_}));
   ORRERY_RETURN_IF_ERROR(kernels::MlaKeysValues(kv3, kr, dn_, &c->k, &c->v));
@@ -86,12 +89,8 @@ Status GpuMla::Forward(const Tensor& x, const Sequences& s, Tensor* y, Cache* c)
 Status GpuMla::QueriesAndLatents(const Tensor& x, const MlaPagedCall& call, Tensor* pages, Cache* c,
                                  Tensor* latents) const {
   const int64_t dc = c_->mla.kv_lora_rank, dr = c_->mla.qk_rope_head_dim;
-  ORRERY_RETURN_IF_ERROR(Queries(x, c));
   Tensor kr;
-  ORRERY_RETURN_IF_ERROR(Linear(x, wc_, &c->cl));
-  ORRERY_RETURN_IF_ERROR(Linear(x, wr_, &kr));
-  ORRERY_RETURN_IF_ERROR(
-      kernels::RmsNorm(c->cl, kvnorm_.compute, c_->mla.lora_eps, &c->chat, &c->c_rstd));
+  ORRERY_RETURN_IF_ERROR(Project(x, c, &kr));
   ORRERY_ASSIGN_OR_RETURN(*latents, Tensor::Allocate({x.dim(0), dc + dr}, x.dtype(), x.device()));
   ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(c->chat, 0, dc, latents, 0));
   ORRERY_RETURN_IF_ERROR(kernels::CopyColumns(kr, 0, dr, latents, dc));
