@@ -235,7 +235,7 @@ bool GroupedGemmSupports(int64_t n, int64_t k) {
 }
 
 Status GroupedGemmForward(const Tensor& x, const Tensor& w, const Tensor& offsets, Tensor* y) {
-  PhaseScope phase("op.grouped_gemm");
+  PhaseScope phase("op.grouped_gemm_forward");
   constexpr const char* kOp = "grouped_gemm_forward";
   ORRERY_RETURN_IF_ERROR(CheckStacked(kOp, "w", w));
   Dims d;
@@ -267,7 +267,7 @@ Status GroupedGemmForward(const Tensor& x, const Tensor& w, const Tensor& offset
 
 Status GroupedGemmInputGrad(const Tensor& dy, const Tensor& w, const Tensor& offsets,
                             bool accumulate, Tensor* dx) {
-  PhaseScope phase("op.grouped_gemm");
+  PhaseScope phase("op.grouped_gemm_input_grad");
   constexpr const char* kOp = "grouped_gemm_input_grad";
   ORRERY_RETURN_IF_ERROR(CheckStacked(kOp, "w", w));
   Dims d;
@@ -300,7 +300,7 @@ Status GroupedGemmInputGrad(const Tensor& dy, const Tensor& w, const Tensor& off
 }
 
 Status GroupedGemmWeightGrad(const Tensor& dy, const Tensor& x, const Tensor& offsets, Tensor* dw) {
-  PhaseScope phase("op.grouped_gemm");
+  PhaseScope phase("op.grouped_gemm_weight_grad");
   constexpr const char* kOp = "grouped_gemm_weight_grad";
   if (dw == nullptr) return Bad(kOp, "dw is required");
   if (!dy.defined() || dy.ndim() != 2 || !x.defined() || x.ndim() != 2) {
@@ -349,7 +349,7 @@ bool GroupedGemmGluFused(Device device) {
 
 Status GroupedGemmGlu(const GluActivation& act, const Tensor& x, const Tensor& w1, const Tensor& w3,
                       const Tensor& offsets, Tensor* h, Tensor* a, Tensor* u) {
-  PhaseScope phase("op.grouped_gemm");
+  PhaseScope phase("op.grouped_gemm_glu");
   constexpr const char* kOp = "grouped_gemm_glu";
   ORRERY_RETURN_IF_ERROR(CheckStacked(kOp, "w1", w1));
   Dims d;

@@ -359,11 +359,14 @@ Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, co
     // The per-expert counts reach the host unless the grouped GEMMs run without an exchange.
     [[maybe_unused]] const bool host_counts = !grouped || exchange != nullptr;  // cuda only
     int64_t bad = -1;
+    PhaseScope permute("op.moe_permute");
     ORRERY_RETURN_IF_ERROR(
         ORRERY_MOE_DISPATCH(d.device, MoePermuteCpu(ids, d.e, &s.perm, &s.rank, &s.offsets, &bad),
                             MoePermuteCuda(ids, d.e, &s.perm, &s.rank, &s.offsets_device,
                                            host_counts ? &s.offsets : nullptr, &bad)));
+    permute.Stop();
     if (bad >= 0) return BadExpertId(kOp, ids, bad, d.e);
+    PhaseScope gather("op.moe_gather");
     ORRERY_RETURN_IF_ERROR(ORRERY_MOE_DISPATCH(d.device, MoeGatherCpu(xl, s.perm, d.k, &s.xg),
                                                MoeGatherCuda(xl, s.perm, d.k, &s.xg)));
   }
@@ -393,6 +396,7 @@ Status MoeExperts(const Tensor& xl, const Tensor& ids, const Tensor& weights, co
     ORRERY_RETURN_IF_ERROR(exchange->FromOwners(o_owned, s.plan, &s.o));
     if (d.n == 0) return Status::OK();
   }
+  PhaseScope combine("op.moe_combine");
   return ORRERY_MOE_DISPATCH(d.device, MoeCombineCpu(s.o, weights, s.perm, d.k, y),
                              MoeCombineCuda(s.o, weights, s.rank, y));
 }
@@ -438,6 +442,7 @@ Status MoeExpertsGrad(const Tensor& xl, const Tensor& ids, const Tensor& weights
   if (d.n == 0 && exchange == nullptr) return Status::OK();
   ORRERY_ASSIGN_OR_RETURN(Tensor doe, New({m, d.l}, d.dtype, dev));
   if (d.n > 0) {
+    PhaseScope combine_grad("op.moe_combine_grad");
     ORRERY_RETURN_IF_ERROR(ORRERY_MOE_DISPATCH(
         dev, MoeCombineGradCpu(dy, saved.o, weights, saved.perm, d.k, &doe, dweights),
         MoeCombineGradCuda(dy, saved.o, weights, saved.perm, d.k, &doe, dweights)));
@@ -465,6 +470,7 @@ Status MoeExpertsGrad(const Tensor& xl, const Tensor& ids, const Tensor& weights
     ORRERY_RETURN_IF_ERROR(exchange->FromOwners(dxg_owned, saved.plan, &dxg));
     if (d.n == 0) return Status::OK();
   }
+  PhaseScope scatter_add("op.moe_scatter_add");
   return ORRERY_MOE_DISPATCH(dev, MoeScatterAddCpu(dxg, saved.perm, d.k, dxl),
                              MoeScatterAddCuda(dxg, saved.rank, dxl));
 }

@@ -19,6 +19,7 @@ struct Record {
   Clock::time_point host_begin, host_end;
 #if defined(ORRERY_KERNELS_CUDA)
   cudaEvent_t begin = nullptr, end = nullptr;
+  cudaStream_t stream = nullptr;  // the ops' stream where the scope began (a side stream's own)
 #endif
 };
 
@@ -29,7 +30,6 @@ struct State {
   std::unordered_map<std::string, int> index;
   std::vector<Record> records;
 #if defined(ORRERY_KERNELS_CUDA)
-  cudaStream_t stream = nullptr;
   std::vector<cudaEvent_t> free_events;  // kept across Start/Stop: creating events is not free
 
   cudaEvent_t TakeEvent() {
@@ -61,8 +61,7 @@ Status PhaseProfile::Start(Device device) {
   s.records.clear();
 #if defined(ORRERY_KERNELS_CUDA)
   if (device.is_cuda()) {
-    ORRERY_ASSIGN_OR_RETURN(cuda::DeviceContext * ctx, cuda::DeviceContext::Get(device.index));
-    s.stream = ctx->stream();
+    ORRERY_RETURN_IF_ERROR(cuda::DeviceContext::Get(device.index).status());
   }
 #else
   if (device.is_cuda()) {
@@ -83,9 +82,15 @@ int PhaseProfile::Begin(const char* name) {
   r.name = it->second;
 #if defined(ORRERY_KERNELS_CUDA)
   if (s.device.is_cuda()) {
-    r.begin = s.TakeEvent();
-    r.end = s.TakeEvent();
-    if (r.begin != nullptr) cudaEventRecord(r.begin, s.stream);
+    // The context of the calling lane: inside a SideStream body (core/cuda_side_stream.h) the
+    // scope times that stream's work.
+    auto ctx = cuda::DeviceContext::Get(s.device.index);
+    if (ctx.ok()) {
+      r.stream = (*ctx)->stream();
+      r.begin = s.TakeEvent();
+      r.end = s.TakeEvent();
+      if (r.begin != nullptr) cudaEventRecord(r.begin, r.stream);
+    }
   }
 #endif
   r.host_begin = Clock::now();
@@ -98,7 +103,7 @@ void PhaseProfile::End(int id) {
   if (!s.active || id >= static_cast<int>(s.records.size())) return;  // stopped inside the scope
   Record& r = s.records[id];
 #if defined(ORRERY_KERNELS_CUDA)
-  if (r.end != nullptr) cudaEventRecord(r.end, s.stream);
+  if (r.end != nullptr) cudaEventRecord(r.end, r.stream);
 #endif
   r.host_end = Clock::now();
 }
@@ -110,7 +115,12 @@ StatusOr<std::vector<PhaseTime>> PhaseProfile::Stop() {
   for (size_t i = 0; i < s.names.size(); ++i) out[i].name = s.names[i];
   Status status;
 #if defined(ORRERY_KERNELS_CUDA)
-  if (s.device.is_cuda()) status = cuda::CudaStatus(cudaStreamSynchronize(s.stream), "profile");
+  if (s.device.is_cuda()) {
+    for (const Record& r : s.records) {
+      if (!status.ok()) break;
+      if (r.end != nullptr) status = cuda::CudaStatus(cudaEventSynchronize(r.end), "profile");
+    }
+  }
 #endif
   for (Record& r : s.records) {
     PhaseTime& t = out[r.name];

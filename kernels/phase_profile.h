@@ -1,9 +1,9 @@
 // PhaseProfile: where the time of a GPU step goes, by named phase ("fwd.kda.core", "bwd.moe").
 //
 // Off by default, and then a PhaseScope costs one branch. Started, every scope records a pair of
-// CUDA events on the ops' stream (device_context.h) — the device time between the scope's first
-// and last queued work, which is what a kernel author needs and what host timers cannot see in an
-// asynchronous stream. The host time between the scope's ends is recorded beside it: a phase
+// CUDA events on the calling lane's ops' stream (device_context.h; a SideStream body's own) — the
+// device time between the scope's first and last queued work, which is what a kernel author needs
+// and what host timers cannot see in an asynchronous stream. The host time between the scope's ends is recorded beside it: a phase
 // whose host time far exceeds its device time is launch- or sync-bound. Scopes nest by name
 // ("fwd.kda" around "fwd.kda.core"), so report totals are inclusive. On the CPU (the ops' CPU
 // twins) both columns are host time.

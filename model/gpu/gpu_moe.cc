@@ -75,8 +75,10 @@ Status GpuMoe::Forward(const Tensor& x, const Tensor& bias, const Tensor& forced
   SideStream side;
   Tensor ys;
   if (has_shared_) {
-    ORRERY_RETURN_IF_ERROR(
-        side.Run(x.device(), [&] { return shared_.Forward(x, &ys, &c->shared); }));
+    ORRERY_RETURN_IF_ERROR(side.Run(x.device(), [&] {
+      kernels::PhaseScope shared("fwd.moe.shared");
+      return shared_.Forward(x, &ys, &c->shared);
+    }));
   }
   // The router in fp32 (K3's router precision): scores = sigmoid(x W_r^T).
   ORRERY_ASSIGN_OR_RETURN(c->x32, As(x, DType::kF32));
@@ -120,8 +122,10 @@ Status GpuMoe::Backward(const Cache& c, const Tensor& dy, Tensor* dx) const {
   SideStream side;
   Tensor dxs;
   if (has_shared_) {
-    ORRERY_RETURN_IF_ERROR(
-        side.Run(dy.device(), [&] { return shared_.Backward(c.shared, dy, &dxs); }));
+    ORRERY_RETURN_IF_ERROR(side.Run(dy.device(), [&] {
+      kernels::PhaseScope shared("bwd.moe.shared");
+      return shared_.Backward(c.shared, dy, &dxs);
+    }));
   }
   Tensor dyn = dy;
   if (c_->moe.latent_dim > 0) {

@@ -11,8 +11,11 @@
 // FLOPs counted: 2 per multiply-add of the router, down, routed experts (3 products of top-k rows),
 // up and shared products; the backward as twice the forward (dX and dW of every product).
 // Median of 10 runs after 3 warm-ups by CUDA events; random inputs are drawn once, outside the
-// timing. ORRERY_GROUPED_GEMM (kernels/grouped_gemm.h) chooses the expert GEMM kernel when set;
-// ORRERY_SIDE_STREAM=0 keeps the shared expert on the device's stream (core/cuda_side_stream.h).
+// timing. After the timed runs, one more forward + backward under the phase profile
+// (kernels/phase_profile.h): device time per op of the layer (with the side stream on, the shared
+// expert's phases overlap the routed path's). ORRERY_GROUPED_GEMM (kernels/grouped_gemm.h) chooses
+// the expert GEMM kernel when set; ORRERY_SIDE_STREAM=0 keeps the shared expert on the device's
+// stream (core/cuda_side_stream.h).
 //
 //   moe_layer_gpu_bench [TOKENS]
 #include <cmath>
@@ -24,6 +27,7 @@
 #include "core/cuda_allocator.h"
 #include "core/device.h"
 #include "kernels/gates.h"
+#include "kernels/phase_profile.h"
 #include "model/gpu/gpu_layers.h"
 #include "tests/gpu/gpu_bench_util.h"
 
@@ -118,6 +122,12 @@ Status Bench(const LayerShape& s, int64_t tokens) {
       side != nullptr && std::string(side) == "0" ? "off" : "on", fwd, tokens / (fwd * 1e-3),
       flops / (fwd * 1e-3) / 1e12, both, tokens / (both * 1e-3), 3 * flops / (both * 1e-3) / 1e12,
       GetCachingAllocatorStats(0).peak_bytes_in_use / 1073741824.0);
+  ORRERY_RETURN_IF_ERROR(kernels::PhaseProfile::Start(Device::Cuda(0)));
+  const Status profiled = forward_backward();
+  ORRERY_ASSIGN_OR_RETURN(const auto times, kernels::PhaseProfile::Stop());
+  ORRERY_RETURN_IF_ERROR(profiled);
+  std::printf("profiled fwd+bwd (%% of the timed %.3f ms):\n%s", both,
+              kernels::PhaseProfile::Format(times, both).c_str());
   return Status::OK();
 }
 

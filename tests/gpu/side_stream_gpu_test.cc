@@ -2,8 +2,8 @@
 // own kernel context, ordered after the work queued before Run and before the work queued after
 // Join; blocks freed by the body stay out of the caching allocator until Join; where no overlap is
 // possible (a graph capture, ORRERY_SIDE_STREAM=0, a nested Run) the body runs on the device's
-// stream. The whole model's steps with and without it are compared bit for bit in
-// tests/gpu/gpu_determinism_test.cc. Skipped without a GPU.
+// stream; a phase scope in the body times the side stream. The whole model's steps with and without
+// it are compared bit for bit in tests/gpu/gpu_determinism_test.cc. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -15,6 +15,7 @@
 #include "core/device.h"
 #include "kernels/cuda/device_context.h"
 #include "kernels/gates.h"
+#include "kernels/phase_profile.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace orrery {
@@ -157,6 +158,40 @@ TEST(SideStreamGpuTest, NoOverlapWhenDisabledNestedOrCaptured) {
   EXPECT_EQ(host.data<float>()[0], 2.0f);
   graph->reset();
   CudaReleasePrivatePool(0, pool);
+}
+
+// A phase scope inside the body times the side stream's work (kernels/phase_profile.h records on
+// the calling lane's stream): the same kernels take about as long there as on the device's stream.
+// Recorded on the device's stream, the body's scope would time nothing.
+TEST(SideStreamGpuTest, APhaseScopeInTheBodyTimesTheSideStream) {
+  SKIP_WITHOUT_GPU();
+  const Tensor x = Filled(1.0f);
+  Tensor y = Filled(0.0f), z = Filled(0.0f);
+  auto work = [&](Tensor* out) -> Status {
+    for (int i = 0; i < 20; ++i) ORRERY_RETURN_IF_ERROR(kernels::AddInto(x, 1.0f, out));
+    return Status::OK();
+  };
+  ASSERT_TRUE(work(&z).ok());  // warm-up: the kernels are loaded before either scope
+  ASSERT_TRUE(kernels::PhaseProfile::Start(Device::Cuda(0)).ok());
+  {
+    kernels::PhaseScope main_scope("main");
+    ASSERT_TRUE(work(&z).ok());
+  }
+  SideStream side;
+  ASSERT_TRUE(side.Run(Device::Cuda(0),
+                       [&]() -> Status {
+                         kernels::PhaseScope side_scope("side");
+                         return work(&y);
+                       })
+                  .ok());
+  EXPECT_TRUE(side.overlapped());
+  ASSERT_TRUE(side.Join().ok());
+  auto times = kernels::PhaseProfile::Stop();
+  ASSERT_TRUE(times.ok()) << times.status().ToString();
+  ASSERT_EQ(times->size(), 2u);
+  const double main_ms = (*times)[0].device_ms, side_ms = (*times)[1].device_ms;
+  EXPECT_GT(main_ms, 0.05);  // 20 passes over 16 MiB twice: about 0.3 ms on an H200
+  EXPECT_GT(side_ms, 0.5 * main_ms) << "main " << main_ms << " ms, side " << side_ms << " ms";
 }
 
 }  // namespace
